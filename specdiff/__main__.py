@@ -1,0 +1,3 @@
+from specdiff.cli import main
+import sys
+sys.exit(main())

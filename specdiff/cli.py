@@ -1,0 +1,281 @@
+"""The specdiff command line.
+
+Exit codes: 0 the lanes agree, 1 they differ, 2 bad input (one line on stderr, no
+traceback), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, TextIO
+
+from specdiff import __version__
+from specdiff.compare import DEFAULT_NEAR_TIE
+from specdiff.errors import PromptError, SpecdiffError
+from specdiff.lanes import (
+    LANE_KEYS,
+    Pair,
+    apply_overrides,
+    load_pairs_file,
+    parse_overrides,
+    presets,
+    unknown_pair,
+)
+
+DEFAULT_PAIR = "spec-vs-plain"
+DEFAULT_MAX_TOKENS = 200
+# A prompt whose lanes fork under spec-vs-plain on the bundled model (checked by a test).
+DEFAULT_PROMPT = (
+    "Write a short story about a lighthouse keeper who finds a message in a bottle."
+)
+
+EXIT_SAME, EXIT_DIFFERENT, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class ArgumentError(SpecdiffError):
+    """The command line itself is wrong."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        # argparse exits with its own usage dump; specdiff's rule is one line and exit 2.
+        raise ArgumentError(f"{message} (see: {self.prog} --help)")
+
+
+class Status:
+    """One progress line on stderr, rewritten in place on a terminal."""
+
+    def __init__(self, stream: TextIO, enabled: bool) -> None:
+        self.stream = stream
+        self.enabled = enabled
+        self.live = enabled and stream.isatty()
+        self._last = 0.0
+        self._width = 0
+
+    def message(self, text: str) -> None:
+        if not self.enabled:
+            return
+        if self.live:
+            self.stream.write("\r" + text.ljust(self._width) + "\n")
+            self._width = 0
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def update(self, text: str) -> None:
+        if not self.live:
+            return
+        now = time.monotonic()
+        if now - self._last < 0.1:
+            return
+        self._last = now
+        self.stream.write("\r" + text.ljust(self._width))
+        self._width = len(text)
+        self.stream.flush()
+
+    def done(self) -> None:
+        if self.live and self._width:
+            self.stream.write("\r" + " " * self._width + "\r")
+            self.stream.flush()
+            self._width = 0
+
+
+def _add_lane_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pair", default=DEFAULT_PAIR, help=f"pair preset (default {DEFAULT_PAIR})")
+    parser.add_argument("--pairs", metavar="FILE", help="TOML file with more pairs ([pairs.NAME])")
+    parser.add_argument("--model", help="GGUF path for both lanes (default: the bundled model)")
+    parser.add_argument(
+        "--lane-a", action="append", default=[], metavar="KEY=VALUE", help="override lane A"
+    )
+    parser.add_argument(
+        "--lane-b", action="append", default=[], metavar="KEY=VALUE", help="override lane B"
+    )
+    parser.add_argument(
+        "--both", action="append", default=[], metavar="KEY=VALUE", help="override both lanes"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="specdiff",
+        description="Why does the same prompt at temperature 0 give different text? "
+        "Run two decoding configurations side by side and see where they fork.",
+        epilog="lane keys: " + ", ".join(LANE_KEYS),
+    )
+    parser.add_argument("--version", action="version", version=f"specdiff {__version__}")
+    commands = parser.add_subparsers(dest="command", parser_class=_Parser)
+
+    run = commands.add_parser("run", help="run both lanes of a pair on a prompt, headless")
+    _add_lane_options(run)
+    source = run.add_mutually_exclusive_group()
+    source.add_argument("--prompt", help="the prompt text")
+    source.add_argument("--prompt-file", metavar="FILE", help="read the prompt from FILE (- = stdin)")
+    run.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
+    run.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    run.add_argument(
+        "--near-tie", type=float, default=DEFAULT_NEAR_TIE,
+        help=f"margin below which a step counts as a near tie (default {DEFAULT_NEAR_TIE})",
+    )
+    run.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    run.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+    models = commands.add_parser("models", help="list known models, or make variants")
+    model_commands = models.add_subparsers(dest="models_command", parser_class=_Parser)
+    model_commands.add_parser("list", help="list known models (the default)")
+    variants = model_commands.add_parser(
+        "variants", help="write requantized copies of a model into the cache"
+    )
+    variants.add_argument("--to", required=True, help="comma-separated types, e.g. f16,q8_0")
+    variants.add_argument("--model", default="default", help="GGUF path (default: bundled)")
+    variants.add_argument("--threads", type=int, default=0)
+    return parser
+
+
+def resolve_pair(args: argparse.Namespace) -> Pair:
+    known = presets()
+    if args.pairs:
+        known.update(load_pairs_file(args.pairs, known))
+    if args.pair not in known:
+        raise unknown_pair(args.pair, known)
+    pair = known[args.pair]
+    both = parse_overrides(args.both)
+    if args.model:
+        both.setdefault("model", args.model)
+    a = apply_overrides(apply_overrides(pair.a, both), parse_overrides(args.lane_a))
+    b = apply_overrides(apply_overrides(pair.b, both), parse_overrides(args.lane_b))
+    return replace(pair, a=a, b=b)
+
+
+def read_prompt(args: argparse.Namespace) -> str:
+    if args.prompt is not None:
+        prompt = args.prompt
+    elif args.prompt_file == "-":
+        prompt = sys.stdin.read()
+    elif args.prompt_file:
+        path = Path(args.prompt_file).expanduser()
+        try:
+            prompt = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise PromptError(f"prompt file not found: {path}") from None
+        except UnicodeDecodeError:
+            raise PromptError(f"prompt file {path} is not UTF-8 text") from None
+        except OSError as error:
+            raise PromptError(f"cannot read prompt file {path}: {error.strerror}") from None
+    else:
+        prompt = DEFAULT_PROMPT
+    if not prompt.strip():
+        raise PromptError("the prompt is empty; give some text (--prompt or --prompt-file)")
+    return prompt
+
+
+def command_run(args: argparse.Namespace) -> int:
+    from specdiff.pairrun import PairRun
+    from specdiff.summary import format_result, result_json
+
+    if args.max_tokens < 1:
+        raise PromptError(f"--max-tokens must be at least 1, got {args.max_tokens}")
+    if args.near_tie < 0:
+        raise ArgumentError(f"--near-tie must not be negative, got {args.near_tie}")
+    pair = resolve_pair(args)
+    prompt = read_prompt(args)
+    status = Status(sys.stderr, not args.quiet)
+    cancel = threading.Event()
+    counts = {"a": 0, "b": 0}
+
+    def on_step(step: Any) -> None:
+        counts[step.lane] += 1
+        status.update(
+            f"generating: lane a {counts['a']}/{args.max_tokens} · "
+            f"lane b {counts['b']}/{args.max_tokens} tokens"
+        )
+
+    with PairRun(pair, status.message, cancel) as runner:
+        status.message(f"running {pair.name} on a {len(runner.tokenize(prompt))}-token prompt")
+        try:
+            result = runner.run(prompt, args.max_tokens, args.stop, args.near_tie, on_step)
+        except KeyboardInterrupt:
+            cancel.set()
+            status.done()
+            print("specdiff: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        status.done()
+    if args.json:
+        json.dump(result_json(result), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print(format_result(result))
+    errors = [f"lane {o.lane_id}: {o.error}" for o in (result.a, result.b) if o.error]
+    if errors:
+        for error in errors:
+            print(f"specdiff: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return EXIT_SAME if result.comparison.identical else EXIT_DIFFERENT
+
+
+def command_models(args: argparse.Namespace) -> int:
+    from specdiff.engine.models import (
+        VARIANT_FTYPES,
+        base_model_path,
+        known_models,
+        make_variant,
+    )
+
+    status = Status(sys.stderr, True)
+    if args.models_command == "variants":
+        wanted = [part.strip().lower() for part in args.to.split(",") if part.strip()]
+        unknown = [w for w in wanted if w not in VARIANT_FTYPES]
+        if not wanted or unknown:
+            raise ArgumentError(
+                f"unknown variant {unknown[0] if unknown else args.to!r}; "
+                f"choose from {', '.join(VARIANT_FTYPES)}"
+            )
+        base = base_model_path(args.model, status.message)
+        threads = args.threads or os.cpu_count() or 1
+        for quant in wanted:
+            path = make_variant(base, quant, threads, status.message)
+            print(path)
+        return 0
+    entries = known_models(status.message)
+    print(f"{'role':<18} {'quant':<8} {'size':>9}  {'sha256':<12}  path")
+    for entry in entries:
+        print(
+            f"{entry.role:<18} {entry.quantization:<8} {entry.size / 1e6:>7.1f}MB  "
+            f"{entry.sha256[:12]}  {entry.path}"
+        )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    try:
+        if not arguments or arguments[0].startswith("--") and arguments[0] not in (
+            "--help", "--version"
+        ):
+            # Until the TUI lands, the bare command runs the default comparison.
+            arguments = ["run", *arguments]
+        args = parser.parse_args(arguments)
+        if args.command == "models":
+            return command_models(args)
+        if args.command == "run":
+            return command_run(args)
+        parser.print_help()
+        return EXIT_BAD_INPUT
+    except SpecdiffError as error:
+        print(f"specdiff: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("specdiff: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

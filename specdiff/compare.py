@@ -1,0 +1,145 @@
+"""Pure comparison of two lanes' token steps.
+
+Where the texts fork, how close each lane was to the other's pick, where near ties
+lie before the fork, and how alike the texts stay after it. No I/O, no model: these
+functions take TokenSteps and return frozen records, so the CLI, sessions, suites
+and the TUI all read the same numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rapidfuzz.distance import Indel
+
+from specdiff.steps import TokenStep, text_of
+
+DEFAULT_NEAR_TIE = 0.5
+
+
+@dataclass(frozen=True)
+class PickView:
+    """How one lane saw one token at the fork step."""
+
+    token_id: int
+    logit: float | None
+    """None when the token was outside the lane's top-k and not probed."""
+    rank: int | None
+
+
+@dataclass(frozen=True)
+class LaneAtFork:
+    margin: float
+    """This lane's top-1 minus top-2 logit at the fork."""
+    own: PickView
+    """The token this lane picked."""
+    other: PickView
+    """The token the other lane picked, as this lane scored it."""
+
+
+@dataclass(frozen=True)
+class Fork:
+    """The first step at which the lanes picked different tokens."""
+
+    index: int
+    token_a: int
+    token_b: int
+    piece_a: bytes
+    piece_b: bytes
+    a: LaneAtFork
+    b: LaneAtFork
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """How alike the two continuations after the fork are."""
+
+    similarity: float
+    """Normalized Indel similarity of the two texts after the fork, 0..1."""
+    opcodes: tuple[tuple[str, int, int, int, int], ...]
+    """Edit operations turning lane A's tokens after the fork into lane B's
+    (tag, a_start, a_end, b_start, b_end), indices relative to the fork."""
+
+
+@dataclass(frozen=True)
+class Comparison:
+    length_a: int
+    length_b: int
+    fork: Fork | None
+    near_ties_a: tuple[int, ...]
+    """Indices before the fork (or overall, without one) where lane A's margin < threshold."""
+    near_ties_b: tuple[int, ...]
+    near_tie_threshold: float
+    after_fork: Alignment | None
+
+    @property
+    def identical(self) -> bool:
+        return self.fork is None and self.length_a == self.length_b
+
+
+def first_divergence(a: Sequence[TokenStep], b: Sequence[TokenStep]) -> int | None:
+    """Index of the first step whose token ids differ, or None if one lane's tokens are a
+    prefix of the other's (identical or cut short)."""
+    for index, (step_a, step_b) in enumerate(zip(a, b)):
+        if step_a.token_id != step_b.token_id:
+            return index
+    return None
+
+
+def _view(step: TokenStep, token_id: int) -> PickView:
+    return PickView(token_id, step.logit_of(token_id), step.rank_of(token_id))
+
+
+def fork_at(a: Sequence[TokenStep], b: Sequence[TokenStep]) -> Fork | None:
+    """The fork record: both picks, each lane's logit and rank for both, each margin."""
+    index = first_divergence(a, b)
+    if index is None:
+        return None
+    step_a, step_b = a[index], b[index]
+    return Fork(
+        index=index,
+        token_a=step_a.token_id,
+        token_b=step_b.token_id,
+        piece_a=step_a.piece,
+        piece_b=step_b.piece,
+        a=LaneAtFork(step_a.margin, _view(step_a, step_a.token_id), _view(step_a, step_b.token_id)),
+        b=LaneAtFork(step_b.margin, _view(step_b, step_b.token_id), _view(step_b, step_a.token_id)),
+    )
+
+
+def near_ties(
+    steps: Sequence[TokenStep], threshold: float = DEFAULT_NEAR_TIE, before: int | None = None
+) -> tuple[int, ...]:
+    """Indices of steps whose margin is below the threshold, only those before `before`."""
+    end = len(steps) if before is None else min(before, len(steps))
+    return tuple(i for i in range(end) if steps[i].margin < threshold)
+
+
+def align_after(a: Sequence[TokenStep], b: Sequence[TokenStep], start: int) -> Alignment:
+    """Similarity of the texts from `start` on, and a token-level opcode alignment."""
+    rest_a, rest_b = a[start:], b[start:]
+    similarity = Indel.normalized_similarity(text_of(rest_a), text_of(rest_b))
+    opcodes = Indel.opcodes([s.token_id for s in rest_a], [s.token_id for s in rest_b])
+    return Alignment(
+        similarity=float(similarity),
+        opcodes=tuple(
+            (op.tag, op.src_start, op.src_end, op.dest_start, op.dest_end) for op in opcodes
+        ),
+    )
+
+
+def compare(
+    a: Sequence[TokenStep], b: Sequence[TokenStep], threshold: float = DEFAULT_NEAR_TIE
+) -> Comparison:
+    fork = fork_at(a, b)
+    before = fork.index if fork is not None else None
+    return Comparison(
+        length_a=len(a),
+        length_b=len(b),
+        fork=fork,
+        near_ties_a=near_ties(a, threshold, before),
+        near_ties_b=near_ties(b, threshold, before),
+        near_tie_threshold=threshold,
+        after_fork=align_after(a, b, fork.index) if fork is not None else None,
+    )

@@ -1,0 +1,141 @@
+"""Where draft tokens come from: n-gram prompt lookup, or a small draft model.
+
+A drafter proposes up to `room` tokens that continue the history; the target model
+verifies them in one batch. Drafters never decide what is emitted: the target's
+greedy pick always wins, so a drafter can change speed and batch widths (and so,
+through the kernels, the numbers), never the rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from specdiff.engine.llama_local import Context
+
+
+class Drafter(Protocol):
+    def reset(self) -> None: ...
+
+    def propose(self, history: Sequence[int], room: int) -> list[int]: ...
+
+    def feedback(self, proposed: int, accepted: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class DraftLength:
+    """Fixed, or adaptive: grow while every draft is accepted, shrink to what was."""
+
+    def __init__(self, maximum: int, adaptive: bool) -> None:
+        self.maximum = maximum
+        self.adaptive = adaptive
+        self.current = maximum
+
+    def reset(self) -> None:
+        self.current = self.maximum
+
+    def feedback(self, proposed: int, accepted: int) -> None:
+        if not self.adaptive:
+            return
+        if accepted >= proposed:
+            self.current = min(self.maximum, self.current + 2)
+        else:
+            self.current = max(1, accepted + 1)
+
+
+class NgramDrafter:
+    """Prompt lookup: find the latest earlier occurrence of the history's last n tokens
+    (n from `longest` down to `shortest`) and propose what followed it.
+
+    The index of n-grams is updated incrementally, so a lookup costs O(longest) no
+    matter how long the history is.
+    """
+
+    def __init__(self, longest: int, shortest: int, drafts: int = 4, adaptive: bool = True) -> None:
+        self.longest = longest
+        self.shortest = shortest
+        self.length = DraftLength(drafts, adaptive)
+        self.reset()
+
+    def reset(self) -> None:
+        # n -> {n-gram: end position (exclusive) of its latest occurrence}
+        self._index: dict[int, dict[tuple[int, ...], int]] = {
+            n: {} for n in range(self.shortest, self.longest + 1)
+        }
+        self._indexed_until = 0
+        self.length.reset()
+
+    def _index_up_to(self, history: Sequence[int], end: int) -> None:
+        """Register every n-gram that ends before `end` (exclusive)."""
+        for stop in range(max(self._indexed_until, 1), end):
+            for n, table in self._index.items():
+                if stop >= n:
+                    table[tuple(history[stop - n : stop])] = stop
+        self._indexed_until = max(self._indexed_until, end)
+
+    def propose(self, history: Sequence[int], room: int) -> list[int]:
+        size = len(history)
+        # Index every n-gram but the current suffix itself, which must match an
+        # earlier occurrence.
+        self._index_up_to(history, size)
+        wanted = min(room, self.length.current)
+        for n in range(min(self.longest, size), self.shortest - 1, -1):
+            found = self._index[n].get(tuple(history[size - n :]))
+            if found is not None and found < size:
+                return list(history[found : found + wanted])
+        return []
+
+    def feedback(self, proposed: int, accepted: int) -> None:
+        self.length.feedback(proposed, accepted)
+
+    def close(self) -> None:
+        return None
+
+
+class ModelDrafter:
+    """Greedy drafts from a second model with the same vocabulary, in its own context.
+
+    The draft context keeps the tokens it has seen; before each proposal it drops
+    what the target rejected (checked removal) and decodes what it has not seen.
+    """
+
+    def __init__(self, context: Context, drafts: int = 4, adaptive: bool = True) -> None:
+        self.context = context
+        self.length = DraftLength(drafts, adaptive)
+        self._seen: list[int] = []
+
+    def reset(self) -> None:
+        self.context.clear()
+        self._seen = []
+        self.length.reset()
+
+    def propose(self, history: Sequence[int], room: int) -> list[int]:
+        common = 0
+        for seen, token in zip(self._seen, history):
+            if seen != token:
+                break
+            common += 1
+        # The last history token must be decoded again to get logits after it.
+        common = min(common, len(history) - 1)
+        if common < len(self._seen):
+            self.context.remove_from(common)
+            del self._seen[common:]
+        self.context.decode_chunks(history[common:], common)
+        self._seen.extend(history[common:])
+        wanted = min(room, self.length.current)
+        drafts: list[int] = []
+        while True:
+            token = int(self.context.row(-1).argmax())
+            drafts.append(token)
+            if len(drafts) >= wanted:
+                return drafts
+            self.context.decode([token], len(self._seen), all_logits=False)
+            self._seen.append(token)
+
+    def feedback(self, proposed: int, accepted: int) -> None:
+        self.length.feedback(proposed, accepted)
+
+    def close(self) -> None:
+        self.context.close()

@@ -1,0 +1,22 @@
+"""Errors a user can fix.
+
+Every error that reaches the command line is one of these: its message is a single
+line that names the problem and the fix, and the CLI turns it into exit code 2
+without a traceback.
+"""
+
+
+class SpecdiffError(Exception):
+    """Bad input or an environment problem the user can fix."""
+
+
+class LaneConfigError(SpecdiffError):
+    """A lane or pair definition names an unknown key or an invalid value."""
+
+
+class ModelError(SpecdiffError):
+    """A model file is missing, is not GGUF, is truncated, or does not fit its role."""
+
+
+class PromptError(SpecdiffError):
+    """The prompt is empty or does not fit the context."""

@@ -1,0 +1,371 @@
+"""Lanes and pairs: what one decoding configuration is, and which two are compared.
+
+A Lane is frozen and complete: everything that can change the greedy output of the
+in-process engine is a field, so a session or report that stores the lane can be
+re-run exactly. A Pair is two lanes that differ in one thing; presets are the
+comparisons the field argues about. Users override any field from the CLI
+(``--lane-a n_ubatch=1``) or from a TOML file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from specdiff.errors import LaneConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+KV_TYPES = ("f16", "f32", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")
+QUANT_TYPES = ("", "f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q4_k_m", "q4_0")
+CHOICES: dict[str, tuple[str, ...]] = {
+    "backend": ("local",),
+    "flash_attn": ("off", "on", "auto"),
+    "type_k": KV_TYPES,
+    "type_v": KV_TYPES,
+    "speculation": ("none", "ngram", "draft"),
+    "prefix": ("fresh", "cached"),
+    "quant": QUANT_TYPES,
+}
+# inclusive bounds of integer fields
+BOUNDS: dict[str, tuple[int, int]] = {
+    "n_ctx": (16, 1 << 20),
+    "n_batch": (1, 1 << 16),
+    "n_ubatch": (1, 1 << 16),
+    "threads": (1, 1024),
+    "threads_batch": (0, 1024),
+    "spec_ngram": (1, 32),
+    "spec_ngram_min": (1, 32),
+    "spec_drafts": (1, 64),
+    "prefix_tokens": (0, 1 << 20),
+    "top_k": (2, 1024),
+}
+
+
+def default_threads() -> int:
+    """All cores this process may run on: what llama.cpp's own tools default to."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One decoding configuration of the in-process engine."""
+
+    label: str = ""
+    backend: str = "local"
+    model: str = "default"
+    """"default" (the bundled Gemma 3 270M Q4_K_M) or a path to a .gguf file."""
+    quant: str = ""
+    """Requantize the model to this type first ("" = use it as it is), e.g. q8_0, f16."""
+    n_ctx: int = 4096
+    n_batch: int = 512
+    n_ubatch: int = 512
+    threads: int = field(default_factory=default_threads)
+    threads_batch: int = 0
+    """Threads for prompt batches; 0 = the same as threads."""
+    flash_attn: str = "off"
+    type_k: str = "f16"
+    type_v: str = "f16"
+    repack: bool = True
+    """Let llama.cpp repack weights for the CPU's wider kernels (its extra buffer types)."""
+    speculation: str = "none"
+    spec_ngram: int = 3
+    """Prompt lookup: the longest n-gram matched against the history."""
+    spec_ngram_min: int = 2
+    """Prompt lookup: the shortest n-gram tried before giving up on drafting."""
+    spec_drafts: int = 4
+    """Tokens drafted per verification (the maximum, when adaptive)."""
+    spec_adaptive: bool = True
+    """Grow the draft length while drafts are accepted, shrink it when they are not."""
+    draft_model: str = ""
+    """Draft GGUF for speculation=draft; "" = the lane's own model."""
+    prefix: str = "fresh"
+    """fresh: decode the whole prompt at once; cached: decode a prefix in an earlier call."""
+    prefix_tokens: int = 0
+    """cached: how many prompt tokens the earlier call decodes; 0 = half the prompt."""
+    prefix_text: str = ""
+    """cached: decode this text (a prefix of the prompt) in the earlier call instead."""
+    top_k: int = 8
+
+    def __post_init__(self) -> None:
+        for item in fields(self):
+            value = getattr(self, item.name)
+            expected = _FIELD_TYPES[item.name]
+            if expected is bool:
+                if not isinstance(value, bool):
+                    raise _bad_type(item.name, value, "true or false")
+            elif expected is int:
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise _bad_type(item.name, value, "a whole number")
+                low, high = BOUNDS[item.name]
+                if not low <= value <= high:
+                    raise LaneConfigError(
+                        f"lane key {item.name!r} must be between {low} and {high}, got {value}"
+                    )
+            elif not isinstance(value, str):
+                raise _bad_type(item.name, value, "a string")
+            if item.name in CHOICES and value not in CHOICES[item.name]:
+                allowed = ", ".join(repr(choice) for choice in CHOICES[item.name])
+                raise LaneConfigError(
+                    f"lane key {item.name!r} cannot be {value!r}; allowed: {allowed}"
+                )
+        if self.n_ubatch > self.n_batch:
+            raise LaneConfigError(
+                f"n_ubatch ({self.n_ubatch}) must not exceed n_batch ({self.n_batch}); "
+                "lower n_ubatch or raise n_batch"
+            )
+        if self.spec_ngram_min > self.spec_ngram:
+            raise LaneConfigError(
+                f"spec_ngram_min ({self.spec_ngram_min}) must not exceed spec_ngram "
+                f"({self.spec_ngram})"
+            )
+        if self.type_v not in ("f16", "f32", "bf16") and self.flash_attn != "on":
+            raise LaneConfigError(
+                f"a quantized V cache (type_v={self.type_v}) needs flash_attn=on in llama.cpp"
+            )
+        if self.prefix_text and self.prefix_tokens:
+            raise LaneConfigError("set prefix_tokens or prefix_text, not both")
+
+    @property
+    def speculative(self) -> bool:
+        return self.speculation != "none"
+
+    def describe(self) -> str:
+        """A short human description, the lane's label if it has one."""
+        if self.label:
+            return self.label
+        if self.speculation == "ngram":
+            return f"speculative · ngram {self.spec_ngram} · {self.spec_drafts} drafts"
+        if self.speculation == "draft":
+            draft = Path(self.draft_model).name if self.draft_model else "self"
+            return f"speculative · draft {draft} · {self.spec_drafts} drafts"
+        if self.prefix == "cached":
+            return "prefix cached"
+        return "plain"
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+_FIELD_TYPES: dict[str, type] = {}
+for _field in fields(Lane):
+    _default = (
+        _field.default_factory() if _field.default_factory is not dataclasses.MISSING else _field.default
+    )
+    _FIELD_TYPES[_field.name] = type(_default)
+LANE_KEYS = tuple(_FIELD_TYPES)
+
+
+def _bad_type(key: str, value: object, wanted: str) -> LaneConfigError:
+    return LaneConfigError(f"lane key {key!r} must be {wanted}, got {value!r}")
+
+
+def differences(a: Lane, b: Lane) -> list[str]:
+    """The keys whose values differ between two lanes (the label excluded)."""
+    return [
+        key
+        for key in LANE_KEYS
+        if key != "label" and getattr(a, key) != getattr(b, key)
+    ]
+
+
+@dataclass(frozen=True)
+class Pair:
+    """Two lanes compared on the same prompt: lane A and lane B."""
+
+    name: str
+    a: Lane
+    b: Lane
+    description: str = ""
+
+
+def _lane(**overrides: Any) -> Lane:
+    return Lane(**overrides)
+
+
+def presets() -> dict[str, Pair]:
+    """The built-in pairs. Built on call so that each takes the current default threads."""
+    return {
+        "spec-vs-plain": Pair(
+            "spec-vs-plain",
+            _lane(speculation="ngram"),
+            _lane(),
+            "prompt-lookup n-gram speculation vs plain greedy decoding",
+        ),
+        "draft-vs-plain": Pair(
+            "draft-vs-plain",
+            _lane(speculation="draft"),
+            _lane(),
+            "draft-model speculation (default draft: the model itself) vs plain",
+        ),
+        "cache-vs-fresh": Pair(
+            "cache-vs-fresh",
+            _lane(prefix="cached"),
+            _lane(),
+            "a prompt prefix decoded in an earlier call (a cache hit) vs the whole prompt at once",
+        ),
+        "ubatch": Pair(
+            "ubatch",
+            _lane(),
+            _lane(n_batch=2, n_ubatch=2),
+            "prompt decoded in batches of 512 vs batches of 2",
+        ),
+        "quant": Pair(
+            "quant",
+            _lane(),
+            _lane(quant="q8_0"),
+            "the model as it is (Q4_K_M by default) vs requantized to Q8_0",
+        ),
+        "threads": Pair(
+            "threads",
+            _lane(threads=1, threads_batch=1),
+            _lane(threads=2, threads_batch=2),
+            "1 thread vs 2 threads",
+        ),
+    }
+
+
+def parse_value(key: str, text: str) -> Any:
+    """Turn the text of a ``key=value`` override into the field's type."""
+    if key not in _FIELD_TYPES:
+        raise unknown_key(key)
+    expected = _FIELD_TYPES[key]
+    if expected is bool:
+        lowered = text.strip().lower()
+        if lowered in ("true", "1", "yes", "on"):
+            return True
+        if lowered in ("false", "0", "no", "off"):
+            return False
+        raise _bad_type(key, text, "true or false")
+    if expected is int:
+        try:
+            return int(text.strip())
+        except ValueError:
+            raise _bad_type(key, text, "a whole number") from None
+    return text
+
+
+def unknown_key(key: str) -> LaneConfigError:
+    return LaneConfigError(f"unknown lane key {key!r}; known keys: {', '.join(LANE_KEYS)}")
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
+    """Parse CLI overrides like ``n_ubatch=1`` into typed values."""
+    parsed: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise LaneConfigError(f"lane override {item!r} is not key=value, e.g. n_ubatch=2")
+        parsed[key] = parse_value(key, text)
+    return parsed
+
+
+def apply_overrides(lane: Lane, overrides: Mapping[str, Any]) -> Lane:
+    for key in overrides:
+        if key not in _FIELD_TYPES:
+            raise unknown_key(key)
+    return replace(lane, **overrides)
+
+
+def unknown_pair(name: str, known: Iterable[str]) -> LaneConfigError:
+    return LaneConfigError(f"unknown pair {name!r}; known pairs: {', '.join(sorted(known))}")
+
+
+def load_pairs_file(path: str | Path, base: Mapping[str, Pair] | None = None) -> dict[str, Pair]:
+    """Read user pairs from TOML.
+
+    ```toml
+    [defaults]               # applied to both lanes of every pair in this file
+    model = "/models/gemma-3-1b-q4_k_m.gguf"
+
+    [pairs.tiny-ubatch]
+    description = "ubatch 512 vs 1"
+    from = "ubatch"          # optional: start from a known pair
+    a = { n_ubatch = 512 }
+    b = { n_batch = 1, n_ubatch = 1 }
+    ```
+    """
+    path = Path(path).expanduser()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise LaneConfigError(f"pairs file not found: {path}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise LaneConfigError(f"{path}: not valid TOML ({error})") from None
+    known = dict(base if base is not None else presets())
+    unexpected = set(data) - {"defaults", "pairs"}
+    if unexpected:
+        raise LaneConfigError(
+            f"{path}: unknown table {sorted(unexpected)[0]!r}; use [defaults] and [pairs.NAME]"
+        )
+    defaults = data.get("defaults", {})
+    if not isinstance(defaults, dict):
+        raise LaneConfigError(f"{path}: [defaults] must be a table of lane keys")
+    _check_keys(path, "defaults", defaults)
+    pairs = data.get("pairs", {})
+    if not isinstance(pairs, dict):
+        raise LaneConfigError(f"{path}: [pairs] must hold tables like [pairs.my-pair]")
+    result: dict[str, Pair] = {}
+    for name, spec in pairs.items():
+        if not isinstance(spec, dict):
+            raise LaneConfigError(f"{path}: pairs.{name} must be a table")
+        extra = set(spec) - {"description", "from", "a", "b"}
+        if extra:
+            raise LaneConfigError(
+                f"{path}: pairs.{name} has unknown key {sorted(extra)[0]!r}; "
+                "allowed: description, from, a, b"
+            )
+        origin = spec.get("from")
+        if origin is None:
+            start = Pair(name, Lane(), Lane())
+        elif origin in known or origin in result:
+            start = result.get(origin) or known[origin]
+        else:
+            raise LaneConfigError(f"{path}: pairs.{name}: " + str(unknown_pair(origin, known)))
+        lanes = []
+        for side in ("a", "b"):
+            table = spec.get(side, {})
+            if not isinstance(table, dict):
+                raise LaneConfigError(f"{path}: pairs.{name}.{side} must be a table of lane keys")
+            _check_keys(path, f"pairs.{name}.{side}", table)
+            try:
+                lanes.append(replace(getattr(start, side), **{**defaults, **table}))
+            except LaneConfigError as error:
+                raise LaneConfigError(f"{path}: pairs.{name}.{side}: {error}") from None
+        result[name] = Pair(name, lanes[0], lanes[1], str(spec.get("description", "")))
+    if defaults:
+        for name, pair in known.items():
+            if name not in result:
+                result[name] = Pair(
+                    name,
+                    replace(pair.a, **defaults),
+                    replace(pair.b, **defaults),
+                    pair.description,
+                )
+    return result
+
+
+def _check_keys(path: Path, where: str, table: Mapping[str, Any]) -> None:
+    for key in table:
+        if key not in _FIELD_TYPES:
+            raise LaneConfigError(f"{path}: {where}: " + str(unknown_key(key)))
+
+
+def lane_from_dict(data: Mapping[str, Any]) -> Lane:
+    """Rebuild a lane stored as a dict (sessions, reports); unknown keys are an error."""
+    for key in data:
+        if key not in _FIELD_TYPES:
+            raise unknown_key(key)
+    return Lane(**dict(data))

@@ -1,0 +1,245 @@
+"""Run both lanes of a pair on one prompt, interleaved step by step.
+
+The lanes advance in lockstep (A's step i, then B's step i), so a client can render
+both as they stream, and so that at the first differing step both lanes still hold
+that step's logits: the runner then looks up each lane's logit and rank for the
+other lane's pick (``TokenStep.probes``), even when it lies outside the top-k.
+Each lane is timed only while its own generator runs.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from typing import Any
+
+from specdiff import __version__
+from specdiff.compare import DEFAULT_NEAR_TIE, Comparison, compare
+from specdiff.engine.llama_local import Cancelled, LocalLane, ModelPool
+from specdiff.engine.runtime import build_info
+from specdiff.errors import PromptError, SpecdiffError
+from specdiff.lanes import Lane, Pair
+from specdiff.steps import TokenStep
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+@dataclass
+class LaneOutcome:
+    """What one lane produced and how fast."""
+
+    lane_id: str
+    lane: Lane
+    steps: list[TokenStep] = field(default_factory=list)
+    seconds: float = 0.0
+    """Wall time spent inside this lane's decode loop, prompt included."""
+    first_token_seconds: float = 0.0
+    """Prompt decode plus the first token."""
+    stop_reason: str = ""
+    error: str | None = None
+    drafted: int = 0
+    accepted: int = 0
+    verify_calls: int = 0
+    prefix_tokens: int = 0
+    executed: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Generation speed after the first token (prompt decode excluded)."""
+        decode_seconds = self.seconds - self.first_token_seconds
+        if len(self.steps) < 2 or decode_seconds <= 0:
+            return 0.0
+        return (len(self.steps) - 1) / decode_seconds
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def token_ids(self) -> list[int]:
+        return [step.token_id for step in self.steps]
+
+
+@dataclass
+class PairResult:
+    pair: Pair
+    prompt: str
+    prompt_tokens: list[int]
+    max_tokens: int
+    a: LaneOutcome
+    b: LaneOutcome
+    comparison: Comparison
+    build: dict[str, str]
+    started: str
+    cancelled: bool = False
+
+    @property
+    def speedup(self) -> float | None:
+        """Lane A's tokens/s over lane B's."""
+        if self.a.tokens_per_second and self.b.tokens_per_second:
+            return self.a.tokens_per_second / self.b.tokens_per_second
+        return None
+
+    def lane(self, lane_id: str) -> LaneOutcome:
+        return self.a if lane_id == "a" else self.b
+
+
+class PairRun:
+    """Both lanes of a pair, loaded once, run on as many prompts as needed."""
+
+    def __init__(
+        self,
+        pair: Pair,
+        progress: Progress = _quiet,
+        cancel: threading.Event | None = None,
+    ) -> None:
+        self.pair = pair
+        self.cancel = cancel or threading.Event()
+        self.pool = ModelPool()
+        self.lanes: dict[str, LocalLane] = {}
+        try:
+            for lane_id, lane in (("a", pair.a), ("b", pair.b)):
+                progress(f"loading lane {lane_id}: {lane.describe()}")
+                self.lanes[lane_id] = LocalLane(lane, lane_id, self.pool, progress, self.cancel)
+        except BaseException:
+            self.close()
+            raise
+        a_model, b_model = self.lanes["a"].model, self.lanes["b"].model
+        if a_model.info.vocab_digest != b_model.info.vocab_digest:
+            self.close()
+            raise SpecdiffError(
+                f"lane a's model ({a_model.path.name}) and lane b's ({b_model.path.name}) have "
+                "different vocabularies, so their token ids cannot be compared; "
+                "use models of the same family"
+            )
+        self.build = build_info()
+        self.result: PairResult | None = None
+
+    def tokenize(self, prompt: str) -> list[int]:
+        if not prompt.strip():
+            raise PromptError("the prompt is empty; give some text (--prompt or --prompt-file)")
+        return self.lanes["a"].tokenize(prompt)
+
+    def stream(
+        self, prompt: str, max_tokens: int, stop: Sequence[str] = (),
+        near_tie: float = DEFAULT_NEAR_TIE,
+    ) -> Iterator[TokenStep]:
+        """Yield both lanes' steps as they are produced; `self.result` holds the outcome
+        once the iterator is exhausted."""
+        if max_tokens < 1:
+            raise PromptError(f"--max-tokens must be at least 1, got {max_tokens}")
+        tokens = self.tokenize(prompt)
+        for local in self.lanes.values():
+            local.check_prompt(tokens, max_tokens)
+            if local.lane.prefix == "cached":
+                local.prefix_length(tokens)
+        stop_bytes = [s.encode("utf-8") for s in stop if s]
+        started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        outcomes = {
+            lane_id: LaneOutcome(lane_id, local.lane) for lane_id, local in self.lanes.items()
+        }
+        generators = {
+            lane_id: local.generate(tokens, max_tokens, stop_bytes)
+            for lane_id, local in self.lanes.items()
+        }
+        live = dict(generators)
+        forked = False
+        cancelled = False
+        while live and not cancelled:
+            fresh: dict[str, TokenStep] = {}
+            for lane_id in list(live):
+                outcome = outcomes[lane_id]
+                began = time.perf_counter()
+                try:
+                    step = next(live[lane_id])
+                except StopIteration:
+                    del live[lane_id]
+                    continue
+                except Cancelled:
+                    cancelled = True
+                    break
+                except SpecdiffError as error:
+                    outcome.error = str(error)
+                    del live[lane_id]
+                    continue
+                finally:
+                    elapsed = time.perf_counter() - began
+                    outcome.seconds += elapsed
+                    if len(outcome.steps) == 0:
+                        outcome.first_token_seconds += elapsed
+                outcome.steps.append(step)
+                fresh[lane_id] = step
+            if not forked and len(fresh) == 2 and fresh["a"].token_id != fresh["b"].token_id:
+                forked = True
+                fresh = self._probe_fork(fresh, outcomes)
+            for step in fresh.values():
+                yield step
+            if self.cancel.is_set():
+                cancelled = True
+        for generator in generators.values():
+            generator.close()
+        for lane_id, local in self.lanes.items():
+            outcome = outcomes[lane_id]
+            generation = local.generation
+            outcome.stop_reason = "cancelled" if cancelled else generation.stop_reason
+            outcome.drafted = generation.drafted
+            outcome.accepted = generation.accepted
+            outcome.verify_calls = generation.verify_calls
+            outcome.prefix_tokens = generation.prefix_tokens
+            outcome.executed = local.executed()
+        self.result = PairResult(
+            pair=self.pair,
+            prompt=prompt,
+            prompt_tokens=tokens,
+            max_tokens=max_tokens,
+            a=outcomes["a"],
+            b=outcomes["b"],
+            comparison=compare(outcomes["a"].steps, outcomes["b"].steps, near_tie),
+            build=dict(self.build, specdiff=__version__),
+            started=started,
+            cancelled=cancelled,
+        )
+
+    def _probe_fork(
+        self, fresh: dict[str, TokenStep], outcomes: dict[str, LaneOutcome]
+    ) -> dict[str, TokenStep]:
+        """Attach each lane's view of the other lane's pick to the fork step."""
+        step_a, step_b = fresh["a"], fresh["b"]
+        probed = {
+            "a": replace(step_a, probes=self.lanes["a"].probe(step_a.index, [step_b.token_id])),
+            "b": replace(step_b, probes=self.lanes["b"].probe(step_b.index, [step_a.token_id])),
+        }
+        for lane_id, step in probed.items():
+            outcomes[lane_id].steps[-1] = step
+        return probed
+
+    def run(
+        self, prompt: str, max_tokens: int, stop: Sequence[str] = (),
+        near_tie: float = DEFAULT_NEAR_TIE,
+        on_step: Callable[[TokenStep], None] | None = None,
+    ) -> PairResult:
+        for step in self.stream(prompt, max_tokens, stop, near_tie):
+            if on_step is not None:
+                on_step(step)
+        assert self.result is not None
+        return self.result
+
+    def close(self) -> None:
+        for local in self.lanes.values():
+            local.close()
+        self.lanes.clear()
+        self.pool.close()
+
+    def __enter__(self) -> PairRun:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+

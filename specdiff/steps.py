@@ -1,0 +1,84 @@
+"""TokenStep: the one record everything speaks.
+
+A backend yields one TokenStep per generated token; compare.py reduces them, the
+CLI prints them, sessions store them, the TUI renders them. There is no second
+representation of the same fact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One entry of a step's top-k: a token and its logit (or log-probability, for
+    servers: the difference of two log-probabilities equals the difference of the
+    logits, so margins mean the same thing)."""
+
+    token_id: int
+    logit: float
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """A token looked up outside the top-k: its logit and its rank (1 = argmax) in the
+    full distribution of that step. Filled in at a fork for the other lane's pick."""
+
+    token_id: int
+    logit: float
+    rank: int
+
+
+@dataclass(frozen=True, slots=True)
+class TokenStep:
+    """One generated token and the distribution it was picked from."""
+
+    lane: str
+    """Which lane produced it: "a" or "b"."""
+    index: int
+    """Position in the generated text, 0-based."""
+    token_id: int
+    piece: bytes
+    """The token's exact bytes (a token may hold part of a UTF-8 character)."""
+    top: tuple[Candidate, ...]
+    """Highest logits first (ties by lower token id); always holds the chosen token."""
+    drafted: bool
+    """True when the token was proposed by a draft and accepted by verification."""
+    verify_width: int
+    """How many tokens the decode call that produced these logits held."""
+    timestamp: float
+    """time.perf_counter() when the step was produced."""
+    probes: tuple[Probe, ...] = field(default=())
+
+    @property
+    def margin(self) -> float:
+        """Top-1 minus top-2 logit: how close the step was to picking another token."""
+        if len(self.top) < 2:
+            return float("inf")
+        return self.top[0].logit - self.top[1].logit
+
+    def rank_of(self, token_id: int) -> int | None:
+        """1-based rank of a token at this step, or None if it was neither in the top-k
+        nor probed."""
+        for position, candidate in enumerate(self.top):
+            if candidate.token_id == token_id:
+                return position + 1
+        for probe in self.probes:
+            if probe.token_id == token_id:
+                return probe.rank
+        return None
+
+    def logit_of(self, token_id: int) -> float | None:
+        for candidate in self.top:
+            if candidate.token_id == token_id:
+                return candidate.logit
+        for probe in self.probes:
+            if probe.token_id == token_id:
+                return probe.logit
+        return None
+
+
+def text_of(steps: list[TokenStep] | tuple[TokenStep, ...]) -> str:
+    """The generated text; bytes that are not valid UTF-8 become U+FFFD."""
+    return b"".join(step.piece for step in steps).decode("utf-8", "replace")

@@ -1,0 +1,208 @@
+"""A pair run as text for a terminal, or as JSON for machines.
+
+Every number printed carries what it needs to be read: the generation length with
+the fork index, the lane configuration with the speed, the build with the result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+from typing import Any
+
+from specdiff.compare import Fork, LaneAtFork, PickView
+from specdiff.lanes import differences
+from specdiff.pairrun import LaneOutcome, PairResult
+from specdiff.steps import text_of
+
+
+def _piece(piece: bytes) -> str:
+    return repr(piece.decode("utf-8", "replace"))
+
+
+def _pick(view: PickView, pieces: dict[int, bytes]) -> str:
+    token = _piece(pieces.get(view.token_id, b"?"))
+    if view.logit is None:
+        return f"{token} outside top-k"
+    return f"{token} {view.logit:.3f} (#{view.rank})"
+
+
+def _lane_line(outcome: LaneOutcome) -> str:
+    parts = [
+        f"lane {outcome.lane_id}  {outcome.lane.describe():<40}",
+        f"{len(outcome.steps):>4} tokens",
+        f"{outcome.tokens_per_second:6.1f} tok/s",
+    ]
+    if outcome.acceptance is not None:
+        parts.append(
+            f"acceptance {outcome.acceptance:.0%} ({outcome.accepted}/{outcome.drafted})"
+        )
+    if outcome.prefix_tokens:
+        parts.append(f"cached prefix {outcome.prefix_tokens} tokens")
+    if outcome.error:
+        parts.append(f"ERROR: {outcome.error}")
+    return "  ".join(parts)
+
+
+def _indent(text: str, width: int = 96) -> str:
+    lines = []
+    for line in text.splitlines() or [""]:
+        lines.extend(textwrap.wrap(line, width) or [""])
+    return "\n".join("    " + line for line in lines)
+
+
+def format_result(result: PairResult) -> str:
+    comparison = result.comparison
+    a, b = result.a, result.b
+    out = [
+        f"pair {result.pair.name}: {result.pair.description}".rstrip(": "),
+        f"prompt: {len(result.prompt_tokens)} tokens, max {result.max_tokens} new",
+        _lane_line(a),
+        _lane_line(b),
+    ]
+    changed = differences(a.lane, b.lane)
+    if changed:
+        out.append(
+            "lanes differ in: "
+            + ", ".join(f"{k} ({getattr(a.lane, k)!r} vs {getattr(b.lane, k)!r})" for k in changed)
+        )
+    if result.speedup is not None:
+        out.append(f"speed a/b: {result.speedup:.2f}x")
+    out.append("")
+    fork = comparison.fork
+    if result.cancelled:
+        out.append("cancelled before the end; what follows covers the tokens produced")
+    if fork is None:
+        if comparison.identical:
+            out.append(f"IDENTICAL: both lanes produced the same {comparison.length_a} tokens.")
+        else:
+            out.append(
+                f"SAME TOKENS, DIFFERENT LENGTHS: a stopped after {comparison.length_a}, "
+                f"b after {comparison.length_b} ({a.stop_reason or a.error} / "
+                f"{b.stop_reason or b.error})."
+            )
+        out.append(_indent(text_of(a.steps)))
+        ties = comparison.near_ties_a
+        out.append(
+            f"near ties (margin < {comparison.near_tie_threshold}): "
+            f"{len(ties)} in lane a, {len(comparison.near_ties_b)} in lane b"
+        )
+    else:
+        out.extend(_fork_lines(result, fork))
+    out.append("")
+    build = result.build
+    out.append(
+        f"executed: llama-cpp-python {build.get('llama_cpp_python')} · llama.cpp "
+        f"{build.get('llama_cpp_build')} · {build.get('cpu')}"
+    )
+    out.append(f"  {build.get('system_info')}")
+    for outcome in (a, b):
+        ex = outcome.executed
+        out.append(
+            f"  lane {outcome.lane_id}: {ex.get('quantization')} {ex.get('model_path')} "
+            f"sha256 {str(ex.get('model_sha256'))[:12]} · threads {ex.get('threads')}/"
+            f"{ex.get('threads_batch')} · batch {ex.get('n_batch')} · ubatch {ex.get('n_ubatch')}"
+            f" · flash_attn {ex.get('flash_attn')} · kv {ex.get('type_k')}/{ex.get('type_v')}"
+            f" · repack {'on' if ex.get('repack') else 'off'} · n_ctx {ex.get('n_ctx')}"
+        )
+    return "\n".join(out)
+
+
+def _fork_lines(result: PairResult, fork: Fork) -> list[str]:
+    comparison = result.comparison
+    a, b = result.a, result.b
+    pieces = {fork.token_a: fork.piece_a, fork.token_b: fork.piece_b}
+    length = max(comparison.length_a, comparison.length_b)
+    lines = [
+        f"DIVERGED at token {fork.index} of {length} generated "
+        f"(a: {_piece(fork.piece_a)}, b: {_piece(fork.piece_b)}).",
+        "shared text:",
+        _indent(text_of(a.steps[: fork.index])),
+    ]
+    for lane_id, view in (("a", fork.a), ("b", fork.b)):
+        lines.append(_fork_view(lane_id, view, pieces))
+    lines.append(
+        f"near ties before the fork (margin < {comparison.near_tie_threshold}): "
+        f"lane a {len(comparison.near_ties_a)}, lane b {len(comparison.near_ties_b)}"
+        + (f" (a at {_short(comparison.near_ties_a)})" if comparison.near_ties_a else "")
+    )
+    after = comparison.after_fork
+    if after is not None:
+        lines.append(f"after the fork: {after.similarity:.0%} similar (Indel)")
+    for outcome in (a, b):
+        lines.append(f"lane {outcome.lane_id} continues:")
+        lines.append(_indent(text_of(outcome.steps[fork.index :])))
+    return lines
+
+
+def _fork_view(lane_id: str, view: LaneAtFork, pieces: dict[int, bytes]) -> str:
+    return (
+        f"  lane {lane_id}: margin {view.margin:.3f} · own pick {_pick(view.own, pieces)} · "
+        f"other pick {_pick(view.other, pieces)}"
+    )
+
+
+def _short(indices: tuple[int, ...], limit: int = 12) -> str:
+    shown = ", ".join(str(i) for i in indices[:limit])
+    return shown + (", ..." if len(indices) > limit else "")
+
+
+def _lane_json(outcome: LaneOutcome) -> dict[str, Any]:
+    return {
+        "lane": outcome.lane.as_dict(),
+        "description": outcome.lane.describe(),
+        "executed": outcome.executed,
+        "tokens": len(outcome.steps),
+        "token_ids": outcome.token_ids,
+        "text": text_of(outcome.steps),
+        "margins": [round(step.margin, 5) for step in outcome.steps],
+        "drafted_steps": [step.index for step in outcome.steps if step.drafted],
+        "tokens_per_second": round(outcome.tokens_per_second, 3),
+        "first_token_seconds": round(outcome.first_token_seconds, 4),
+        "seconds": round(outcome.seconds, 4),
+        "drafted": outcome.drafted,
+        "accepted": outcome.accepted,
+        "acceptance": outcome.acceptance,
+        "verify_calls": outcome.verify_calls,
+        "prefix_tokens": outcome.prefix_tokens,
+        "stop_reason": outcome.stop_reason,
+        "error": outcome.error,
+    }
+
+
+def _fork_json(fork: Fork | None) -> dict[str, Any] | None:
+    if fork is None:
+        return None
+    data = dataclasses.asdict(fork)
+    data["piece_a"] = fork.piece_a.decode("utf-8", "replace")
+    data["piece_b"] = fork.piece_b.decode("utf-8", "replace")
+    return data
+
+
+def result_json(result: PairResult) -> dict[str, Any]:
+    comparison = result.comparison
+    after = comparison.after_fork
+    return {
+        "pair": result.pair.name,
+        "description": result.pair.description,
+        "started": result.started,
+        "prompt": result.prompt,
+        "prompt_token_ids": result.prompt_tokens,
+        "max_tokens": result.max_tokens,
+        "identical": comparison.identical,
+        "cancelled": result.cancelled,
+        "generated": [comparison.length_a, comparison.length_b],
+        "fork": _fork_json(comparison.fork),
+        "near_tie_threshold": comparison.near_tie_threshold,
+        "near_ties_before_fork": {
+            "a": list(comparison.near_ties_a),
+            "b": list(comparison.near_ties_b),
+        },
+        "after_fork": None
+        if after is None
+        else {"similarity": after.similarity, "opcodes": [list(op) for op in after.opcodes]},
+        "speedup_a_over_b": result.speedup,
+        "lanes_differ_in": differences(result.a.lane, result.b.lane),
+        "lanes": {"a": _lane_json(result.a), "b": _lane_json(result.b)},
+        "build": result.build,
+    }
