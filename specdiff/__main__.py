@@ -1,3 +1,5 @@
-from specdiff.cli import main
 import sys
+
+from specdiff.cli import main
+
 sys.exit(main())

@@ -33,9 +33,7 @@ from specdiff.lanes import (
 DEFAULT_PAIR = "spec-vs-plain"
 DEFAULT_MAX_TOKENS = 200
 # A prompt whose lanes fork under spec-vs-plain on the bundled model (checked by a test).
-DEFAULT_PROMPT = (
-    "Write a short story about a lighthouse keeper who finds a message in a bottle."
-)
+DEFAULT_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 
 EXIT_SAME, EXIT_DIFFERENT, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -89,7 +87,9 @@ class Status:
 
 
 def _add_lane_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--pair", default=DEFAULT_PAIR, help=f"pair preset (default {DEFAULT_PAIR})")
+    parser.add_argument(
+        "--pair", default=DEFAULT_PAIR, help=f"pair preset (default {DEFAULT_PAIR})"
+    )
     parser.add_argument("--pairs", metavar="FILE", help="TOML file with more pairs ([pairs.NAME])")
     parser.add_argument("--model", help="GGUF path for both lanes (default: the bundled model)")
     parser.add_argument(
@@ -117,11 +117,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_lane_options(run)
     source = run.add_mutually_exclusive_group()
     source.add_argument("--prompt", help="the prompt text")
-    source.add_argument("--prompt-file", metavar="FILE", help="read the prompt from FILE (- = stdin)")
+    source.add_argument(
+        "--prompt-file", metavar="FILE", help="read the prompt from FILE (- = stdin)"
+    )
     run.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
     run.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     run.add_argument(
-        "--near-tie", type=float, default=DEFAULT_NEAR_TIE,
+        "--near-tie",
+        type=float,
+        default=DEFAULT_NEAR_TIE,
         help=f"margin below which a step counts as a near tie (default {DEFAULT_NEAR_TIE})",
     )
     run.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
@@ -257,8 +261,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     try:
-        if not arguments or arguments[0].startswith("--") and arguments[0] not in (
-            "--help", "--version"
+        if (
+            not arguments
+            or arguments[0].startswith("--")
+            and arguments[0] not in ("--help", "--version")
         ):
             # Until the TUI lands, the bare command runs the default comparison.
             arguments = ["run", *arguments]

@@ -161,7 +161,9 @@ class Lane:
 _FIELD_TYPES: dict[str, type] = {}
 for _field in fields(Lane):
     _default = (
-        _field.default_factory() if _field.default_factory is not dataclasses.MISSING else _field.default
+        _field.default_factory()
+        if _field.default_factory is not dataclasses.MISSING
+        else _field.default
     )
     _FIELD_TYPES[_field.name] = type(_default)
 LANE_KEYS = tuple(_FIELD_TYPES)
@@ -173,11 +175,7 @@ def _bad_type(key: str, value: object, wanted: str) -> LaneConfigError:
 
 def differences(a: Lane, b: Lane) -> list[str]:
     """The keys whose values differ between two lanes (the label excluded)."""
-    return [
-        key
-        for key in LANE_KEYS
-        if key != "label" and getattr(a, key) != getattr(b, key)
-    ]
+    return [key for key in LANE_KEYS if key != "label" and getattr(a, key) != getattr(b, key)]
 
 
 @dataclass(frozen=True)

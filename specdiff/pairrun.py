@@ -128,7 +128,10 @@ class PairRun:
         return self.lanes["a"].tokenize(prompt)
 
     def stream(
-        self, prompt: str, max_tokens: int, stop: Sequence[str] = (),
+        self,
+        prompt: str,
+        max_tokens: int,
+        stop: Sequence[str] = (),
         near_tie: float = DEFAULT_NEAR_TIE,
     ) -> Iterator[TokenStep]:
         """Yield both lanes' steps as they are produced; `self.result` holds the outcome
@@ -221,7 +224,10 @@ class PairRun:
         return probed
 
     def run(
-        self, prompt: str, max_tokens: int, stop: Sequence[str] = (),
+        self,
+        prompt: str,
+        max_tokens: int,
+        stop: Sequence[str] = (),
         near_tie: float = DEFAULT_NEAR_TIE,
         on_step: Callable[[TokenStep], None] | None = None,
     ) -> PairResult:
@@ -242,4 +248,3 @@ class PairRun:
 
     def __exit__(self, *_: object) -> None:
         self.close()
-

@@ -34,9 +34,7 @@ def _lane_line(outcome: LaneOutcome) -> str:
         f"{outcome.tokens_per_second:6.1f} tok/s",
     ]
     if outcome.acceptance is not None:
-        parts.append(
-            f"acceptance {outcome.acceptance:.0%} ({outcome.accepted}/{outcome.drafted})"
-        )
+        parts.append(f"acceptance {outcome.acceptance:.0%} ({outcome.accepted}/{outcome.drafted})")
     if outcome.prefix_tokens:
         parts.append(f"cached prefix {outcome.prefix_tokens} tokens")
     if outcome.error:

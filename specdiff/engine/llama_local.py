@@ -38,8 +38,17 @@ from specdiff.errors import ModelError, PromptError, SpecdiffError
 from specdiff.lanes import Lane
 from specdiff.steps import Candidate, Probe, TokenStep
 
-_KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
-             "iq4_nl": 20, "bf16": 30}
+_KV_TYPES = {
+    "f32": 0,
+    "f16": 1,
+    "q4_0": 2,
+    "q4_1": 3,
+    "q5_0": 6,
+    "q5_1": 7,
+    "q8_0": 8,
+    "iq4_nl": 20,
+    "bf16": 30,
+}
 _FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
 
 
@@ -405,6 +414,8 @@ class LocalLane:
                 history.append(token)
                 text += step.piece
                 emitted += 1
+                if drafted:
+                    generation.accepted += 1
                 yield step
                 reason = self._stop_reason(token, emitted, max_tokens, text, stop, max_stop)
                 if reason:
@@ -420,7 +431,6 @@ class LocalLane:
                     context.remove_from(n_past + kept)
                 n_past += kept
             if drafts:
-                generation.accepted += accepted
                 drafter.feedback(len(drafts), accepted)  # type: ignore[union-attr]
 
             room = min(
@@ -487,9 +497,10 @@ def check_same_vocabulary(target: GGUFInfo, draft: GGUFInfo) -> None:
         detail = f"{len(draft_tokens)} tokens vs the target's {len(target_tokens)}"
     else:
         first = next(i for i, (x, y) in enumerate(zip(target_tokens, draft_tokens)) if x != y)
-        detail = f"token {first} is {draft_tokens[first]!r} vs the target's {target_tokens[first]!r}"
+        detail = (
+            f"token {first} is {draft_tokens[first]!r} vs the target's {target_tokens[first]!r}"
+        )
     raise ModelError(
         f"draft model {draft.path} has a different vocabulary from {target.path.name} "
         f"({detail}); use a draft model of the same family"
     )
-

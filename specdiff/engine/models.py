@@ -175,9 +175,7 @@ def make_variant(base: Path, quant: str, threads: int, progress: Progress = _qui
     """Requantize `base` to `quant` (cached); allow_requantize, so a Q4_K_M model can become
     a Q8_0 one holding the same dequantized weights."""
     if quant not in VARIANT_FTYPES:
-        raise ModelError(
-            f"unknown variant {quant!r}; known: {', '.join(VARIANT_FTYPES)}"
-        )
+        raise ModelError(f"unknown variant {quant!r}; known: {', '.join(VARIANT_FTYPES)}")
     target = variant_path(base, quant)
     if target.exists():
         try:
@@ -189,7 +187,7 @@ def make_variant(base: Path, quant: str, threads: int, progress: Progress = _qui
 
     lib = llama()
     info = read_gguf(base)
-    progress(f"writing the {quant.upper()} variant of {base.name} (about a minute)")
+    progress(f"writing the {quant.upper()} variant of {base.name}")
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
     os.close(fd)
     try:
@@ -197,9 +195,7 @@ def make_variant(base: Path, quant: str, threads: int, progress: Progress = _qui
         params.ftype = VARIANT_FTYPES[quant]
         params.allow_requantize = True
         params.nthread = threads
-        status = lib.llama_model_quantize(
-            str(base).encode(), str(tmp).encode(), params
-        )
+        status = lib.llama_model_quantize(str(base).encode(), str(tmp).encode(), params)
         if status != 0:
             raise ModelError(f"llama_model_quantize failed ({status}) for {base} -> {quant}")
         read_gguf(tmp)

@@ -1,0 +1,182 @@
+"""`specdiff run` and `specdiff models` as a user runs them: real processes, real model."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures import model_with_changed_token
+
+
+def specdiff(
+    *args: str, stdin: str | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "specdiff", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+
+
+def assert_one_line_error(completed: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert completed.returncode == 2, completed.stderr
+    lines = [line for line in completed.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("specdiff: error:")]
+    assert len(errors) == 1, completed.stderr
+    assert "Traceback" not in completed.stderr
+    for fragment in fragments:
+        assert fragment in errors[0], errors[0]
+
+
+def test_run_json_identical_lanes_exit_zero() -> None:
+    completed = specdiff(
+        "run",
+        "--pair",
+        "threads",
+        "--both",
+        "threads=2",
+        "--both",
+        "threads_batch=2",
+        "--prompt",
+        "The capital of France is",
+        "--max-tokens",
+        "8",
+        "--json",
+        "--quiet",
+    )
+    assert completed.returncode == 0, completed.stderr
+    data = json.loads(completed.stdout)
+    assert data["identical"] is True and data["fork"] is None
+    a, b = data["lanes"]["a"], data["lanes"]["b"]
+    assert a["token_ids"] == b["token_ids"] and len(a["token_ids"]) == 8
+    assert a["tokens_per_second"] > 0 and a["executed"]["model_sha256"]
+    for key in ("llama_cpp_build", "system_info", "cpu", "llama_cpp_python"):
+        assert data["build"][key]
+    for key in ("threads", "n_batch", "n_ubatch", "flash_attn", "type_k", "type_v", "repack"):
+        assert key in a["executed"]
+
+
+def test_run_reports_a_fork_and_exits_one(tmp_path: Path) -> None:
+    """ubatch 512 vs 2 forks on this prompt here; the test fails loudly if it stops
+    forking (then pick the reason up from the printed JSON)."""
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("The history of the Roman Empire", encoding="utf-8")
+    completed = specdiff(
+        "run",
+        "--pair",
+        "ubatch",
+        "--prompt-file",
+        str(prompt),
+        "--max-tokens",
+        "40",
+        "--json",
+    )
+    assert completed.returncode == 1, completed.stdout + completed.stderr
+    data = json.loads(completed.stdout)
+    fork = data["fork"]
+    assert data["lanes"]["a"]["token_ids"][fork["index"]] == fork["token_a"] != fork["token_b"]
+    assert (
+        data["lanes"]["a"]["token_ids"][: fork["index"]]
+        == data["lanes"]["b"]["token_ids"][: fork["index"]]
+    )
+    for side in ("a", "b"):
+        assert fork[side]["own"]["rank"] == 1
+        assert fork[side]["other"]["logit"] is not None  # probed even outside the top-k
+        assert fork[side]["margin"] >= 0
+    assert 0 <= data["after_fork"]["similarity"] <= 1
+
+
+def test_run_human_summary_and_stdin_prompt() -> None:
+    completed = specdiff(
+        "run",
+        "--pair",
+        "spec-vs-plain",
+        "--prompt-file",
+        "-",
+        "--max-tokens",
+        "24",
+        stdin="Copy: red green blue red green blue red green blue red",
+    )
+    assert completed.returncode in (0, 1), completed.stderr
+    out = completed.stdout
+    assert "lane a  speculative · ngram 3 · 4 drafts" in out
+    assert "acceptance" in out and "tok/s" in out and "executed:" in out
+    assert "running spec-vs-plain" in completed.stderr  # progress goes to stderr
+
+
+def test_models_lists_the_bundled_model() -> None:
+    completed = specdiff("models")
+    assert completed.returncode == 0, completed.stderr
+    assert "default (bundled)" in completed.stdout and "Q4_K_M" in completed.stdout
+    assert "a5fd3b62230a" in completed.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["run", "--pair", "nope"], ["unknown pair 'nope'", "spec-vs-plain"]),
+        (["run", "--lane-a", "colour=red"], ["unknown lane key 'colour'"]),
+        (["run", "--lane-b", "n_ubatch=0"], ["'n_ubatch' must be between 1"]),
+        (["run", "--max-tokens", "-5"], ["--max-tokens must be at least 1"]),
+        (["run", "--prompt", "   "], ["the prompt is empty"]),
+        (["run", "--prompt-file", "/nonexistent/p.txt"], ["prompt file not found"]),
+        (["run", "--model", "/nonexistent/m.gguf"], ["model file not found"]),
+        (["run", "--max-tokens", "many"], ["invalid int value"]),
+        (["run", "--bogus"], ["unrecognized arguments: --bogus"]),
+        (["models", "variants", "--to", "q3_x"], ["unknown variant 'q3_x'"]),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_two(args: list[str], fragments: list[str]) -> None:
+    assert_one_line_error(specdiff(*args), *fragments)
+
+
+def test_not_a_gguf_file(tmp_path: Path) -> None:
+    path = tmp_path / "model.gguf"
+    path.write_text("hello\n", encoding="utf-8")
+    assert_one_line_error(specdiff("run", "--model", str(path)), "is not a GGUF model")
+
+
+def test_truncated_gguf(tmp_path: Path, model_path: Path) -> None:
+    path = tmp_path / "model.gguf"
+    with model_path.open("rb") as source:
+        path.write_bytes(source.read(model_path.stat().st_size // 2))
+    assert_one_line_error(specdiff("run", "--model", str(path)), "is truncated")
+
+
+def test_draft_with_a_different_vocabulary(tmp_path: Path, model_path: Path) -> None:
+    other = model_with_changed_token(model_path, tmp_path / "draft.gguf")
+    completed = specdiff("run", "--pair", "draft-vs-plain", "--lane-a", f"draft_model={other}")
+    assert_one_line_error(completed, "different vocabulary")
+
+
+def test_prompt_longer_than_n_ctx() -> None:
+    completed = specdiff("run", "--both", "n_ctx=32", "--prompt", "word " * 60)
+    assert_one_line_error(completed, "longer than lane a's n_ctx (32)")
+
+
+def test_pairs_file_from_the_command_line(tmp_path: Path) -> None:
+    pairs = tmp_path / "pairs.toml"
+    pairs.write_text("[pairs.kv]\nb = { type_k = 'q8_0' }\n", encoding="utf-8")
+    completed = specdiff(
+        "run",
+        "--pairs",
+        str(pairs),
+        "--pair",
+        "kv",
+        "--prompt",
+        "Hello",
+        "--max-tokens",
+        "4",
+        "--json",
+        "--quiet",
+    )
+    assert completed.returncode in (0, 1), completed.stderr
+    assert json.loads(completed.stdout)["lanes_differ_in"] == ["type_k"]

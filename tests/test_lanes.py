@@ -1,0 +1,128 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specdiff.errors import LaneConfigError
+from specdiff.lanes import (
+    Lane,
+    apply_overrides,
+    differences,
+    lane_from_dict,
+    load_pairs_file,
+    parse_overrides,
+    presets,
+)
+
+
+def test_each_preset_differs_in_the_one_thing_it_names() -> None:
+    expected = {
+        "spec-vs-plain": ["speculation"],
+        "draft-vs-plain": ["speculation"],
+        "cache-vs-fresh": ["prefix"],
+        "ubatch": ["n_batch", "n_ubatch"],
+        "quant": ["quant"],
+        "threads": ["threads", "threads_batch"],
+    }
+    pairs = presets()
+    assert set(pairs) == set(expected)
+    for name, keys in expected.items():
+        assert differences(pairs[name].a, pairs[name].b) == keys, name
+
+
+def test_ubatch_preset_is_512_vs_2() -> None:
+    pair = presets()["ubatch"]
+    assert (pair.a.n_batch, pair.a.n_ubatch, pair.b.n_batch, pair.b.n_ubatch) == (512, 512, 2, 2)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"n_ubatch": 0}, "'n_ubatch' must be between 1"),
+        ({"n_ctx": 4}, "'n_ctx' must be between 16"),
+        ({"speculation": "magic"}, "allowed: 'none', 'ngram', 'draft'"),
+        ({"flash_attn": "maybe"}, "allowed: 'off', 'on', 'auto'"),
+        ({"n_batch": 4, "n_ubatch": 8}, "must not exceed n_batch"),
+        ({"threads": True}, "must be a whole number"),
+        ({"repack": "yes"}, "must be true or false"),
+        ({"type_v": "q8_0"}, "needs flash_attn=on"),
+        ({"spec_ngram": 2, "spec_ngram_min": 3}, "must not exceed spec_ngram"),
+        ({"prefix_text": "a", "prefix_tokens": 3}, "not both"),
+    ],
+)
+def test_bad_values_name_the_key_and_the_rule(overrides: dict, message: str) -> None:
+    with pytest.raises(LaneConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        Lane(**overrides)
+
+
+def test_cli_overrides_are_typed() -> None:
+    parsed = parse_overrides(["n_ubatch=2", "repack=off", "speculation=ngram", "spec_adaptive=1"])
+    assert parsed == {"n_ubatch": 2, "repack": False, "speculation": "ngram", "spec_adaptive": True}
+    lane = apply_overrides(Lane(), parsed | {"n_batch": 2})
+    assert (lane.n_ubatch, lane.repack, lane.speculation) == (2, False, "ngram")
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        ("n_ubatch", "is not key=value"),
+        ("nubatch=2", "unknown lane key 'nubatch'; known keys: label, backend"),
+        ("n_ubatch=two", "'n_ubatch' must be a whole number"),
+        ("repack=sometimes", "'repack' must be true or false"),
+    ],
+)
+def test_bad_overrides(item: str, message: str) -> None:
+    with pytest.raises(LaneConfigError, match=message):
+        parse_overrides([item])
+
+
+def test_lane_round_trips_through_a_dict() -> None:
+    lane = Lane(speculation="draft", draft_model="/x.gguf", n_ctx=1024)
+    assert lane_from_dict(lane.as_dict()) == lane
+    with pytest.raises(LaneConfigError, match="unknown lane key 'color'"):
+        lane_from_dict({**lane.as_dict(), "color": "red"})
+
+
+def test_pairs_file(tmp_path: Path) -> None:
+    path = tmp_path / "pairs.toml"
+    path.write_text(
+        "[defaults]\nn_ctx = 1024\n\n"
+        '[pairs.tiny-ubatch]\ndescription = "512 vs 1"\nfrom = "ubatch"\n'
+        "b = { n_batch = 1, n_ubatch = 1 }\n\n"
+        '[pairs.fa]\na = { flash_attn = "on" }\n',
+        encoding="utf-8",
+    )
+    pairs = load_pairs_file(path)
+    tiny = pairs["tiny-ubatch"]
+    assert (tiny.a.n_ubatch, tiny.b.n_ubatch, tiny.b.n_ctx, tiny.description) == (
+        512,
+        1,
+        1024,
+        "512 vs 1",
+    )
+    assert differences(pairs["fa"].a, pairs["fa"].b) == ["flash_attn"]
+    assert pairs["spec-vs-plain"].a.n_ctx == 1024  # defaults reach the presets too
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[pairs.x]\na = { n_ubatchh = 1 }\n", "pairs.x.a: unknown lane key 'n_ubatchh'"),
+        ("[pairs.x]\nfrom = 'nope'\n", "unknown pair 'nope'"),
+        ("[pairs.x]\nb = { n_ubatch = 0 }\n", "pairs.x.b: lane key 'n_ubatch' must be between"),
+        ("[pairs.x]\nc = {}\n", "unknown key 'c'"),
+        ("[lanes]\n", "unknown table 'lanes'"),
+        ("[pairs.x\n", "not valid TOML"),
+    ],
+)
+def test_bad_pairs_files(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "pairs.toml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(LaneConfigError, match=message):
+        load_pairs_file(path)
+
+
+def test_missing_pairs_file(tmp_path: Path) -> None:
+    with pytest.raises(LaneConfigError, match="pairs file not found"):
+        load_pairs_file(tmp_path / "absent.toml")
