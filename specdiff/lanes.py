@@ -45,6 +45,7 @@ BOUNDS: dict[str, tuple[int, int]] = {
     "spec_ngram": (1, 32),
     "spec_ngram_min": (1, 32),
     "spec_drafts": (1, 64),
+    "spec_align": (1, 64),
     "prefix_tokens": (0, 1 << 20),
     "top_k": (2, 1024),
 }
@@ -84,10 +85,12 @@ class Lane:
     """Prompt lookup: the longest n-gram matched against the history."""
     spec_ngram_min: int = 2
     """Prompt lookup: the shortest n-gram tried before giving up on drafting."""
-    spec_drafts: int = 4
+    spec_drafts: int = 7
     """Tokens drafted per verification (the maximum, when adaptive)."""
     spec_adaptive: bool = True
     """Grow the draft length while drafts are accepted, shrink it when they are not."""
+    spec_align: int = 4
+    """Round verify widths (drafts + 1) down to a multiple of this; 1 = no rounding."""
     draft_model: str = ""
     """Draft GGUF for speculation=draft; "" = the lane's own model."""
     prefix: str = "fresh"

@@ -26,21 +26,36 @@ class Drafter(Protocol):
 
 
 class DraftLength:
-    """Fixed, or adaptive: grow while every draft is accepted, shrink to what was."""
+    """How many tokens to draft next: fixed, or adaptive (grow while every draft is
+    accepted, fall back to what was accepted otherwise).
 
-    def __init__(self, maximum: int, adaptive: bool) -> None:
+    Verify widths are rounded down to a multiple of `align`: llama.cpp's CPU matmul
+    kernels tile rows in groups (measured here on Gemma 3 270M: a verify batch of 4
+    rows costs 38 ms, 5 rows 57 ms, 8 rows 58 ms), so a width just past a multiple pays
+    for rows that rarely survive verification.
+    """
+
+    def __init__(self, maximum: int, adaptive: bool, align: int = 1) -> None:
         self.maximum = maximum
         self.adaptive = adaptive
+        self.align = max(1, align)
         self.current = maximum
 
     def reset(self) -> None:
         self.current = self.maximum
 
+    def wanted(self, room: int, available: int | None = None) -> int:
+        count = min(room, self.current, available if available is not None else room)
+        width = count + 1
+        if width >= self.align:
+            width -= width % self.align
+        return width - 1
+
     def feedback(self, proposed: int, accepted: int) -> None:
         if not self.adaptive:
             return
         if accepted >= proposed:
-            self.current = min(self.maximum, self.current + 2)
+            self.current = min(self.maximum, self.current + self.align)
         else:
             self.current = max(1, accepted + 1)
 
@@ -53,10 +68,12 @@ class NgramDrafter:
     matter how long the history is.
     """
 
-    def __init__(self, longest: int, shortest: int, drafts: int = 4, adaptive: bool = True) -> None:
+    def __init__(
+        self, longest: int, shortest: int, drafts: int = 4, adaptive: bool = True, align: int = 1
+    ) -> None:
         self.longest = longest
         self.shortest = shortest
-        self.length = DraftLength(drafts, adaptive)
+        self.length = DraftLength(drafts, adaptive, align)
         self.reset()
 
     def reset(self) -> None:
@@ -80,10 +97,10 @@ class NgramDrafter:
         # Index every n-gram but the current suffix itself, which must match an
         # earlier occurrence.
         self._index_up_to(history, size)
-        wanted = min(room, self.length.current)
         for n in range(min(self.longest, size), self.shortest - 1, -1):
             found = self._index[n].get(tuple(history[size - n :]))
             if found is not None and found < size:
+                wanted = self.length.wanted(room, size - found)
                 return list(history[found : found + wanted])
         return []
 
@@ -101,9 +118,11 @@ class ModelDrafter:
     what the target rejected (checked removal) and decodes what it has not seen.
     """
 
-    def __init__(self, context: Context, drafts: int = 4, adaptive: bool = True) -> None:
+    def __init__(
+        self, context: Context, drafts: int = 4, adaptive: bool = True, align: int = 1
+    ) -> None:
         self.context = context
-        self.length = DraftLength(drafts, adaptive)
+        self.length = DraftLength(drafts, adaptive, align)
         self._seen: list[int] = []
 
     def reset(self) -> None:
@@ -124,7 +143,7 @@ class ModelDrafter:
             del self._seen[common:]
         self.context.decode_chunks(history[common:], common)
         self._seen.extend(history[common:])
-        wanted = min(room, self.length.current)
+        wanted = self.length.wanted(room)
         drafts: list[int] = []
         while True:
             token = int(self.context.row(-1).argmax())

@@ -289,7 +289,11 @@ class LocalLane:
         self.draft_path: Path | None = None
         if lane.speculation == "ngram":
             self.drafter = NgramDrafter(
-                lane.spec_ngram, lane.spec_ngram_min, lane.spec_drafts, lane.spec_adaptive
+                lane.spec_ngram,
+                lane.spec_ngram_min,
+                lane.spec_drafts,
+                lane.spec_adaptive,
+                lane.spec_align,
             )
         elif lane.speculation == "draft":
             self.draft_path = (
@@ -301,7 +305,10 @@ class LocalLane:
             check_same_vocabulary(self.model.info, draft_info)
             draft_model = self.pool.get(self.draft_path, lane.repack)
             self.drafter = ModelDrafter(
-                Context(draft_model, lane, self.cancel), lane.spec_drafts, lane.spec_adaptive
+                Context(draft_model, lane, self.cancel),
+                lane.spec_drafts,
+                lane.spec_adaptive,
+                lane.spec_align,
             )
         self.topk = TopK(lane.top_k)
         self.generation = Generation()
