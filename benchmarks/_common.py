@@ -1,17 +1,14 @@
-"""Helpers shared by the benchmarks: prompt sets and a median."""
+"""Helpers shared by the benchmarks."""
 
 from __future__ import annotations
 
-import json
 import statistics
-from pathlib import Path
 
-PROMPTS = Path(__file__).resolve().parent.parent / "specdiff" / "prompts"
+from specdiff.prompts import load
 
 
 def prompts(name: str) -> list[str]:
-    with (PROMPTS / f"{name}.jsonl").open(encoding="utf-8") as handle:
-        return [json.loads(line)["prompt"] for line in handle if line.strip()]
+    return [entry["prompt"] for entry in load(name)]
 
 
 def median(values: list[float]) -> float:

@@ -7,12 +7,14 @@ traceback), 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -29,11 +31,10 @@ from specdiff.lanes import (
     presets,
     unknown_pair,
 )
+from specdiff.prompts import DEFAULT_PROMPT
 
 DEFAULT_PAIR = "spec-vs-plain"
 DEFAULT_MAX_TOKENS = 200
-# A prompt whose lanes fork under spec-vs-plain on the bundled model (checked by a test).
-DEFAULT_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 
 EXIT_SAME, EXIT_DIFFERENT, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -180,6 +181,23 @@ def read_prompt(args: argparse.Namespace) -> str:
     return prompt
 
 
+@contextlib.contextmanager
+def _interrupt_sets(cancel: threading.Event) -> Iterator[None]:
+    """The first Ctrl+C asks the lanes to stop (llama.cpp aborts a long decode between
+    graph nodes) so the summary still covers what was produced; a second one raises."""
+
+    def on_interrupt(_signum: int, _frame: object) -> None:
+        if cancel.is_set():
+            raise KeyboardInterrupt
+        cancel.set()
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def command_run(args: argparse.Namespace) -> int:
     from specdiff.pairrun import PairRun
     from specdiff.summary import format_result, result_json
@@ -203,19 +221,17 @@ def command_run(args: argparse.Namespace) -> int:
 
     with PairRun(pair, status.message, cancel) as runner:
         status.message(f"running {pair.name} on a {len(runner.tokenize(prompt))}-token prompt")
-        try:
+        with _interrupt_sets(cancel):
             result = runner.run(prompt, args.max_tokens, args.stop, args.near_tie, on_step)
-        except KeyboardInterrupt:
-            cancel.set()
-            status.done()
-            print("specdiff: interrupted", file=sys.stderr)
-            return EXIT_INTERRUPTED
         status.done()
     if args.json:
         json.dump(result_json(result), sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         print(format_result(result))
+    if result.cancelled:
+        print("specdiff: interrupted; the summary covers the tokens produced", file=sys.stderr)
+        return EXIT_INTERRUPTED
     errors = [f"lane {o.lane_id}: {o.error}" for o in (result.a, result.b) if o.error]
     if errors:
         for error in errors:

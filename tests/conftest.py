@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from specdiff.engine.models import bundled_model_path, make_variant
+from specdiff.prompts import load as load_prompts
 
-PROMPTS_DIR = Path(__file__).resolve().parent.parent / "specdiff" / "prompts"
-
-
-def load_prompts(name: str) -> list[dict]:
-    with (PROMPTS_DIR / f"{name}.jsonl").open(encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+__all__ = ["load_prompts"]
 
 
 @pytest.fixture(scope="session")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -131,6 +133,8 @@ def test_models_lists_the_bundled_model() -> None:
         (["run", "--model", "/nonexistent/m.gguf"], ["model file not found"]),
         (["run", "--max-tokens", "many"], ["invalid int value"]),
         (["run", "--bogus"], ["unrecognized arguments: --bogus"]),
+        (["run", "--near-tie", "-1"], ["--near-tie must not be negative"]),
+        (["run", "--pairs", "/nonexistent/pairs.toml"], ["pairs file not found"]),
         (["models", "variants", "--to", "q3_x"], ["unknown variant 'q3_x'"]),
     ],
 )
@@ -180,3 +184,29 @@ def test_pairs_file_from_the_command_line(tmp_path: Path) -> None:
     )
     assert completed.returncode in (0, 1), completed.stderr
     assert json.loads(completed.stdout)["lanes_differ_in"] == ["type_k"]
+
+
+def test_default_run_forks_on_the_default_prompt() -> None:
+    """`specdiff run` with no options is the demo: it must show a fork here."""
+    completed = specdiff("run", "--json", "--quiet")
+    assert completed.returncode == 1, completed.stdout[-2000:] + completed.stderr
+    data = json.loads(completed.stdout)
+    assert data["pair"] == "spec-vs-plain" and data["generated"] == [200, 200]
+    print(f"default prompt forks at token {data['fork']['index']}")
+
+
+def test_interrupt_mid_generation_keeps_what_was_produced() -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "specdiff", "run", "--max-tokens", "3000", "--quiet", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    time.sleep(8)  # model loaded, lanes generating
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert "specdiff: interrupted" in stderr and "Traceback" not in stderr
+    assert "Exception ignored" not in stderr
+    data = json.loads(stdout)
+    assert data["cancelled"] is True
+    assert 0 < len(data["lanes"]["b"]["token_ids"]) < 3000
+    assert data["lanes"]["a"]["stop_reason"] == "cancelled"

@@ -62,15 +62,21 @@ def test_a_damaged_cached_model_is_assembled_again(private_cache: Path) -> None:
 def test_variants_command_writes_f16_and_q8_0(private_cache: Path) -> None:
     completed = subprocess.run(
         [sys.executable, "-m", "specdiff", "models", "variants", "--to", "f16,q8_0"],
-        capture_output=True, text=True, timeout=600, env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ),
     )
     assert completed.returncode == 0, completed.stderr
     written = [Path(line) for line in completed.stdout.split()]
     assert [read_gguf(p).quantization for p in written] == ["F16", "Q8_0"]
     assert all(p.parent == private_cache / "models" for p in written)
     listing = subprocess.run(
-        [sys.executable, "-m", "specdiff", "models"], capture_output=True, text=True,
-        timeout=600, env=dict(os.environ),
+        [sys.executable, "-m", "specdiff", "models"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ),
     )
     assert listing.returncode == 0, listing.stderr
     for quant in ("Q4_K_M", "F16", "Q8_0"):

@@ -1,0 +1,27 @@
+"""Bundled prompt sets (JSONL: one {"id", "prompt"} object a line) and the default prompt.
+
+- ``divergence``: everyday completions, the set the divergence measurements run on;
+- ``repetitive``: rewrite / extract / repeat tasks, where n-gram drafts hit;
+- ``open``: open-ended completions, where they mostly do not.
+
+The bundled model is a base (not instruction-tuned) model, so prompts are text to
+continue, not questions to answer.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+# Forks under spec-vs-plain (and ubatch) on the bundled model here; a test checks it.
+DEFAULT_PROMPT = "The history of the Roman Empire"
+
+SETS = ("divergence", "repetitive", "open")
+
+
+def load(name: str) -> list[dict[str, str]]:
+    """The prompts of a bundled set, in file order."""
+    if name not in SETS:
+        raise ValueError(f"unknown prompt set {name!r}; bundled: {', '.join(SETS)}")
+    text = resources.files(__name__).joinpath(f"{name}.jsonl").read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
