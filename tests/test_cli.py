@@ -198,7 +198,9 @@ def test_default_run_forks_on_the_default_prompt() -> None:
 def test_interrupt_mid_generation_keeps_what_was_produced() -> None:
     process = subprocess.Popen(
         [sys.executable, "-m", "specdiff", "run", "--max-tokens", "3000", "--quiet", "--json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     time.sleep(8)  # model loaded, lanes generating
     process.send_signal(signal.SIGINT)

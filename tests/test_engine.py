@@ -37,47 +37,41 @@ def plain_lane() -> LocalLane:
     local.close()
 
 
-def test_plain_lane_equals_llama_generate_on_ten_prompts(
-    plain_lane: LocalLane, model_path: Path
-) -> None:
-    prompts = [p["prompt"] for p in load_prompts("divergence")][:6]
-    prompts += [p["prompt"] for p in load_prompts("open")][:4]
+def assert_lane_equals_llama(local: LocalLane, model_path: Path, prompts: list[str]) -> None:
+    """`Llama` built with the lane's settings generates the lane's tokens."""
+    lane = local.lane
     llm = Llama(
         str(model_path),
-        n_ctx=4096,
-        n_batch=512,
-        n_ubatch=512,
-        n_threads=2,
-        n_threads_batch=2,
+        n_ctx=lane.n_ctx,
+        n_batch=lane.n_batch,
+        n_ubatch=lane.n_ubatch,
+        n_threads=lane.threads,
+        n_threads_batch=lane.threads_batch or lane.threads,
         verbose=False,
     )
     try:
         for prompt in prompts:
-            tokens = plain_lane.tokenize(prompt)
-            ours = lane_tokens(plain_lane, tokens)
+            tokens = local.tokenize(prompt)
+            ours = lane_tokens(local, tokens)
             assert ours == llama_generate(llm, tokens, len(ours)), prompt
     finally:
         llm.close()
 
 
+def test_plain_lane_equals_llama_generate_on_ten_prompts(
+    plain_lane: LocalLane, model_path: Path
+) -> None:
+    prompts = [p["prompt"] for p in load_prompts("divergence")][:6]
+    prompts += [p["prompt"] for p in load_prompts("open")][:4]
+    assert_lane_equals_llama(plain_lane, model_path, prompts)
+
+
 def test_ubatch_two_lane_equals_llama_with_those_settings(model_path: Path) -> None:
     local = LocalLane(Lane(n_batch=2, n_ubatch=2), "b")
-    llm = Llama(
-        str(model_path),
-        n_ctx=4096,
-        n_batch=2,
-        n_ubatch=2,
-        n_threads=2,
-        n_threads_batch=2,
-        verbose=False,
-    )
     try:
-        for entry in load_prompts("divergence")[:3]:
-            tokens = local.tokenize(entry["prompt"])
-            ours = lane_tokens(local, tokens)
-            assert ours == llama_generate(llm, tokens, len(ours)), entry["id"]
+        prompts = [p["prompt"] for p in load_prompts("divergence")][:3]
+        assert_lane_equals_llama(local, model_path, prompts)
     finally:
-        llm.close()
         local.close()
 
 

@@ -23,7 +23,7 @@ import ctypes
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -263,7 +263,6 @@ class Generation:
     drafted: int = 0
     accepted: int = 0
     stop_reason: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class LocalLane:
@@ -437,8 +436,8 @@ class LocalLane:
                 if kept < batch_length:
                     context.remove_from(n_past + kept)
                 n_past += kept
-            if drafts:
-                drafter.feedback(len(drafts), accepted)  # type: ignore[union-attr]
+            if drafter is not None and drafts:
+                drafter.feedback(len(drafts), accepted)
 
             room = min(
                 max_tokens - emitted - 1,  # drafts past the budget would be thrown away
