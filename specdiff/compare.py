@@ -26,6 +26,8 @@ class PickView:
     logit: float | None
     """None when the token was outside the lane's top-k and not probed."""
     rank: int | None
+    probability: float | None = None
+    """Known where the step's normalizer was computed (the fork step of a pair run)."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,9 @@ def first_divergence(a: Sequence[TokenStep], b: Sequence[TokenStep]) -> int | No
 
 
 def _view(step: TokenStep, token_id: int) -> PickView:
-    return PickView(token_id, step.logit_of(token_id), step.rank_of(token_id))
+    logit = step.logit_of(token_id)
+    probability = step.probability(logit) if logit is not None else None
+    return PickView(token_id, logit, step.rank_of(token_id), probability)
 
 
 def fork_at(a: Sequence[TokenStep], b: Sequence[TokenStep]) -> Fork | None:

@@ -214,11 +214,14 @@ class PairRun:
         self, fresh: dict[str, TokenStep], outcomes: dict[str, LaneOutcome]
     ) -> dict[str, TokenStep]:
         """Attach each lane's view of the other lane's pick to the fork step."""
-        step_a, step_b = fresh["a"], fresh["b"]
-        probed = {
-            "a": replace(step_a, probes=self.lanes["a"].probe(step_a.index, [step_b.token_id])),
-            "b": replace(step_b, probes=self.lanes["b"].probe(step_b.index, [step_a.token_id])),
-        }
+        probed = {}
+        for lane_id, other_id in (("a", "b"), ("b", "a")):
+            step, local = fresh[lane_id], self.lanes[lane_id]
+            probed[lane_id] = replace(
+                step,
+                probes=local.probe(step.index, [fresh[other_id].token_id]),
+                logsumexp=local.normalizer(step.index),
+            )
         for lane_id, step in probed.items():
             outcomes[lane_id].steps[-1] = step
         return probed

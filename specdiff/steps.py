@@ -7,6 +7,7 @@ representation of the same fact.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 
@@ -50,6 +51,10 @@ class TokenStep:
     timestamp: float
     """time.perf_counter() when the step was produced."""
     probes: tuple[Probe, ...] = field(default=())
+    logsumexp: float | None = None
+    """log of the sum of exp(logit) over the whole vocabulary, where it was computed (at
+    the fork): turns a logit into a log-probability. Summing 262,144 exponentials costs
+    about 2% of a decode step, so it is not done on every step."""
 
     @property
     def margin(self) -> float:
@@ -57,6 +62,12 @@ class TokenStep:
         if len(self.top) < 2:
             return float("inf")
         return self.top[0].logit - self.top[1].logit
+
+    def probability(self, logit: float) -> float | None:
+        """exp(logit - logsumexp): the token's probability, where the normalizer is known."""
+        if self.logsumexp is None:
+            return None
+        return math.exp(logit - self.logsumexp)
 
     def rank_of(self, token_id: int) -> int | None:
         """1-based rank of a token at this step, or None if it was neither in the top-k

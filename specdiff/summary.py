@@ -24,7 +24,8 @@ def _pick(view: PickView, pieces: dict[int, bytes]) -> str:
     token = _piece(pieces.get(view.token_id, b"?"))
     if view.logit is None:
         return f"{token} outside top-k"
-    return f"{token} {view.logit:.3f} (#{view.rank})"
+    probability = f", p {view.probability:.3f}" if view.probability is not None else ""
+    return f"{token} {view.logit:.3f} (#{view.rank}{probability})"
 
 
 def _lane_line(outcome: LaneOutcome) -> str:

@@ -92,6 +92,8 @@ def test_run_reports_a_fork_and_exits_one(tmp_path: Path) -> None:
     for side in ("a", "b"):
         assert fork[side]["own"]["rank"] == 1
         assert fork[side]["other"]["logit"] is not None  # probed even outside the top-k
+        own, other = fork[side]["own"]["probability"], fork[side]["other"]["probability"]
+        assert 0 < other <= own < 1
         assert fork[side]["margin"] >= 0
     assert 0 <= data["after_fork"]["similarity"] <= 1
 

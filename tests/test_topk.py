@@ -66,3 +66,14 @@ def test_rank_of_agrees_with_topk_order(row: np.ndarray, data: st.DataObject) ->
     logit, rank = rank_of(row, token)
     assert logit == float(row[token])
     assert rank == ids.index(token) + 1
+
+
+def test_logsumexp_matches_the_definition() -> None:
+    from specdiff.engine.topk import logsumexp
+
+    rng = np.random.default_rng(5)
+    row = (rng.standard_normal(5000) * 6).astype(np.float32)
+    expected = float(np.log(np.sum(np.exp(row.astype(np.float64)))))
+    assert abs(logsumexp(row) - expected) < 1e-9
+    big = np.array([1000.0, 1000.0], dtype=np.float32)
+    assert abs(logsumexp(big) - (1000.0 + np.log(2.0))) < 1e-9

@@ -33,7 +33,7 @@ from specdiff.engine.drafts import Drafter, ModelDrafter, NgramDrafter
 from specdiff.engine.gguf import GGUFInfo, read_gguf
 from specdiff.engine.models import Progress, resolve_model, sha256_file
 from specdiff.engine.runtime import clear_errors, last_error, llama
-from specdiff.engine.topk import TopK, rank_of
+from specdiff.engine.topk import TopK, logsumexp, rank_of
 from specdiff.errors import ModelError, PromptError, SpecdiffError
 from specdiff.lanes import Lane
 from specdiff.steps import Candidate, Probe, TokenStep
@@ -485,6 +485,13 @@ class LocalLane:
                 logit, rank = rank_of(row, token_id)
                 probes.append(Probe(token_id, logit, rank))
         return tuple(probes)
+
+    def normalizer(self, index: int) -> float | None:
+        """logsumexp of step `index`'s logits, if they are still in the context."""
+        row_index = self._rows.get(index)
+        if row_index is None:
+            return None
+        return logsumexp(self.context.row(row_index))
 
     def close(self) -> None:
         if self.drafter is not None:

@@ -59,3 +59,9 @@ def rank_of(row: np.ndarray, token_id: int) -> tuple[float, int]:
     larger = int(np.count_nonzero(row > logit))
     tied_before = int(np.count_nonzero(row[:token_id] == logit))
     return float(logit), larger + tied_before + 1
+
+
+def logsumexp(row: np.ndarray) -> float:
+    """log(sum(exp(row))), computed stably in float64."""
+    top = float(row.max())
+    return top + float(np.log(np.exp(row.astype(np.float64) - top).sum()))
