@@ -15,6 +15,8 @@ CORE_MODULES = [
     "specdiff.compare",
     "specdiff.pairrun",
     "specdiff.summary",
+    "specdiff.session",
+    "specdiff.prompts",
     "specdiff.cli",
     "specdiff.engine.gguf",
     "specdiff.engine.models",
