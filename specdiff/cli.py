@@ -114,23 +114,30 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"specdiff {__version__}")
     commands = parser.add_subparsers(dest="command", parser_class=_Parser)
 
+    live = commands.add_parser(
+        "live", help="the TUI: both lanes streaming side by side (the default command)"
+    )
     run = commands.add_parser("run", help="run both lanes of a pair on a prompt, headless")
-    _add_lane_options(run)
-    source = run.add_mutually_exclusive_group()
-    source.add_argument("--prompt", help="the prompt text")
-    source.add_argument(
-        "--prompt-file", metavar="FILE", help="read the prompt from FILE (- = stdin)"
-    )
-    run.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
+    for sub in (live, run):
+        _add_lane_options(sub)
+        source = sub.add_mutually_exclusive_group()
+        source.add_argument("--prompt", help="the prompt text")
+        source.add_argument(
+            "--prompt-file", metavar="FILE", help="read the prompt from FILE (- = stdin)"
+        )
+        sub.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
+        sub.add_argument(
+            "--near-tie",
+            type=float,
+            default=DEFAULT_NEAR_TIE,
+            help=f"margin below which a step counts as a near tie (default {DEFAULT_NEAR_TIE})",
+        )
     run.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    run.add_argument(
-        "--near-tie",
-        type=float,
-        default=DEFAULT_NEAR_TIE,
-        help=f"margin below which a step counts as a near tie (default {DEFAULT_NEAR_TIE})",
-    )
     run.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     run.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    live.add_argument("--theme", help="theme name (default: config file, else specdiff-dark)")
+    live.add_argument("--sessions-dir", help="where `s` saves sessions")
+    live.add_argument("--no-start", action="store_true", help="open without starting a run")
 
     models = commands.add_parser("models", help="list known models, or make variants")
     model_commands = models.add_subparsers(dest="models_command", parser_class=_Parser)
@@ -240,6 +247,52 @@ def command_run(args: argparse.Namespace) -> int:
     return EXIT_SAME if result.comparison.identical else EXIT_DIFFERENT
 
 
+def config_theme() -> str | None:
+    """`theme = "NAME"` from the user config file, if there is one."""
+    import platformdirs
+
+    from specdiff.lanes import tomllib
+
+    path = Path(platformdirs.user_config_dir("specdiff")) / "config.toml"
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:
+        raise ArgumentError(f"{path}: cannot read the config file ({error})") from None
+    theme = data.get("theme")
+    if theme is not None and not isinstance(theme, str):
+        raise ArgumentError(f"{path}: theme must be a string")
+    return theme
+
+
+def command_live(args: argparse.Namespace) -> int:
+    if args.max_tokens < 1:
+        raise PromptError(f"--max-tokens must be at least 1, got {args.max_tokens}")
+    if args.near_tie < 0:
+        raise ArgumentError(f"--near-tie must not be negative, got {args.near_tie}")
+    pair = resolve_pair(args)
+    prompt = read_prompt(args)
+    known = presets()
+    if args.pairs:
+        known.update(load_pairs_file(args.pairs, known))
+    known[pair.name] = pair
+    from specdiff.tui.app import make_app
+
+    app = make_app(
+        known,
+        pair.name,
+        prompt,
+        args.max_tokens,
+        near_tie=args.near_tie,
+        theme_name=args.theme or config_theme(),
+        autostart=not args.no_start,
+        sessions_dir=args.sessions_dir,
+    )
+    app.run()
+    return 0
+
+
 def command_models(args: argparse.Namespace) -> int:
     from specdiff.engine.models import (
         VARIANT_FTYPES,
@@ -282,13 +335,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             or arguments[0].startswith("--")
             and arguments[0] not in ("--help", "--version")
         ):
-            # Until the TUI lands, the bare command runs the default comparison.
-            arguments = ["run", *arguments]
+            # The bare command (with options) opens the TUI.
+            arguments = ["live", *arguments]
         args = parser.parse_args(arguments)
         if args.command == "models":
             return command_models(args)
         if args.command == "run":
             return command_run(args)
+        if args.command == "live":
+            return command_live(args)
         parser.print_help()
         return EXIT_BAD_INPUT
     except SpecdiffError as error:

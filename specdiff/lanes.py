@@ -181,6 +181,20 @@ def differences(a: Lane, b: Lane) -> list[str]:
     return [key for key in LANE_KEYS if key != "label" and getattr(a, key) != getattr(b, key)]
 
 
+def headline(lane: Lane, other: Lane) -> str:
+    """What this lane is, leading with what differs from the other lane."""
+    if lane.label:
+        return lane.label
+    changed = differences(lane, other)
+    if not changed or any(
+        key.startswith("spec") or key in ("speculation", "draft_model") for key in changed
+    ):
+        return lane.describe()
+    if changed == ["prefix"] or lane.prefix == "cached" and "prefix" in changed:
+        return lane.describe()
+    return " · ".join(f"{key} {getattr(lane, key)}" for key in changed)
+
+
 @dataclass(frozen=True)
 class Pair:
     """Two lanes compared on the same prompt: lane A and lane B."""

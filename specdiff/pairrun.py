@@ -121,6 +121,8 @@ class PairRun:
             )
         self.build = build_info()
         self.result: PairResult | None = None
+        self.outcomes: dict[str, LaneOutcome] = {}
+        """The current run's outcomes, filled in while it streams."""
 
     def tokenize(self, prompt: str) -> list[int]:
         if not prompt.strip():
@@ -145,7 +147,7 @@ class PairRun:
                 local.prefix_length(tokens)
         stop_bytes = [s.encode("utf-8") for s in stop if s]
         started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        outcomes = {
+        outcomes = self.outcomes = {
             lane_id: LaneOutcome(lane_id, local.lane) for lane_id, local in self.lanes.items()
         }
         generators = {
@@ -209,6 +211,17 @@ class PairRun:
             started=started,
             cancelled=cancelled,
         )
+
+    def live(self) -> dict[str, tuple[float, int, int]]:
+        """Per lane, while a run streams: (tokens/s so far, drafted, accepted)."""
+        return {
+            lane_id: (
+                outcome.tokens_per_second,
+                self.lanes[lane_id].generation.drafted,
+                self.lanes[lane_id].generation.accepted,
+            )
+            for lane_id, outcome in self.outcomes.items()
+        }
 
     def _probe_fork(
         self, fresh: dict[str, TokenStep], outcomes: dict[str, LaneOutcome]

@@ -62,20 +62,37 @@ def step_record(step: TokenStep) -> dict[str, Any]:
         "lane": step.lane,
         "index": step.index,
         "token_id": step.token_id,
-        "top": [[c.token_id, c.logit] for c in step.top],
+        "top": [[c.token_id, c.logit, _piece_field(c.piece)] for c in step.top],
         "drafted": step.drafted,
         "verify_width": step.verify_width,
         "timestamp": step.timestamp,
     }
-    try:
-        record["piece"] = step.piece.decode("utf-8")
-    except UnicodeDecodeError:
-        record["piece_hex"] = step.piece.hex()
+    piece = _piece_field(step.piece)
+    if isinstance(piece, str):
+        record["piece"] = piece
+    else:
+        record["piece_hex"] = piece["hex"]
     if step.probes:
         record["probes"] = [[p.token_id, p.logit, p.rank] for p in step.probes]
     if step.logsumexp is not None:
         record["logsumexp"] = step.logsumexp
     return record
+
+
+def _piece_field(piece: bytes) -> str | dict[str, str]:
+    """Token bytes as text where they are UTF-8, else as hex: exact either way."""
+    try:
+        return piece.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"hex": piece.hex()}
+
+
+def _piece_from(value: object) -> bytes:
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, dict) and isinstance(value.get("hex"), str):
+        return bytes.fromhex(value["hex"])
+    raise ValueError(f"a token piece must be text or {{'hex': ...}}, got {value!r}")
 
 
 def header_record(result: PairResult) -> dict[str, Any]:
@@ -199,7 +216,7 @@ def _step_from(record: dict[str, Any]) -> TokenStep:
         index=int(record["index"]),
         token_id=int(record["token_id"]),
         piece=piece,
-        top=tuple(Candidate(int(t), float(v)) for t, v in record["top"]),
+        top=tuple(Candidate(int(t), float(v), _piece_from(p)) for t, v, p in record["top"]),
         drafted=bool(record["drafted"]),
         verify_width=int(record["verify_width"]),
         timestamp=float(record["timestamp"]),
@@ -247,4 +264,3 @@ def load_session(path: str | Path) -> Session:
     if session is None:
         raise SessionError(f"{path}: empty file, not a session")
     return session
-

@@ -19,6 +19,8 @@ class Candidate:
 
     token_id: int
     logit: float
+    piece: bytes = b""
+    """The candidate token's bytes, so a reader can show the alternatives as text."""
 
 
 @dataclass(frozen=True, slots=True)

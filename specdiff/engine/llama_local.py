@@ -167,9 +167,11 @@ class Context:
         params.type_k = _KV_TYPES[lane.type_k]
         params.type_v = _KV_TYPES[lane.type_v]
         params.no_perf = True
-        # Stop a long prompt decode between graph nodes when the user cancels.
+        # Stops a long prompt decode between graph nodes when the user cancels. Installed
+        # only around prompt decodes: llama.cpp calls it once per graph node (~450 per
+        # token here) and each call takes the GIL, which a UI thread would then contend for.
         self._abort = lib.ggml_abort_callback(lambda _data: cancel.is_set())
-        params.abort_callback = self._abort
+        self._no_abort = lib.ggml_abort_callback()
         clear_errors()
         pointer = lib.llama_init_from_model(model.pointer, params)
         if not pointer:
@@ -228,12 +230,18 @@ class Context:
             )
 
     def decode_chunks(self, tokens: Sequence[int], start: int) -> int:
-        """Decode a long sequence in n_batch chunks; returns the last chunk's width."""
+        """Decode a long sequence in n_batch chunks (cancellable inside a chunk); returns
+        the last chunk's width."""
+        lib = llama()
         width = 0
-        for offset in range(0, len(tokens), self.lane.n_batch):
-            chunk = tokens[offset : offset + self.lane.n_batch]
-            self.decode(chunk, start + offset, all_logits=False)
-            width = len(chunk)
+        lib.llama_set_abort_callback(self.pointer, self._abort, None)
+        try:
+            for offset in range(0, len(tokens), self.lane.n_batch):
+                chunk = tokens[offset : offset + self.lane.n_batch]
+                self.decode(chunk, start + offset, all_logits=False)
+                width = len(chunk)
+        finally:
+            lib.llama_set_abort_callback(self.pointer, self._no_abort, None)
         return width
 
     def row(self, index: int) -> np.ndarray:
@@ -398,6 +406,7 @@ class LocalLane:
         rows = [-1]  # output rows of the last decode to read, in order
         drafts: list[int] = []
         batch_length = 0  # 0: the rows come from the prompt decode
+        piece = self.model.piece
 
         while True:
             self._rows = {}
@@ -410,8 +419,8 @@ class LocalLane:
                     lane=self.lane_id,
                     index=emitted,
                     token_id=token,
-                    piece=self.model.piece(token),
-                    top=tuple(Candidate(i, v) for i, v in zip(ids, logits)),
+                    piece=piece(token),
+                    top=tuple(Candidate(i, v, piece(i)) for i, v in zip(ids, logits)),
                     drafted=drafted,
                     verify_width=width,
                     timestamp=time.perf_counter(),

@@ -1,0 +1,47 @@
+"""Messages the generation worker posts to the app."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.message import Message
+
+from specdiff.pairrun import PairResult
+from specdiff.steps import TokenStep
+
+
+@dataclass
+class StepsArrived(Message):
+    """New steps from the running lanes, with each lane's live numbers."""
+
+    steps: list[TokenStep]
+    live: dict[str, tuple[float, int, int]]
+    """lane id -> (tokens/s of its own decode time, drafted, accepted)"""
+
+
+@dataclass
+class RunStarted(Message):
+    """The lanes are loaded and generating."""
+
+    prompt_tokens: int
+
+
+@dataclass
+class RunFinished(Message):
+    """The run ended: complete, stopped, or with a lane error inside the result."""
+
+    result: PairResult
+
+
+@dataclass
+class RunFailed(Message):
+    """The run could not start or broke down (model load, bad prompt, ...)."""
+
+    error: str
+
+
+@dataclass
+class Status(Message):
+    """A progress line from loading (model assembly, variants, ...)."""
+
+    text: str
