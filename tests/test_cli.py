@@ -138,6 +138,9 @@ def test_models_lists_the_bundled_model() -> None:
         (["run", "--near-tie", "-1"], ["--near-tie must not be negative"]),
         (["run", "--pairs", "/nonexistent/pairs.toml"], ["pairs file not found"]),
         (["models", "variants", "--to", "q3_x"], ["unknown variant 'q3_x'"]),
+        (["live", "--pair", "nope"], ["unknown pair 'nope'"]),
+        (["--lane-b", "flash_attn=maybe"], ["allowed: 'off', 'on', 'auto'"]),
+        (["live", "--max-tokens", "0"], ["--max-tokens must be at least 1"]),
     ],
 )
 def test_bad_input_is_one_line_and_exit_two(args: list[str], fragments: list[str]) -> None:

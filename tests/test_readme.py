@@ -6,7 +6,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_COMMAND = "python3 -m pip install -e '.[test]' && python3 -m ruff check . && python3 -m pytest"
-RUN_COMMAND = "python3 -m pip install -e . && specdiff run"
+RUN_COMMAND = "python3 -m pip install -e . && specdiff"
 
 
 def test_readme_states_both_commands() -> None:

@@ -232,18 +232,19 @@ class SpecdiffApp(App[int]):
     def set_status(self, text: str) -> None:
         self.query_one("#status", Line).set(text)
 
-    def find_fork(self) -> bool:
+    def find_fork(self, announce: bool = True) -> bool:
         """Look for the fork in what has arrived; True when it was found just now."""
         a, b = self.lanes["a"].steps, self.lanes["b"].steps
         if self.fork is None and first_divergence(a, b) is not None:
             self.fork = fork_at(a, b)
-            self.notify(f"lanes forked at token {self.fork.index}", timeout=4)
+            if announce:
+                self.notify(f"lanes forked at token {self.fork.index}", timeout=4)
             return True
         return False
 
-    def update_comparison(self) -> None:
+    def update_comparison(self, announce: bool = True) -> None:
         a, b = self.lanes["a"].steps, self.lanes["b"].steps
-        self.find_fork()
+        self.find_fork(announce)
         if self.fork is not None:
             alignment = align_after(a, b, self.fork.index)
             self.similarity = alignment.similarity
@@ -268,9 +269,11 @@ class SpecdiffApp(App[int]):
         self.reset_view()
         self.pair = session.pair
         self.set_titles()
-        for lane_id in ("a", "b"):
+        speeds = (session.footer or {}).get("tokens_per_second") or [0.0, 0.0]
+        for lane_id, speed in zip(("a", "b"), speeds):
             self.lanes[lane_id].extend(session.steps[lane_id])
-        self.update_comparison()
+            self.lanes[lane_id].speed = float(speed)
+        self.update_comparison(announce=False)
         self.render_lanes(follow=False)
         state = "partial session" if session.partial else "session"
         fork = f"fork at token {self.fork.index}" if self.fork else "lanes identical"

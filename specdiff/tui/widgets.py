@@ -187,10 +187,13 @@ class TokenView(ScrollView, can_focus=False):
         for line in range(first_dirty, len(self.lines)):
             self.strips.pop(line, None)
         self.trailer = f"[lane error] {state.error}" if state.error else None
-        # The virtual height grows in steps of LINE_CHUNK lines: each change costs a new
-        # layout of the whole screen, which a streaming lane would otherwise ask for on
-        # almost every update.
-        size = Size(width, -(-self.text_height // LINE_CHUNK) * LINE_CHUNK)
+        # Past one screenful the virtual height grows in steps of LINE_CHUNK lines: each
+        # change costs a new layout of the whole screen, which a streaming lane would
+        # otherwise ask for on almost every update.
+        height = self.text_height
+        if height > self.size.height:
+            height = -(-height // LINE_CHUNK) * LINE_CHUNK
+        size = Size(width, height)
         if size != self.virtual_size:
             self.virtual_size = size
         self.refresh()
