@@ -16,7 +16,7 @@ from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.screen import ModalScreen
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
@@ -168,6 +168,7 @@ class TokenView(ScrollView, can_focus=False):
 
     def set_tokens(self, state: LaneState, marks: TokenMarks) -> None:
         width = max(8, self.scrollable_content_region.width or self.size.width or 40)
+        redraw_all = False
         if (
             state is not self.state
             or width != self.width_used
@@ -177,16 +178,21 @@ class TokenView(ScrollView, can_focus=False):
             self.lines, self.line_widths, self.token_lines = [[]], [0], []
             self.strips.clear()
             self.width_used = width
+            redraw_all = True
         if marks != self.marks:
             self.marks = marks
             self.strips.clear()
+            redraw_all = True
+        trailer = f"[lane error] {state.error}" if state.error else None
+        if trailer != self.trailer:
+            self.trailer = trailer
+            redraw_all = True
         first_dirty = len(self.lines) - 1
         for index in range(len(self.token_lines), len(state.steps)):
             self.token_lines.append(len(self.lines) - 1)
             self._place(index, state.texts[index] or "\u2205", width)
         for line in range(first_dirty, len(self.lines)):
             self.strips.pop(line, None)
-        self.trailer = f"[lane error] {state.error}" if state.error else None
         # Past one screenful the virtual height grows in steps of LINE_CHUNK lines: each
         # change costs a new layout of the whole screen, which a streaming lane would
         # otherwise ask for on almost every update.
@@ -194,9 +200,15 @@ class TokenView(ScrollView, can_focus=False):
         if height > self.size.height:
             height = -(-height // LINE_CHUNK) * LINE_CHUNK
         size = Size(width, height)
-        if size != self.virtual_size:
+        if size != self.virtual_size or redraw_all:
             self.virtual_size = size
-        self.refresh()
+            self.refresh()
+            return
+        # only the lines that changed, where they are on screen
+        top = max(first_dirty - self.scroll_offset.y, 0)
+        bottom = min(len(self.lines) - self.scroll_offset.y, self.size.height)
+        if bottom > top:
+            self.refresh(Region(0, top, self.size.width, bottom - top))
 
     @property
     def text_height(self) -> int:
