@@ -173,3 +173,36 @@ def test_layout_is_readable_at_small_and_large_sizes(size: tuple[int, int]) -> N
             assert app.query_one("#panel").size.height >= 6
 
     asyncio.run(scenario())
+
+
+def test_a_lane_error_shows_in_its_pane_and_the_other_lane_finishes(monkeypatch) -> None:
+    """Lane b's decode loop fails after a few tokens (an injected llama.cpp refusal); the
+    app reports it once, shows it in b's pane, and lane a runs to the end."""
+    from specdiff.engine import llama_local
+
+    real_generate = llama_local.LocalLane.generate
+
+    def failing_generate(self, prompt, max_tokens, stop=()):
+        for step in real_generate(self, prompt, max_tokens, stop):
+            yield step
+            if self.lane_id == "b" and step.index == 4:
+                raise llama_local.EngineError("llama_decode failed with status -3 (injected)")
+
+    monkeypatch.setattr(llama_local.LocalLane, "generate", failing_generate)
+    notes: list[str] = []
+
+    async def scenario() -> None:
+        app = make_app(presets(), "ubatch", PROMPT, 30)
+        notify = app.notify
+        app.notify = lambda message, **options: (notes.append(message), notify(message, **options))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(lambda: app.result is not None)
+            await pilot.pause()
+            assert len(app.lanes["a"].steps) == 30 and len(app.lanes["b"].steps) == 5
+            assert app.lanes["b"].error and "status -3" in app.lanes["b"].error
+            view = app.query_one("#lane-b TokenView", TokenView)
+            assert view.trailer is not None and "status -3" in view.trailer
+            assert app.query_one("#lane-a TokenView", TokenView).trailer is None
+            assert sum("lane b: llama_decode failed" in n for n in notes) == 1
+
+    asyncio.run(scenario())
