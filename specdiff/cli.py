@@ -151,10 +151,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def resolve_pair(args: argparse.Namespace) -> Pair:
+def known_pairs(args: argparse.Namespace) -> dict[str, Pair]:
+    """The presets, plus the pairs of --pairs FILE."""
     known = presets()
     if args.pairs:
         known.update(load_pairs_file(args.pairs, known))
+    return known
+
+
+def resolve_pair(args: argparse.Namespace, known: dict[str, Pair]) -> Pair:
     if args.pair not in known:
         raise unknown_pair(args.pair, known)
     pair = known[args.pair]
@@ -164,6 +169,16 @@ def resolve_pair(args: argparse.Namespace) -> Pair:
     a = apply_overrides(apply_overrides(pair.a, both), parse_overrides(args.lane_a))
     b = apply_overrides(apply_overrides(pair.b, both), parse_overrides(args.lane_b))
     return replace(pair, a=a, b=b)
+
+
+def read_request(args: argparse.Namespace) -> tuple[dict[str, Pair], Pair, str]:
+    """What `run` and `live` both take: checked limits, the pairs, the pair, the prompt."""
+    if args.max_tokens < 1:
+        raise PromptError(f"--max-tokens must be at least 1, got {args.max_tokens}")
+    if args.near_tie < 0:
+        raise ArgumentError(f"--near-tie must not be negative, got {args.near_tie}")
+    known = known_pairs(args)
+    return known, resolve_pair(args, known), read_prompt(args)
 
 
 def read_prompt(args: argparse.Namespace) -> str:
@@ -209,12 +224,7 @@ def command_run(args: argparse.Namespace) -> int:
     from specdiff.pairrun import PairRun
     from specdiff.summary import format_result, result_json
 
-    if args.max_tokens < 1:
-        raise PromptError(f"--max-tokens must be at least 1, got {args.max_tokens}")
-    if args.near_tie < 0:
-        raise ArgumentError(f"--near-tie must not be negative, got {args.near_tie}")
-    pair = resolve_pair(args)
-    prompt = read_prompt(args)
+    _, pair, prompt = read_request(args)
     status = Status(sys.stderr, not args.quiet)
     cancel = threading.Event()
     counts = {"a": 0, "b": 0}
@@ -267,15 +277,7 @@ def config_theme() -> str | None:
 
 
 def command_live(args: argparse.Namespace) -> int:
-    if args.max_tokens < 1:
-        raise PromptError(f"--max-tokens must be at least 1, got {args.max_tokens}")
-    if args.near_tie < 0:
-        raise ArgumentError(f"--near-tie must not be negative, got {args.near_tie}")
-    pair = resolve_pair(args)
-    prompt = read_prompt(args)
-    known = presets()
-    if args.pairs:
-        known.update(load_pairs_file(args.pairs, known))
+    known, pair, prompt = read_request(args)
     known[pair.name] = pair
     from specdiff.tui.app import make_app
 

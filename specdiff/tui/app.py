@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from textual import on, work
 from textual.app import App, ComposeResult, SystemCommand
@@ -560,29 +561,6 @@ class SpecdiffApp(App[int]):
         yield SystemCommand("Help", "Every key binding", self.action_help)
 
 
-def make_app(
-    pairs: dict[str, Pair],
-    pair_name: str,
-    prompt: str,
-    max_tokens: int,
-    *,
-    near_tie: float = DEFAULT_NEAR_TIE,
-    theme_name: str | None = None,
-    autostart: bool = True,
-    session: Session | None = None,
-    sessions_dir: str | Path | None = None,
-    theme_dirs: list[Path] | None = None,
-) -> SpecdiffApp:
-    """The one way the CLI and the tests build the app."""
-    return SpecdiffApp(
-        pairs,
-        pair_name,
-        prompt,
-        max_tokens,
-        near_tie=near_tie,
-        theme_name=theme_name,
-        autostart=autostart,
-        session=session,
-        sessions_dir=sessions_dir,
-        theme_dirs=theme_dirs,
-    )
+def make_app(*args: Any, **kwargs: Any) -> SpecdiffApp:
+    """The one way the CLI and the tests build the app; arguments as SpecdiffApp's."""
+    return SpecdiffApp(*args, **kwargs)
