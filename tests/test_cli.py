@@ -217,3 +217,17 @@ def test_interrupt_mid_generation_keeps_what_was_produced() -> None:
     assert data["cancelled"] is True
     assert 0 < len(data["lanes"]["b"]["token_ids"]) < 3000
     assert data["lanes"]["a"]["stop_reason"] == "cancelled"
+
+
+def test_theme_default_from_the_config_file(tmp_path: Path, monkeypatch) -> None:
+    from specdiff.cli import ArgumentError, config_theme
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    assert config_theme() is None
+    config = tmp_path / "specdiff" / "config.toml"
+    config.parent.mkdir()
+    config.write_text('theme = "specdiff-light"\n', encoding="utf-8")
+    assert config_theme() == "specdiff-light"
+    config.write_text("theme = [\n", encoding="utf-8")
+    with pytest.raises(ArgumentError, match="cannot read the config file"):
+        config_theme()

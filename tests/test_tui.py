@@ -206,3 +206,21 @@ def test_a_lane_error_shows_in_its_pane_and_the_other_lane_finishes(monkeypatch)
             assert sum("lane b: llama_decode failed" in n for n in notes) == 1
 
     asyncio.run(scenario())
+
+
+def test_clicking_a_token_selects_it() -> None:
+    session = load_session(Path(__file__).parent / "data" / "ubatch-roman-empire.jsonl")
+
+    async def scenario() -> None:
+        app = make_app(presets(), "ubatch", session.prompt, 60, session=session)
+        async with app.run_test(size=(120, 36)) as pilot:
+            await pilot.pause()
+            view = app.query_one("#lane-b TokenView", TokenView)
+            index, piece = view.lines[1][1]  # the second token on b's second line
+            column = sum(len(p) for _, p in view.lines[1][:1])
+            await pilot.click(view, offset=(column + 1, 1))
+            assert (app.cursor_lane, app.cursor) == ("b", index)
+            panel = " ".join(str(item) for item in app.query_one("#panel").render().renderables)
+            assert f"token {index}" in panel or "FORK" in panel
+
+    asyncio.run(scenario())

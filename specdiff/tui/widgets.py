@@ -273,10 +273,13 @@ class TokenView(ScrollView, can_focus=False):
                 return index
         return None
 
-    def on_click(self, event: events.Click) -> None:
-        index = self.token_at(event.x, event.y)
+    async def on_click(self, event: events.Click) -> None:
+        offset = event.get_content_offset(self)  # padding excluded; None outside the text
+        if offset is None:
+            return
+        index = self.token_at(offset.x, offset.y)
         if index is not None:
-            self.app.run_action(f"select_token('{self.lane_id}', {index})")
+            await self.app.run_action(f"select_token('{self.lane_id}', {index})")
 
     def scroll_to_token(self, index: int) -> None:
         if 0 <= index < len(self.token_lines):
