@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -135,9 +136,21 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     run.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     run.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    run.add_argument(
+        "--save", action="store_true", help="write the run as a session file as it streams"
+    )
+    run.add_argument(
+        "--sessions-dir", help="where --save writes (default: ./sessions or the user data dir)"
+    )
     live.add_argument("--theme", help="theme name (default: config file, else specdiff-dark)")
     live.add_argument("--sessions-dir", help="where `s` saves sessions")
     live.add_argument("--no-start", action="store_true", help="open without starting a run")
+
+    verify = commands.add_parser(
+        "verify", help="re-run a session's lanes and compare token ids step by step"
+    )
+    verify.add_argument("session", help="a session file (.jsonl)")
+    verify.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
     models = commands.add_parser("models", help="list known models, or make variants")
     model_commands = models.add_subparsers(dest="models_command", parser_class=_Parser)
@@ -222,6 +235,7 @@ def _interrupt_sets(cancel: threading.Event) -> Iterator[None]:
 
 def command_run(args: argparse.Namespace) -> int:
     from specdiff.pairrun import PairRun
+    from specdiff.session import SessionWriter, footer_record, header_record
     from specdiff.summary import format_result, result_json
 
     _, pair, prompt = read_request(args)
@@ -229,18 +243,43 @@ def command_run(args: argparse.Namespace) -> int:
     cancel = threading.Event()
     counts = {"a": 0, "b": 0}
 
+    writer: SessionWriter | None = None
+
     def on_step(step: Any) -> None:
         counts[step.lane] += 1
+        if writer is not None:
+            writer.step(step)
         status.update(
             f"generating: lane a {counts['a']}/{args.max_tokens} · "
             f"lane b {counts['b']}/{args.max_tokens} tokens"
         )
 
     with PairRun(pair, status.message, cancel) as runner:
-        status.message(f"running {pair.name} on a {len(runner.tokenize(prompt))}-token prompt")
+        tokens = runner.tokenize(prompt)
+        status.message(f"running {pair.name} on a {len(tokens)}-token prompt")
+        if args.save:
+            for local in runner.lanes.values():
+                local.check_prompt(tokens, args.max_tokens)  # bad input leaves no file
+            writer = SessionWriter(args.sessions_dir, pair.name, prompt)
+            writer.write(
+                header_record(
+                    pair,
+                    prompt,
+                    tokens,
+                    args.max_tokens,
+                    args.stop,
+                    runner.executed(),
+                    runner.build,
+                    datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                )
+            )
+            status.message(f"saving to {writer.partial}")
         with _interrupt_sets(cancel):
             result = runner.run(prompt, args.max_tokens, args.stop, args.near_tie, on_step)
         status.done()
+    if writer is not None:
+        saved = writer.finish(footer_record(result))
+        print(f"specdiff: saved session {saved}", file=sys.stderr)
     if args.json:
         json.dump(result_json(result), sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -295,6 +334,72 @@ def command_live(args: argparse.Namespace) -> int:
     return 0
 
 
+def command_verify(args: argparse.Namespace) -> int:
+    """Exit 0 when every recorded token comes out again, 1 at the first that does not."""
+    from specdiff.pairrun import PairRun
+    from specdiff.session import load_session
+
+    session = load_session(args.session)
+    header = session.header
+    pair = session.pair
+    status = Status(sys.stderr, not args.quiet)
+    with PairRun(pair, status.message) as runner:
+        status.message(f"re-running {pair.name} from {session.path.name}")
+        result = runner.run(session.prompt, int(header["max_tokens"]), header.get("stop", []))
+        executed = runner.executed()
+    drift = None
+    for lane_id, outcome in (("a", result.a), ("b", result.b)):
+        recorded = [step.token_id for step in session.steps[lane_id]]
+        fresh = outcome.token_ids[: len(recorded)] if session.partial else outcome.token_ids
+        for index, (old, new) in enumerate(zip(recorded, fresh)):
+            if old != new:
+                candidate = (index, lane_id, old, new)
+                drift = candidate if drift is None or candidate < drift else drift
+                break
+        else:
+            if len(recorded) != len(fresh):
+                index = min(len(recorded), len(fresh))
+                candidate = (index, lane_id, None, None)
+                drift = candidate if drift is None or candidate < drift else drift
+    changes = _environment_changes(header, runner_build=result.build, executed=executed)
+    total = len(session.steps["a"]) + len(session.steps["b"])
+    if drift is None:
+        print(f"verified: all {total} recorded steps came out again ({session.path.name})")
+        for change in changes:
+            print(f"  note: {change}")
+        return EXIT_SAME
+    index, lane_id, old, new = drift
+    if old is None:
+        print(f"DRIFT at step {index} of lane {lane_id}: the lane stopped at another length")
+    else:
+        print(
+            f"DRIFT at step {index} of lane {lane_id}: recorded token {old}, now {new} "
+            f"({session.path.name})"
+        )
+    print(
+        "what changed since the recording: "
+        + ("; ".join(changes) if changes else "nothing in build, system info or model hashes")
+    )
+    return EXIT_DIFFERENT
+
+
+def _environment_changes(
+    header: dict[str, Any], runner_build: dict[str, str], executed: dict[str, dict[str, Any]]
+) -> list[str]:
+    changes = []
+    recorded_build = header.get("build", {})
+    for key in ("llama_cpp_build", "llama_cpp_python", "system_info", "cpu", "specdiff"):
+        if recorded_build.get(key) != runner_build.get(key):
+            changes.append(f"{key}: {recorded_build.get(key)!r} -> {runner_build.get(key)!r}")
+    for lane_id in ("a", "b"):
+        old = header.get("executed", {}).get(lane_id, {})
+        new = executed.get(lane_id, {})
+        for key in ("model_sha256", "threads", "n_batch", "n_ubatch", "repack"):
+            if old.get(key) != new.get(key):
+                changes.append(f"lane {lane_id} {key}: {old.get(key)!r} -> {new.get(key)!r}")
+    return changes
+
+
 def command_models(args: argparse.Namespace) -> int:
     from specdiff.engine.models import (
         VARIANT_FTYPES,
@@ -346,6 +451,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return command_run(args)
         if args.command == "live":
             return command_live(args)
+        if args.command == "verify":
+            return command_verify(args)
         parser.print_help()
         return EXIT_BAD_INPUT
     except SpecdiffError as error:

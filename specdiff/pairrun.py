@@ -119,7 +119,7 @@ class PairRun:
                 "different vocabularies, so their token ids cannot be compared; "
                 "use models of the same family"
             )
-        self.build = build_info()
+        self.build = dict(build_info(), specdiff=__version__)
         self.result: PairResult | None = None
         self.outcomes: dict[str, LaneOutcome] = {}
         """The current run's outcomes, filled in while it streams."""
@@ -207,10 +207,14 @@ class PairRun:
             a=outcomes["a"],
             b=outcomes["b"],
             comparison=compare(outcomes["a"].steps, outcomes["b"].steps, near_tie),
-            build=dict(self.build, specdiff=__version__),
+            build=self.build,
             started=started,
             cancelled=cancelled,
         )
+
+    def executed(self) -> dict[str, dict[str, Any]]:
+        """What each lane runs on: model path and sha256, context settings as applied."""
+        return {lane_id: local.executed() for lane_id, local in self.lanes.items()}
 
     def live(self) -> dict[str, tuple[float, int, int]]:
         """Per lane, while a run streams: (tokens/s so far, drafted, accepted)."""

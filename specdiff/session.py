@@ -95,21 +95,46 @@ def _piece_from(value: object) -> bytes:
     raise ValueError(f"a token piece must be text or {{'hex': ...}}, got {value!r}")
 
 
-def header_record(result: PairResult) -> dict[str, Any]:
+def header_record(
+    pair: Pair,
+    prompt: str,
+    prompt_tokens: list[int],
+    max_tokens: int,
+    stop: list[str],
+    executed: dict[str, dict[str, Any]],
+    build: dict[str, str],
+    created: str,
+) -> dict[str, Any]:
+    """Everything needed to re-run the session: prompt, limits, both lanes in full, and
+    what executed them."""
     return {
         "type": "header",
         "schema": SCHEMA_VERSION,
         "specdiff": __version__,
-        "created": result.started,
-        "pair": result.pair.name,
-        "description": result.pair.description,
-        "prompt": result.prompt,
-        "prompt_token_ids": result.prompt_tokens,
-        "max_tokens": result.max_tokens,
-        "lanes": {"a": result.a.lane.as_dict(), "b": result.b.lane.as_dict()},
-        "executed": {"a": result.a.executed, "b": result.b.executed},
-        "build": result.build,
+        "created": created,
+        "pair": pair.name,
+        "description": pair.description,
+        "prompt": prompt,
+        "prompt_token_ids": prompt_tokens,
+        "max_tokens": max_tokens,
+        "stop": stop,
+        "lanes": {"a": pair.a.as_dict(), "b": pair.b.as_dict()},
+        "executed": executed,
+        "build": build,
     }
+
+
+def result_header(result: PairResult, stop: list[str] | None = None) -> dict[str, Any]:
+    return header_record(
+        result.pair,
+        result.prompt,
+        result.prompt_tokens,
+        result.max_tokens,
+        stop or [],
+        {"a": result.a.executed, "b": result.b.executed},
+        result.build,
+        result.started,
+    )
 
 
 def footer_record(result: PairResult) -> dict[str, Any]:
@@ -137,34 +162,63 @@ def _line(handle: IO[str], record: dict[str, Any]) -> None:
     handle.flush()
 
 
-def save_result(result: PairResult, directory: str | Path | None = None) -> Path:
-    """Write a finished run as a session; never overwrites; returns the final path."""
-    folder = sessions_dir(directory)
-    folder.mkdir(parents=True, exist_ok=True)
-    base = session_name(result.pair.name, result.prompt)
-    for attempt in range(1000):
-        name = base if attempt == 0 else f"{base}-{attempt}"
-        final = folder / f"{name}{SUFFIX}"
-        partial = folder / f"{name}{PARTIAL_SUFFIX}"
-        if final.exists():
-            continue
+class SessionWriter:
+    """Writes a session as it happens: every line flushed, so a crash or a kill leaves
+    ``NAME.jsonl.partial`` with every step written so far (a valid partial session);
+    `finish` adds the footer and renames it to ``NAME.jsonl``, never over another file."""
+
+    def __init__(self, directory: str | Path | None, pair_name: str, prompt: str) -> None:
+        self.folder = sessions_dir(directory)
         try:
-            handle = partial.open("x", encoding="utf-8")
-        except FileExistsError:
-            continue
-        with handle:
-            _line(handle, header_record(result))
-            for step in interleaved(result):
-                _line(handle, step_record(step))
-            _line(handle, footer_record(result))
-            os.fsync(handle.fileno())
-        try:
-            os.link(partial, final)  # fails rather than replace a file that appeared meanwhile
-        except FileExistsError:
-            continue
-        partial.unlink()
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise SessionError(
+                f"cannot create the sessions folder {self.folder}: {error.strerror}"
+            ) from None
+        self.base = session_name(pair_name, prompt)
+        for attempt in range(1000):
+            name = self.base if attempt == 0 else f"{self.base}-{attempt}"
+            self.final = self.folder / f"{name}{SUFFIX}"
+            self.partial = self.folder / f"{name}{PARTIAL_SUFFIX}"
+            if self.final.exists():
+                continue
+            try:
+                self.handle: IO[str] = self.partial.open("x", encoding="utf-8")
+            except FileExistsError:
+                continue
+            return
+        raise SessionError(f"no free session name for {self.base} in {self.folder}")
+
+    def write(self, record: dict[str, Any]) -> None:
+        _line(self.handle, record)
+
+    def step(self, step: TokenStep) -> None:
+        _line(self.handle, step_record(step))
+
+    def finish(self, footer: dict[str, Any]) -> Path:
+        _line(self.handle, footer)
+        os.fsync(self.handle.fileno())
+        self.handle.close()
+        final = self.final
+        while True:
+            try:
+                os.link(self.partial, final)  # fails rather than replace an existing file
+                break
+            except FileExistsError:
+                final = final.with_name(f"{final.stem}-{os.getpid()}{SUFFIX}")
+        self.partial.unlink()
         return final
-    raise SessionError(f"no free session name for {base} in {folder}")
+
+
+def save_result(
+    result: PairResult, directory: str | Path | None = None, stop: list[str] | None = None
+) -> Path:
+    """Write a finished run as a session; never overwrites; returns the final path."""
+    writer = SessionWriter(directory, result.pair.name, result.prompt)
+    writer.write(result_header(result, stop))
+    for step in interleaved(result):
+        writer.step(step)
+    return writer.finish(footer_record(result))
 
 
 def interleaved(result: PairResult) -> Iterable[TokenStep]:
