@@ -146,6 +146,12 @@ def build_parser() -> argparse.ArgumentParser:
     live.add_argument("--sessions-dir", help="where `s` saves sessions")
     live.add_argument("--no-start", action="store_true", help="open without starting a run")
 
+    replay = commands.add_parser(
+        "replay", help="open a saved session in the TUI (no model is loaded)"
+    )
+    replay.add_argument("session", help="a session file (.jsonl)")
+    replay.add_argument("--theme", help="theme name")
+
     verify = commands.add_parser(
         "verify", help="re-run a session's lanes and compare token ids step by step"
     )
@@ -334,6 +340,26 @@ def command_live(args: argparse.Namespace) -> int:
     return 0
 
 
+def command_replay(args: argparse.Namespace) -> int:
+    from specdiff.session import load_session
+
+    session = load_session(args.session)
+    known = presets()
+    known[session.pair.name] = session.pair
+    from specdiff.tui.app import make_app
+
+    make_app(
+        known,
+        session.pair.name,
+        session.prompt,
+        int(session.header.get("max_tokens", DEFAULT_MAX_TOKENS)),
+        theme_name=args.theme or config_theme(),
+        autostart=False,
+        session=session,
+    ).run()
+    return 0
+
+
 def command_verify(args: argparse.Namespace) -> int:
     """Exit 0 when every recorded token comes out again, 1 at the first that does not."""
     from specdiff.pairrun import PairRun
@@ -453,6 +479,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return command_live(args)
         if args.command == "verify":
             return command_verify(args)
+        if args.command == "replay":
+            return command_replay(args)
         parser.print_help()
         return EXIT_BAD_INPUT
     except SpecdiffError as error:

@@ -45,7 +45,9 @@ def test_verify_passes_on_a_fresh_recording(recorded: Path) -> None:
 def test_verify_names_the_step_of_an_altered_token(recorded: Path, tmp_path: Path) -> None:
     lines = recorded.read_text(encoding="utf-8").splitlines()
     records = [json.loads(line) for line in lines]
-    target = next(r for r in records if r["type"] == "step" and r["lane"] == "b" and r["index"] == 7)
+    target = next(
+        r for r in records if r["type"] == "step" and r["lane"] == "b" and r["index"] == 7
+    )
     target["token_id"] += 1
     altered = tmp_path / "altered.jsonl"
     altered.write_text("\n".join(json.dumps(r) for r in records) + "\n", encoding="utf-8")
@@ -105,3 +107,16 @@ def test_killed_run_leaves_a_partial_session(tmp_path: Path) -> None:
         complete_steps = len(written) - 1
     assert session.partial
     assert len(session.steps["a"]) + len(session.steps["b"]) == complete_steps
+
+
+def test_demo_sessions_load_and_fork() -> None:
+    demos = sorted((Path(__file__).resolve().parent.parent / "sessions").glob("*.jsonl"))
+    pairs = {load_session(path).pair.name for path in demos}
+    assert {"spec-vs-plain", "cache-vs-fresh", "ubatch"} <= pairs
+    for path in demos:
+        session = load_session(path)
+        assert not session.partial and session.comparison().fork is not None, path.name
+
+
+def test_replay_bad_input(tmp_path: Path) -> None:
+    assert_one_line_error(specdiff("replay", str(tmp_path / "absent.jsonl")), "not found")
