@@ -23,7 +23,7 @@ from typing import IO, Any
 from specdiff import __version__
 from specdiff.compare import DEFAULT_NEAR_TIE, Comparison, compare
 from specdiff.errors import SpecdiffError
-from specdiff.lanes import Lane, Pair, lane_from_dict
+from specdiff.lanes import Pair, lane_from_dict
 from specdiff.pairrun import PairResult
 from specdiff.steps import Candidate, Probe, TokenStep
 
@@ -89,7 +89,7 @@ def _piece_field(piece: bytes) -> str | dict[str, str]:
 
 def _piece_from(value: object) -> bytes:
     if isinstance(value, str):
-        return value.encode("utf-8")
+        return value.encode("utf-8", "surrogatepass")
     if isinstance(value, dict) and isinstance(value.get("hex"), str):
         return bytes.fromhex(value["hex"])
     raise ValueError(f"a token piece must be text or {{'hex': ...}}, got {value!r}")
@@ -260,39 +260,106 @@ class Session:
         return compare(self.steps["a"], self.steps["b"], threshold)
 
 
+MAX_TOKEN_ID = 1 << 31
+MAX_INDEX = 1 << 24
+
+
+def _int(record: dict[str, Any], key: str, low: int, high: int) -> int:
+    value = record[key]
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{key} must be a whole number from {low} to {high}, got {value!r}")
+    return value
+
+
+def _float(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{what} must be a number, got {value!r}")
+    number = float(value)
+    if number != number:  # NaN: never produced by a real run
+        raise ValueError(f"{what} must not be NaN")
+    return number
+
+
+def _pairs(value: object, width: int, what: str) -> list[list[Any]]:
+    if not isinstance(value, list) or not all(
+        isinstance(item, list) and len(item) == width for item in value
+    ):
+        raise ValueError(f"{what} must be a list of {width}-item lists")
+    return value
+
+
 def _step_from(record: dict[str, Any]) -> TokenStep:
     if "piece" in record:
-        piece = str(record["piece"]).encode("utf-8")
+        piece = _piece_from(record["piece"])
     else:
-        piece = bytes.fromhex(str(record["piece_hex"]))
+        piece = _piece_from({"hex": record["piece_hex"]})
+    top = _pairs(record["top"], 3, "top")
+    if not top:
+        raise ValueError("top must hold at least the chosen token")
+    probes = _pairs(record.get("probes", []), 3, "probes")
+    drafted = record["drafted"]
+    if not isinstance(drafted, bool):
+        raise ValueError(f"drafted must be true or false, got {drafted!r}")
+    lse = record.get("logsumexp")
     return TokenStep(
         lane=record["lane"],
-        index=int(record["index"]),
-        token_id=int(record["token_id"]),
+        index=_int(record, "index", 0, MAX_INDEX),
+        token_id=_int(record, "token_id", 0, MAX_TOKEN_ID),
         piece=piece,
-        top=tuple(Candidate(int(t), float(v), _piece_from(p)) for t, v, p in record["top"]),
-        drafted=bool(record["drafted"]),
-        verify_width=int(record["verify_width"]),
-        timestamp=float(record["timestamp"]),
-        probes=tuple(Probe(int(t), float(v), int(r)) for t, v, r in record.get("probes", [])),
-        logsumexp=None if record.get("logsumexp") is None else float(record["logsumexp"]),
+        top=tuple(
+            Candidate(_int({"id": t}, "id", 0, MAX_TOKEN_ID), _float(v, "a logit"), _piece_from(p))
+            for t, v, p in top
+        ),
+        drafted=drafted,
+        verify_width=_int(record, "verify_width", 1, MAX_INDEX),
+        timestamp=_float(record["timestamp"], "timestamp"),
+        probes=tuple(
+            Probe(
+                _int({"id": t}, "id", 0, MAX_TOKEN_ID),
+                _float(v, "a probe logit"),
+                _int({"rank": r}, "rank", 1, MAX_TOKEN_ID),
+            )
+            for t, v, r in probes
+        ),
+        logsumexp=None if lse is None else _float(lse, "logsumexp"),
     )
 
 
+MAX_LINE_BYTES = 4 * 1024 * 1024
+"""No real record comes near this (a step is ~1 KB, a header ~10 KB plus the prompt)."""
+
+
 def load_session(path: str | Path) -> Session:
-    """Read a session file; a partial one (no footer) loads with `partial` set."""
+    """Read a session file; a partial one (no footer) loads with `partial` set.
+
+    Every problem is a SessionError naming the file and line: bytes that are not UTF-8,
+    a line longer than MAX_LINE_BYTES, JSON that does not parse, a record of the wrong
+    shape, steps out of order.
+    """
     path = Path(path)
     try:
-        handle = path.open(encoding="utf-8")
+        handle = path.open("rb")
     except FileNotFoundError:
         raise SessionError(f"session file not found: {path}") from None
+    except OSError as error:
+        raise SessionError(f"cannot read session file {path}: {error.strerror}") from None
     session: Session | None = None
     with handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
+        number = 0
+        while True:
+            raw = handle.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                break
+            number += 1
             try:
+                if len(raw) > MAX_LINE_BYTES:
+                    raise ValueError(f"line longer than {MAX_LINE_BYTES} bytes")
+                line = raw.decode("utf-8")
+                if not line.strip():
+                    continue
                 record = json.loads(line)
+                if not isinstance(record, dict):
+                    raise ValueError("a line must hold a JSON object")
                 kind = record["type"]
                 if session is None:
                     if kind != "header":
@@ -300,8 +367,10 @@ def load_session(path: str | Path) -> Session:
                     if record.get("schema") != SCHEMA_VERSION:
                         raise ValueError(f"schema version {record.get('schema')!r} is unknown")
                     session = Session(path, record)
-                    Lane(**record["lanes"]["a"])
-                    Lane(**record["lanes"]["b"])
+                    for lane_id in ("a", "b"):
+                        lane_from_dict(record["lanes"][lane_id])
+                    if not isinstance(record["prompt"], str):
+                        raise ValueError("the prompt must be text")
                 elif kind == "step":
                     step = _step_from(record)
                     if step.lane not in ("a", "b"):
@@ -313,8 +382,16 @@ def load_session(path: str | Path) -> Session:
                     session.footer = record
                 else:
                     raise ValueError(f"unknown record type {kind!r}")
-            except (ValueError, KeyError, TypeError, SpecdiffError) as error:
-                raise SessionError(f"{path}:{number}: {error}") from None
+            except UnicodeDecodeError:
+                raise SessionError(f"{path}:{number}: not UTF-8 text") from None
+            except (ValueError, KeyError, TypeError, OverflowError, SpecdiffError) as error:
+                raise SessionError(f"{path}:{number}: {_reason(error)}") from None
     if session is None:
         raise SessionError(f"{path}: empty file, not a session")
     return session
+
+
+def _reason(error: Exception) -> str:
+    if isinstance(error, KeyError):
+        return f"missing field {error.args[0]!r}"
+    return str(error) or type(error).__name__

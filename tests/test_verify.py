@@ -19,8 +19,17 @@ from tests.test_cli import assert_one_line_error, specdiff
 def recorded(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("sessions")
     completed = specdiff(
-        "run", "--pair", "ubatch", "--prompt", "The history of the Roman Empire",
-        "--max-tokens", "24", "--save", "--sessions-dir", str(folder), "--quiet",
+        "run",
+        "--pair",
+        "ubatch",
+        "--prompt",
+        "The history of the Roman Empire",
+        "--max-tokens",
+        "24",
+        "--save",
+        "--sessions-dir",
+        str(folder),
+        "--quiet",
     )
     assert completed.returncode == 1, completed.stderr  # this pair forks here
     (path,) = folder.glob("*.jsonl")
@@ -78,9 +87,20 @@ def test_verify_bad_input(tmp_path: Path) -> None:
 
 def test_killed_run_leaves_a_partial_session(tmp_path: Path) -> None:
     process = subprocess.Popen(
-        [sys.executable, "-m", "specdiff", "run", "--max-tokens", "3000", "--save",
-         "--sessions-dir", str(tmp_path), "--quiet"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "specdiff",
+            "run",
+            "--max-tokens",
+            "3000",
+            "--save",
+            "--sessions-dir",
+            str(tmp_path),
+            "--quiet",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     try:
         deadline = time.monotonic() + 120
