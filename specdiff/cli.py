@@ -204,7 +204,10 @@ def read_prompt(args: argparse.Namespace) -> str:
     if args.prompt is not None:
         prompt = args.prompt
     elif args.prompt_file == "-":
-        prompt = sys.stdin.read()
+        try:
+            prompt = sys.stdin.buffer.read().decode("utf-8")
+        except UnicodeDecodeError:
+            raise PromptError("the prompt on stdin is not UTF-8 text") from None
     elif args.prompt_file:
         path = Path(args.prompt_file).expanduser()
         try:
@@ -264,8 +267,10 @@ def command_run(args: argparse.Namespace) -> int:
         tokens = runner.tokenize(prompt)
         status.message(f"running {pair.name} on a {len(tokens)}-token prompt")
         if args.save:
-            for local in runner.lanes.values():
-                local.check_prompt(tokens, args.max_tokens)  # bad input leaves no file
+            for local in runner.lanes.values():  # bad input leaves no file
+                local.check_prompt(tokens, args.max_tokens)
+                if local.lane.prefix == "cached":
+                    local.prefix_length(tokens)
             writer = SessionWriter(args.sessions_dir, pair.name, prompt)
             writer.write(
                 header_record(
@@ -280,8 +285,13 @@ def command_run(args: argparse.Namespace) -> int:
                 )
             )
             status.message(f"saving to {writer.partial}")
-        with _interrupt_sets(cancel):
-            result = runner.run(prompt, args.max_tokens, args.stop, args.near_tie, on_step)
+        try:
+            with _interrupt_sets(cancel):
+                result = runner.run(prompt, args.max_tokens, args.stop, args.near_tie, on_step)
+        except SpecdiffError:
+            if writer is not None:
+                writer.abandon()
+            raise
         status.done()
     if writer is not None:
         saved = writer.finish(footer_record(result))
@@ -376,7 +386,9 @@ def command_verify(args: argparse.Namespace) -> int:
     drift = None
     for lane_id, outcome in (("a", result.a), ("b", result.b)):
         recorded = [step.token_id for step in session.steps[lane_id]]
-        fresh = outcome.token_ids[: len(recorded)] if session.partial else outcome.token_ids
+        # a run that was stopped or killed is checked as far as it got
+        stopped = session.partial or bool((session.footer or {}).get("cancelled"))
+        fresh = outcome.token_ids[: len(recorded)] if stopped else outcome.token_ids
         for index, (old, new) in enumerate(zip(recorded, fresh)):
             if old != new:
                 candidate = (index, lane_id, old, new)
@@ -485,6 +497,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except SpecdiffError as error:
         print(f"specdiff: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except BrokenPipeError:
+        # the reader went away (`specdiff run --json | head`): nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("specdiff: interrupted", file=sys.stderr)

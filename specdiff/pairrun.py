@@ -18,7 +18,7 @@ from typing import Any
 
 from specdiff import __version__
 from specdiff.compare import DEFAULT_NEAR_TIE, Comparison, compare
-from specdiff.engine.llama_local import Cancelled, LocalLane, ModelPool
+from specdiff.engine.llama_local import Cancelled, Generation, LocalLane, ModelPool
 from specdiff.engine.runtime import build_info
 from specdiff.errors import PromptError, SpecdiffError
 from specdiff.lanes import Lane, Pair
@@ -150,6 +150,9 @@ class PairRun:
         outcomes = self.outcomes = {
             lane_id: LaneOutcome(lane_id, local.lane) for lane_id, local in self.lanes.items()
         }
+        for local in self.lanes.values():
+            # a lane whose loop never starts (cancelled first) must not show the last run's
+            local.generation = Generation(prompt_tokens=len(tokens))
         generators = {
             lane_id: local.generate(tokens, max_tokens, stop_bytes)
             for lane_id, local in self.lanes.items()
@@ -193,7 +196,8 @@ class PairRun:
         for lane_id, local in self.lanes.items():
             outcome = outcomes[lane_id]
             generation = local.generation
-            outcome.stop_reason = "cancelled" if cancelled else generation.stop_reason
+            stopped_early = cancelled and lane_id in live
+            outcome.stop_reason = "cancelled" if stopped_early else generation.stop_reason
             outcome.drafted = generation.drafted
             outcome.accepted = generation.accepted
             outcome.verify_calls = generation.verify_calls

@@ -186,6 +186,8 @@ class SessionWriter:
                 self.handle: IO[str] = self.partial.open("x", encoding="utf-8")
             except FileExistsError:
                 continue
+            except OSError as error:
+                raise SessionError(f"cannot write {self.partial}: {error.strerror}") from None
             return
         raise SessionError(f"no free session name for {self.base} in {self.folder}")
 
@@ -200,14 +202,25 @@ class SessionWriter:
         os.fsync(self.handle.fileno())
         self.handle.close()
         final = self.final
-        while True:
-            try:
-                os.link(self.partial, final)  # fails rather than replace an existing file
-                break
-            except FileExistsError:
-                final = final.with_name(f"{final.stem}-{os.getpid()}{SUFFIX}")
-        self.partial.unlink()
+        try:
+            while True:
+                try:
+                    os.link(self.partial, final)  # fails rather than replace an existing file
+                    break
+                except FileExistsError:
+                    final = final.with_name(f"{final.stem}-{os.getpid()}{SUFFIX}")
+            self.partial.unlink()
+        except OSError as error:
+            raise SessionError(
+                f"the session is complete in {self.partial} but could not be renamed to "
+                f"{final.name}: {error.strerror}"
+            ) from None
         return final
+
+    def abandon(self) -> None:
+        """The run never started (bad input): leave no file behind."""
+        self.handle.close()
+        self.partial.unlink(missing_ok=True)
 
 
 def save_result(

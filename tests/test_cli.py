@@ -231,3 +231,26 @@ def test_theme_default_from_the_config_file(tmp_path: Path, monkeypatch) -> None
     config.write_text("theme = [\n", encoding="utf-8")
     with pytest.raises(ArgumentError, match="cannot read the config file"):
         config_theme()
+
+
+def test_prompt_on_stdin_that_is_not_utf8() -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "specdiff", "run", "--prompt-file", "-"],
+        input=b"\xff\xfe\xfa not text",
+        capture_output=True,
+        timeout=120,
+    )
+    assert completed.returncode == 2
+    stderr = completed.stderr.decode()
+    assert "the prompt on stdin is not UTF-8 text" in stderr and "Traceback" not in stderr
+
+
+def test_output_into_a_closed_pipe_is_quiet() -> None:
+    completed = subprocess.run(
+        f"{sys.executable} -m specdiff run --max-tokens 4 --quiet --json | head -c 5",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "Traceback" not in completed.stderr and "BrokenPipe" not in completed.stderr

@@ -140,3 +140,46 @@ def test_demo_sessions_load_and_fork() -> None:
 
 def test_replay_bad_input(tmp_path: Path) -> None:
     assert_one_line_error(specdiff("replay", str(tmp_path / "absent.jsonl")), "not found")
+
+
+def test_verify_checks_a_stopped_run_as_far_as_it_got(recorded: Path, tmp_path: Path) -> None:
+    records = [json.loads(line) for line in recorded.read_text(encoding="utf-8").splitlines()]
+    header, footer = records[0], records[-1]
+    steps = [r for r in records if r["type"] == "step" and r["index"] < 10]
+    footer["cancelled"] = True
+    stopped = tmp_path / "stopped.jsonl"
+    stopped.write_text("\n".join(json.dumps(r) for r in [header, *steps, footer]) + "\n")
+    completed = specdiff("verify", str(stopped), "--quiet")
+    assert completed.returncode == 0, completed.stdout
+    assert "all 20 recorded steps" in completed.stdout
+
+
+def test_save_with_bad_input_leaves_no_file(tmp_path: Path) -> None:
+    completed = specdiff(
+        "run",
+        "--pair",
+        "cache-vs-fresh",
+        "--lane-a",
+        "prefix_tokens=500",
+        "--prompt",
+        "short prompt",
+        "--save",
+        "--sessions-dir",
+        str(tmp_path),
+    )
+    assert_one_line_error(completed, "cached prefix of 500 tokens")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sessions_dir_that_is_a_file(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    completed = specdiff(
+        "run",
+        "--max-tokens",
+        "2",
+        "--save",
+        "--sessions-dir",
+        str(blocker / "sub"),
+    )
+    assert_one_line_error(completed, "cannot create the sessions folder")

@@ -294,6 +294,16 @@ class LocalLane:
         self.context = Context(self.model, lane, self.cancel)
         self.drafter: Drafter | None = None
         self.draft_path: Path | None = None
+        try:
+            self._make_drafter(lane, progress)
+        except BaseException:
+            self.context.close()  # the lane never existed: free its KV memory now
+            raise
+        self.topk = TopK(lane.top_k)
+        self.generation = Generation()
+        self._rows: dict[int, int] = {}
+
+    def _make_drafter(self, lane: Lane, progress: Progress) -> None:
         if lane.speculation == "ngram":
             self.drafter = NgramDrafter(
                 lane.spec_ngram,
@@ -317,9 +327,6 @@ class LocalLane:
                 lane.spec_adaptive,
                 lane.spec_align,
             )
-        self.topk = TopK(lane.top_k)
-        self.generation = Generation()
-        self._rows: dict[int, int] = {}
 
     # -- what a session or report needs to know about this lane ------------------------
     def executed(self) -> dict[str, Any]:
