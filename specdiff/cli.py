@@ -267,10 +267,7 @@ def command_run(args: argparse.Namespace) -> int:
         tokens = runner.tokenize(prompt)
         status.message(f"running {pair.name} on a {len(tokens)}-token prompt")
         if args.save:
-            for local in runner.lanes.values():  # bad input leaves no file
-                local.check_prompt(tokens, args.max_tokens)
-                if local.lane.prefix == "cached":
-                    local.prefix_length(tokens)
+            runner.check(tokens, args.max_tokens)  # bad input leaves no file
             writer = SessionWriter(args.sessions_dir, pair.name, prompt)
             writer.write(
                 header_record(

@@ -129,6 +129,15 @@ class PairRun:
             raise PromptError("the prompt is empty; give some text (--prompt or --prompt-file)")
         return self.lanes["a"].tokenize(prompt)
 
+    def check(self, tokens: Sequence[int], max_tokens: int) -> None:
+        """Bad input found before any lane decodes: limits, context room, cached prefix."""
+        if max_tokens < 1:
+            raise PromptError(f"--max-tokens must be at least 1, got {max_tokens}")
+        for local in self.lanes.values():
+            local.check_prompt(tokens, max_tokens)
+            if local.lane.prefix == "cached":
+                local.prefix_length(tokens)
+
     def stream(
         self,
         prompt: str,
@@ -138,13 +147,8 @@ class PairRun:
     ) -> Iterator[TokenStep]:
         """Yield both lanes' steps as they are produced; `self.result` holds the outcome
         once the iterator is exhausted."""
-        if max_tokens < 1:
-            raise PromptError(f"--max-tokens must be at least 1, got {max_tokens}")
         tokens = self.tokenize(prompt)
-        for local in self.lanes.values():
-            local.check_prompt(tokens, max_tokens)
-            if local.lane.prefix == "cached":
-                local.prefix_length(tokens)
+        self.check(tokens, max_tokens)
         stop_bytes = [s.encode("utf-8") for s in stop if s]
         started = datetime.now(timezone.utc).isoformat(timespec="seconds")
         outcomes = self.outcomes = {

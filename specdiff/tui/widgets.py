@@ -119,15 +119,15 @@ class TokenStyles:
                 colour = palette.delete if lane_id == "a" else palette.insert
             else:
                 dim = True
-        background = None
+        level = None
         if step.margin < marks.threshold:
             # heat in 8 steps: enough to read, few enough to cache
             level = min(7, int(8 * step.margin / marks.threshold)) if marks.threshold else 7
-            background = heat(palette, (level + 0.5) / 8 * marks.threshold, marks.threshold)
         key = (
             palette,
+            marks.threshold,
             colour,
-            background,
+            level,
             dim,
             step.drafted,
             index == marks.fork_index,
@@ -135,6 +135,12 @@ class TokenStyles:
         )
         cached = self._cache.get(key)
         if cached is None:
+            # the colour blend runs once per look, not once per drawn token
+            background = (
+                None
+                if level is None
+                else heat(palette, (level + 0.5) / 8 * marks.threshold, marks.threshold)
+            )
             cached = Style(color=colour, bgcolor=background, dim=dim, underline=step.drafted)
             if index == marks.fork_index:
                 cached += Style(bgcolor=palette.fork, color=palette.background, bold=True)
