@@ -151,12 +151,36 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replay.add_argument("session", help="a session file (.jsonl)")
     replay.add_argument("--theme", help="theme name")
+    pace = replay.add_mutually_exclusive_group()
+    pace.add_argument(
+        "--speed",
+        type=float,
+        default=1.0,
+        help="play at this multiple of the recorded pace (default 1)",
+    )
+    pace.add_argument("--instant", action="store_true", help="show the whole session at once")
 
     verify = commands.add_parser(
         "verify", help="re-run a session's lanes and compare token ids step by step"
     )
     verify.add_argument("session", help="a session file (.jsonl)")
     verify.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+    export = commands.add_parser(
+        "export", help="write a saved session as one self-contained report (md, html, json)"
+    )
+    export.add_argument("session", help="a session file (.jsonl)")
+    export.add_argument(
+        "--format", metavar="FORMAT", help="md, html or json (default: --output's suffix, else md)"
+    )
+    export.add_argument("--output", "-o", metavar="PATH", help="where to write (default: stdout)")
+    export.add_argument("--force", action="store_true", help="overwrite an existing --output")
+    export.add_argument(
+        "--near-tie",
+        type=float,
+        default=DEFAULT_NEAR_TIE,
+        help=f"margin below which a step counts as a near tie (default {DEFAULT_NEAR_TIE})",
+    )
 
     models = commands.add_parser("models", help="list known models, or make variants")
     model_commands = models.add_subparsers(dest="models_command", parser_class=_Parser)
@@ -348,8 +372,10 @@ def command_live(args: argparse.Namespace) -> int:
 
 
 def command_replay(args: argparse.Namespace) -> int:
+    from specdiff.replay import check_speed
     from specdiff.session import load_session
 
+    speed = None if args.instant else check_speed(args.speed)
     session = load_session(args.session)
     known = presets()
     known[session.pair.name] = session.pair
@@ -363,6 +389,7 @@ def command_replay(args: argparse.Namespace) -> int:
         theme_name=args.theme or config_theme(),
         autostart=False,
         session=session,
+        replay_speed=speed,
     ).run()
     return 0
 
@@ -468,6 +495,31 @@ def command_models(args: argparse.Namespace) -> int:
     return 0
 
 
+def command_export(args: argparse.Namespace) -> int:
+    """Exit 0 once the report is written; it describes the session, it does not judge it."""
+    from specdiff.export import check_output, export_session, report_format, write_report
+    from specdiff.session import load_session
+
+    fmt = report_format(args.format, args.output)
+    output = None if args.output in (None, "-") else Path(args.output).expanduser()
+    if output is not None:
+        check_output(output, args.force)  # refuse before the work of loading and rendering
+    report = export_session(load_session(args.session), fmt, args.near_tie)
+    if output is not None:
+        write_report(report, output, args.force)
+        print(f"specdiff: wrote {output}", file=sys.stderr)
+        return EXIT_SAME
+    binary = getattr(sys.stdout, "buffer", None)
+    if binary is None:
+        sys.stdout.write(report)
+    else:
+        # the report says it is UTF-8 (<meta charset>), whatever the terminal's encoding
+        sys.stdout.flush()
+        binary.write(report.encode("utf-8"))
+        binary.flush()
+    return EXIT_SAME
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -490,6 +542,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return command_verify(args)
         if args.command == "replay":
             return command_replay(args)
+        if args.command == "export":
+            return command_export(args)
         parser.print_help()
         return EXIT_BAD_INPUT
     except SpecdiffError as error:

@@ -250,6 +250,8 @@ class Session:
     header: dict[str, Any]
     steps: dict[str, list[TokenStep]] = field(default_factory=lambda: {"a": [], "b": []})
     footer: dict[str, Any] | None = None
+    order: list[str] = field(default_factory=list)
+    """The lane of each step line, in file order: the order they were produced."""
 
     @property
     def partial(self) -> bool:
@@ -268,6 +270,17 @@ class Session:
     @property
     def prompt(self) -> str:
         return str(self.header["prompt"])
+
+    def recorded_steps(self) -> list[TokenStep]:
+        """Both lanes' steps in the order they were produced."""
+        if len(self.order) != len(self.steps["a"]) + len(self.steps["b"]):
+            return sorted(self.steps["a"] + self.steps["b"], key=lambda step: step.timestamp)
+        taken = {"a": 0, "b": 0}
+        ordered = []
+        for lane_id in self.order:
+            ordered.append(self.steps[lane_id][taken[lane_id]])
+            taken[lane_id] += 1
+        return ordered
 
     def comparison(self, threshold: float = DEFAULT_NEAR_TIE) -> Comparison:
         return compare(self.steps["a"], self.steps["b"], threshold)
@@ -301,14 +314,32 @@ def _pairs(value: object, width: int, what: str) -> list[list[Any]]:
     return value
 
 
+def _candidates(top: object) -> tuple[Candidate, ...]:
+    # The hot loop of loading (eight candidates a step): checks inlined, no helper calls.
+    if type(top) is not list or not top:
+        raise ValueError("top must be a list holding at least the chosen token")
+    candidates = []
+    for item in top:
+        if type(item) is not list or len(item) != 3:
+            raise ValueError("top must be a list of [id, logit, piece] lists")
+        token_id, logit, piece = item
+        if type(token_id) is not int or not 0 <= token_id <= MAX_TOKEN_ID:
+            raise ValueError(f"a candidate id must be from 0 to {MAX_TOKEN_ID}, got {token_id!r}")
+        if type(logit) is not float:
+            logit = _float(logit, "a logit")
+        elif logit != logit:
+            raise ValueError("a logit must not be NaN")
+        piece = piece.encode("utf-8", "surrogatepass") if type(piece) is str else _piece_from(piece)
+        candidates.append(Candidate(token_id, logit, piece))
+    return tuple(candidates)
+
+
 def _step_from(record: dict[str, Any]) -> TokenStep:
     if "piece" in record:
         piece = _piece_from(record["piece"])
     else:
         piece = _piece_from({"hex": record["piece_hex"]})
-    top = _pairs(record["top"], 3, "top")
-    if not top:
-        raise ValueError("top must hold at least the chosen token")
+    top = record["top"]
     probes = _pairs(record.get("probes", []), 3, "probes")
     drafted = record["drafted"]
     if not isinstance(drafted, bool):
@@ -319,10 +350,7 @@ def _step_from(record: dict[str, Any]) -> TokenStep:
         index=_int(record, "index", 0, MAX_INDEX),
         token_id=_int(record, "token_id", 0, MAX_TOKEN_ID),
         piece=piece,
-        top=tuple(
-            Candidate(_int({"id": t}, "id", 0, MAX_TOKEN_ID), _float(v, "a logit"), _piece_from(p))
-            for t, v, p in top
-        ),
+        top=_candidates(top),
         drafted=drafted,
         verify_width=_int(record, "verify_width", 1, MAX_INDEX),
         timestamp=_float(record["timestamp"], "timestamp"),
@@ -391,6 +419,7 @@ def load_session(path: str | Path) -> Session:
                     if step.index != len(session.steps[step.lane]):
                         raise ValueError(f"step index {step.index} is out of order")
                     session.steps[step.lane].append(step)
+                    session.order.append(step.lane)
                 elif kind == "footer":
                     session.footer = record
                 else:

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
+class Candidate(NamedTuple):
     """One entry of a step's top-k: a token and its logit (or log-probability, for
     servers: the difference of two log-probabilities equals the difference of the
-    logits, so margins mean the same thing)."""
+    logits, so margins mean the same thing).
+
+    A named tuple rather than a frozen dataclass: a long session holds millions of
+    them, and a tuple is built three times faster (loading a session is bound by it)."""
 
     token_id: int
     logit: float

@@ -19,6 +19,7 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import Button, Footer, Input, Select
 from textual.worker import Worker, WorkerState, get_current_worker
 
@@ -27,7 +28,9 @@ from specdiff.compare import near_ties as find_near_ties
 from specdiff.errors import SpecdiffError
 from specdiff.lanes import Pair, apply_overrides, headline, parse_overrides
 from specdiff.pairrun import PairResult, PairRun
+from specdiff.replay import Playback
 from specdiff.session import Session, save_result
+from specdiff.steps import TokenStep
 from specdiff.tui.messages import RunFailed, RunFinished, RunStarted, StepsArrived
 from specdiff.tui.themes import APP_VARIABLES, DEFAULT_THEME, load_themes
 from specdiff.tui.widgets import (
@@ -41,6 +44,8 @@ from specdiff.tui.widgets import (
     render_panel,
 )
 
+REPLAY_TICK = 1 / 30
+"""How often a replay draws the steps that became due."""
 SWITCH_INTERVAL = 0.0005
 BATCH_SECONDS = 0.25
 """The worker posts steps at most this often: smooth to the eye, cheap for the UI (which
@@ -63,6 +68,7 @@ class SpecdiffApp(App[int]):
         Binding("p", "previous_tie", "prev tie"),
         Binding("left", "move(-1)", "←", show=False),
         Binding("right", "move(1)", "→", show=False),
+        Binding("space", "toggle_pause", "pause", show=False),
         Binding("l", "switch_lane", "lane"),
         Binding("s", "save", "save"),
         Binding("t", "next_theme", "theme"),
@@ -82,7 +88,10 @@ class SpecdiffApp(App[int]):
         session: Session | None = None,
         sessions_dir: str | Path | None = None,
         theme_dirs: list[Path] | None = None,
+        replay_speed: float | None = None,
     ) -> None:
+        """`session` opens a recorded run: at once when `replay_speed` is None, else
+        played at the recorded pace times `replay_speed`."""
         super().__init__()
         self.pairs = pairs
         self.pair_name = pair_name
@@ -109,6 +118,11 @@ class SpecdiffApp(App[int]):
         self._runner: PairRun | None = None
         self._restart = False
         self.our_themes: list[str] = []
+        self.replay_speed = replay_speed
+        self.playback: Playback | None = None
+        self._replay_fork: int | None = None
+        self._replay_clock = 0.0
+        self._replay_timer: Timer | None = None
 
     # -- layout ---------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -266,19 +280,131 @@ class SpecdiffApp(App[int]):
         self.follow = True
 
     def show_session(self, session: Session) -> None:
-        """Show a recorded run at once (no model needed)."""
+        """Show a recorded run (no model needed): at once, or played back."""
+        self.stop_playback()
         self.reset_view()
         self.pair = session.pair
         self.set_titles()
         speeds = (session.footer or {}).get("tokens_per_second") or [0.0, 0.0]
         for lane_id, speed in zip(("a", "b"), speeds):
-            self.lanes[lane_id].extend(session.steps[lane_id])
             self.lanes[lane_id].speed = float(speed)
-        self.update_comparison(announce=False)
-        self.render_lanes(follow=False)
-        state = "partial session" if session.partial else "session"
+        if self.replay_speed is None:
+            for lane_id in ("a", "b"):
+                self.lanes[lane_id].extend(session.steps[lane_id])
+            self.update_comparison(announce=False)
+            self.render_lanes(follow=False)
+            self.set_status(self.session_summary())
+            return
+        self.playback = Playback(session.recorded_steps(), self.replay_speed)
+        self._replay_fork = first_divergence(session.steps["a"], session.steps["b"])
+        self._replay_clock = time.monotonic()
+        self.render_lanes(follow=True)
+        self._replay_timer = self.set_interval(REPLAY_TICK, self.replay_tick, name="replay")
+        self.replay_status()
+
+    def session_summary(self) -> str:
+        assert self.session is not None
+        state = "partial session" if self.session.partial else "session"
         fork = f"fork at token {self.fork.index}" if self.fork else "lanes identical"
-        self.set_status(f"{state} {session.path.name}: {fork}")
+        return f"{state} {self.session.path.name}: {fork}"
+
+    # -- replay ---------------------------------------------------------------------
+    def replay_tick(self) -> None:
+        now = time.monotonic()
+        elapsed, self._replay_clock = now - self._replay_clock, now
+        if self.playback is None:
+            return
+        due = self.playback.advance(elapsed)
+        if due:
+            self.show_replayed(due)
+
+    def show_replayed(self, steps: list[TokenStep]) -> None:
+        for step in steps:
+            self.lanes[step.lane].extend((step,))
+        if self.playback is not None and self.playback.finished:
+            self.update_comparison(announce=self.fork is None)
+            self.render_lanes(follow=self.follow)
+        else:
+            self.render_lanes(follow=self.follow, panel=self.find_fork())
+        self.replay_status()
+
+    def replay_status(self) -> None:
+        playback = self.playback
+        if playback is None:
+            return
+        shown, total = playback.position, len(playback.steps)
+        if playback.finished and not playback.paused:
+            state = "replayed"
+            keys = "space plays it again · d jumps to the fork"
+        elif playback.paused:
+            state = "paused"
+            keys = "space resumes · ←/→ step a token"
+        else:
+            state = f"replaying at {playback.speed:g}x"
+            keys = "space pauses · d jumps to the fork"
+        self.set_status(f"{state}: {shown}/{total} steps of {self.session_summary()} · {keys}")
+
+    def stop_playback(self) -> None:
+        self.playback = None
+        if self._replay_timer is not None:
+            self._replay_timer.stop()
+            self._replay_timer = None
+
+    def action_toggle_pause(self) -> None:
+        playback = self.playback
+        if playback is None:
+            self.notify("space pauses a replay (specdiff replay FILE)", timeout=3)
+            return
+        if playback.finished and not playback.paused:
+            playback.restart()
+            self.reset_view_keeping_speeds()
+            self.render_lanes(follow=True)
+        else:
+            playback.paused = not playback.paused
+            self._replay_clock = time.monotonic()
+            if not playback.paused:
+                self.follow = True
+                self.cursor = None
+                self.render_lanes(follow=True)
+        self.replay_status()
+
+    def reset_view_keeping_speeds(self) -> None:
+        speeds = {lane_id: state.speed for lane_id, state in self.lanes.items()}
+        self.reset_view()
+        for lane_id, speed in speeds.items():
+            self.lanes[lane_id].speed = speed
+
+    def replay_step(self, delta: int) -> None:
+        """Paused replay: show the next step, or hide the last one; the cursor follows."""
+        playback = self.playback
+        assert playback is not None
+        if delta > 0:
+            step = playback.forward()
+            if step is None:
+                self.notify("the end of the session", timeout=2)
+                return
+            self.lanes[step.lane].extend((step,))
+            if playback.finished:
+                self.update_comparison(announce=False)
+            else:
+                self.find_fork()
+            self.move_cursor(step.lane, step.index)
+        else:
+            step = playback.back()
+            if step is None:
+                self.notify("the start of the session", timeout=2)
+                return
+            self.lanes[step.lane].truncate(step.index)
+            if self.fork is not None and step.index <= self.fork.index:
+                self.fork, self.similarity = None, None
+                self.changed = {"a": set(), "b": set()}
+            previous = playback.steps[playback.position - 1] if playback.position else None
+            if previous is None:
+                self.cursor = None
+                self.render_lanes(follow=False)
+            else:
+                self.move_cursor(previous.lane, previous.index)
+        self.replay_status()
 
     # -- running --------------------------------------------------------------------
     def resolve_pair(self) -> tuple[Pair, str, int]:
@@ -319,6 +445,7 @@ class SpecdiffApp(App[int]):
             self.notify(str(error), severity="error", timeout=8)
             self.set_status(f"not started: {error}")
             return
+        self.stop_playback()
         self.reset_view()
         self.pair = pair
         self.max_tokens = max_tokens
@@ -464,6 +591,10 @@ class SpecdiffApp(App[int]):
                 self.query_one(f"#lane-{pane_lane}", LanePane).scroll_to_token(index)
 
     def action_fork(self) -> None:
+        if self.fork is None and self.playback is not None and self._replay_fork is not None:
+            # The fork is recorded but not played yet: play up to it and stop there.
+            self.playback.paused = True
+            self.show_replayed(self.playback.through(self._replay_fork))
         if self.fork is None:
             self.notify("no fork: the lanes agree so far", timeout=4)
             return
@@ -489,6 +620,9 @@ class SpecdiffApp(App[int]):
         self.move_cursor(self.cursor_lane, earlier[-1])
 
     def action_move(self, delta: int) -> None:
+        if self.playback is not None and self.playback.paused:
+            self.replay_step(delta)
+            return
         steps = self.lanes[self.cursor_lane].steps
         if not steps:
             return

@@ -56,6 +56,15 @@ class LaneState:
             self.steps.append(step)
             self.texts.append(self.decoder.decode(step.piece))
 
+    def truncate(self, length: int) -> None:
+        """Keep the first `length` steps (a replay stepping back)."""
+        del self.steps[length:], self.texts[length:]
+        # The decoder may hold the first bytes of a character split over tokens:
+        # rebuild its state from the steps that remain.
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        for step in self.steps:
+            self.decoder.decode(step.piece)
+
 
 @dataclass(frozen=True)
 class Palette:

@@ -1,0 +1,195 @@
+"""Replaying a session at its recorded pace: the playback clock and the TUI's keys."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from specdiff.cli import main
+from specdiff.lanes import presets
+from specdiff.replay import MAX_GAP_SECONDS, Playback, PlaybackError, check_speed, offsets_of
+from specdiff.session import load_session
+from specdiff.tui.app import make_app
+
+SESSION = Path(__file__).parent / "data" / "ubatch-roman-empire.jsonl"
+
+
+def recorded():
+    return load_session(SESSION).recorded_steps()
+
+
+def test_recorded_order_is_the_file_order() -> None:
+    lines = [json.loads(line) for line in SESSION.read_text(encoding="utf-8").splitlines()]
+    in_file = [(r["lane"], r["index"]) for r in lines if r["type"] == "step"]
+    assert [(s.lane, s.index) for s in recorded()] == in_file
+
+
+def test_offsets_follow_the_timestamps_and_cap_long_gaps() -> None:
+    steps = recorded()[:4]
+    steps[2] = replace(steps[2], timestamp=steps[1].timestamp + 600.0)
+    steps[3] = replace(steps[3], timestamp=steps[2].timestamp + 0.25)
+    offsets = offsets_of(steps)
+    assert offsets[0] == 0.0
+    assert offsets[1] == pytest.approx(steps[1].timestamp - steps[0].timestamp)
+    assert offsets[2] == pytest.approx(offsets[1] + MAX_GAP_SECONDS)
+    assert offsets[3] == pytest.approx(offsets[2] + 0.25)
+    assert offsets == sorted(offsets)
+
+
+def test_advance_plays_at_the_recorded_pace_times_the_speed() -> None:
+    steps = recorded()
+    playback = Playback(steps, speed=2.0)
+    half = playback.duration / 2
+    due = playback.advance(half / 2)  # wall time: half the session at 2x
+    assert due == steps[: len(due)]
+    assert all(offset <= half for offset in playback.offsets[: len(due)])
+    assert playback.offsets[len(due)] > half
+    rest = playback.advance(playback.duration)
+    assert due + rest == steps and playback.finished
+    assert playback.advance(1.0) == []
+
+
+def test_a_paused_playback_does_not_move_and_steps_one_at_a_time() -> None:
+    steps = recorded()
+    playback = Playback(steps)
+    playback.paused = True
+    assert playback.advance(100.0) == []
+    assert playback.forward() == steps[0]
+    assert playback.forward() == steps[1]
+    assert playback.back() == steps[1]
+    assert playback.position == 1
+    assert playback.back() == steps[0]
+    assert playback.back() is None
+    playback.paused = False
+    assert playback.advance(0.0) == [steps[0]]  # the first step is due at once
+
+
+def test_through_shows_both_lanes_up_to_an_index() -> None:
+    steps = recorded()
+    playback = Playback(steps)
+    due = playback.through(11)
+    assert {(s.lane, s.index) for s in due} >= {("a", 11), ("b", 11)}
+    assert max(s.index for s in due) <= 12
+    assert due == steps[: len(due)]
+
+
+@pytest.mark.parametrize("speed", [0.0, -1.0, float("nan"), float("inf")])
+def test_bad_speeds_are_refused(speed: float) -> None:
+    with pytest.raises(PlaybackError, match="--speed"):
+        check_speed(speed)
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--speed", "0"], "--speed must be a number above 0"),
+        (["--speed", "fast"], "invalid float value"),
+        (["--speed", "2", "--instant"], "not allowed with"),
+    ],
+)
+def test_replay_command_refuses_bad_pace_options(capsys, arguments, message) -> None:
+    assert main(["replay", str(SESSION), *arguments]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def sync(scenario):
+    """Run an async pilot scenario as a plain test."""
+
+    @functools.wraps(scenario)
+    def test() -> None:
+        asyncio.run(scenario())
+
+    return test
+
+
+def replay_app(speed: float | None):
+    session = load_session(SESSION)
+    return make_app(presets(), "ubatch", session.prompt, 60, session=session, replay_speed=speed)
+
+
+def shown(app) -> int:
+    return len(app.lanes["a"].steps) + len(app.lanes["b"].steps)
+
+
+@sync
+async def test_replay_streams_at_the_recorded_pace_and_ends_with_the_fork() -> None:
+    app = replay_app(1.0)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause()
+        # The session lasts about 2 s: the first frame shows only its beginning.
+        assert shown(app) < 120
+        app.playback.speed = 1000.0
+        await pilot.pause(0.2)
+        assert app.playback.finished and shown(app) == 120
+        expected = load_session(SESSION).comparison().fork
+        assert app.fork is not None and app.fork.index == expected.index
+        assert "replayed: 120/120 steps" in app.query_one("#status").plain
+
+
+@sync
+async def test_space_pauses_and_arrows_step_token_by_token() -> None:
+    app = replay_app(0.01)  # slow enough that nothing but the first steps play
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("space")
+        assert app.playback.paused
+        before = shown(app)
+        await pilot.pause(0.2)
+        assert shown(app) == before
+        await pilot.press("right", "right", "right")
+        assert shown(app) == before + 3
+        last = app.playback.steps[app.playback.position - 1]
+        assert (app.cursor_lane, app.cursor) == (last.lane, last.index)
+        await pilot.press("left")
+        assert shown(app) == before + 2
+        assert "paused" in app.query_one("#status").plain
+        await pilot.press("space")
+        assert not app.playback.paused
+
+
+@sync
+async def test_d_plays_up_to_the_fork_and_stops_there() -> None:
+    app = replay_app(0.01)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("d")
+        assert app.playback.paused
+        assert app.fork is not None and app.fork.index == 11
+        assert app.cursor == 11
+        assert len(app.lanes["a"].steps) >= 12 and len(app.lanes["b"].steps) >= 12
+        # stepping back over the fork forgets it; stepping forward finds it again
+        while app.fork is not None:
+            await pilot.press("left")
+        assert min(len(app.lanes["a"].steps), len(app.lanes["b"].steps)) == 11
+        await pilot.press("right", "right")
+        assert app.fork is not None and app.fork.index == 11
+
+
+@sync
+async def test_space_at_the_end_plays_again_from_the_start() -> None:
+    app = replay_app(1000.0)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause(0.2)
+        assert app.playback.finished
+        app.playback.speed = 0.01
+        await pilot.press("space")
+        assert not app.playback.finished and shown(app) < 120 and app.fork is None
+
+
+@sync
+async def test_stepping_back_keeps_split_characters_whole() -> None:
+    app = replay_app(0.01)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("space")
+        for _ in range(40):
+            await pilot.press("right")
+        for _ in range(20):
+            await pilot.press("left")
+        for lane_id, state in app.lanes.items():
+            whole = b"".join(step.piece for step in state.steps).decode("utf-8", "replace")
+            pending = state.decoder.decode(b"", final=True)
+            assert "".join(state.texts) + pending == whole, lane_id
