@@ -2,10 +2,12 @@
 
 - ``divergence``: everyday completions, the set the divergence measurements run on;
 - ``repetitive``: rewrite / extract / repeat tasks, where n-gram drafts hit;
-- ``open``: open-ended completions, where they mostly do not.
+- ``open``: open-ended completions, where they mostly do not;
+- ``coding``: Python function / class stubs with docstrings, ending where the body starts;
+- ``questions``: short factual and explanatory questions, ending where the answer starts.
 
-The bundled model is a base (not instruction-tuned) model, so prompts are text to
-continue, not questions to answer.
+The bundled model is a base (not instruction-tuned) model, so every prompt is text to
+continue: a question ends with "Answer:" for the model to go on from.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from importlib import resources
 # Forks under spec-vs-plain (and ubatch) on the bundled model here; a test checks it.
 DEFAULT_PROMPT = "The history of the Roman Empire"
 
-SETS = ("divergence", "repetitive", "open")
+SETS = ("divergence", "repetitive", "open", "coding", "questions")
 
 
 def load(name: str) -> list[dict[str, str]]:
