@@ -105,6 +105,18 @@ def _add_lane_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_replay_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--theme", help="theme name")
+    pace = parser.add_mutually_exclusive_group()
+    pace.add_argument(
+        "--speed",
+        type=float,
+        default=1.0,
+        help="play at this multiple of the recorded pace (default 1)",
+    )
+    pace.add_argument("--instant", action="store_true", help="show the whole session at once")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="specdiff",
@@ -150,15 +162,21 @@ def build_parser() -> argparse.ArgumentParser:
         "replay", help="open a saved session in the TUI (no model is loaded)"
     )
     replay.add_argument("session", help="a session file (.jsonl)")
-    replay.add_argument("--theme", help="theme name")
-    pace = replay.add_mutually_exclusive_group()
-    pace.add_argument(
-        "--speed",
-        type=float,
-        default=1.0,
-        help="play at this multiple of the recorded pace (default 1)",
+    _add_replay_options(replay)
+
+    sessions = commands.add_parser("sessions", help="list the saved sessions, or open one")
+    sessions.add_argument(
+        "--sessions-dir", help="the folder to list (default: ./sessions or the user data dir)"
     )
-    pace.add_argument("--instant", action="store_true", help="show the whole session at once")
+    sessions.add_argument("--json", action="store_true", help="one JSON object per session")
+    session_commands = sessions.add_subparsers(dest="sessions_command", parser_class=_Parser)
+    listing = session_commands.add_parser("list", help="a line per session (the default)")
+    listing.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    opening = session_commands.add_parser(
+        "open", help="replay a listed session: its number in the list or its file name"
+    )
+    opening.add_argument("reference", metavar="NUMBER|NAME")
+    _add_replay_options(opening)
 
     verify = commands.add_parser(
         "verify", help="re-run a session's lanes and compare token ids step by step"
@@ -335,21 +353,9 @@ def command_run(args: argparse.Namespace) -> int:
 
 def config_theme() -> str | None:
     """`theme = "NAME"` from the user config file, if there is one."""
-    import platformdirs
+    from specdiff.config import config_value
 
-    from specdiff.lanes import tomllib
-
-    path = Path(platformdirs.user_config_dir("specdiff")) / "config.toml"
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as error:
-        raise ArgumentError(f"{path}: cannot read the config file ({error})") from None
-    theme = data.get("theme")
-    if theme is not None and not isinstance(theme, str):
-        raise ArgumentError(f"{path}: theme must be a string")
-    return theme
+    return config_value("theme")
 
 
 def command_live(args: argparse.Namespace) -> int:
@@ -372,11 +378,15 @@ def command_live(args: argparse.Namespace) -> int:
 
 
 def command_replay(args: argparse.Namespace) -> int:
+    return replay_file(args.session, args)
+
+
+def replay_file(path: str | Path, args: argparse.Namespace) -> int:
     from specdiff.replay import check_speed
     from specdiff.session import load_session
 
     speed = None if args.instant else check_speed(args.speed)
-    session = load_session(args.session)
+    session = load_session(path)
     known = presets()
     known[session.pair.name] = session.pair
     from specdiff.tui.app import make_app
@@ -495,6 +505,54 @@ def command_models(args: argparse.Namespace) -> int:
     return 0
 
 
+def command_sessions(args: argparse.Namespace) -> int:
+    from specdiff.catalog import list_sessions, resolve_in
+    from specdiff.session import sessions_dir
+
+    directory = sessions_dir(args.sessions_dir).absolute()
+    infos = list_sessions(directory)
+    if args.sessions_command == "open":
+        return replay_file(resolve_in(directory, args.reference, infos), args)
+    if args.json:
+        for info in infos:
+            print(json.dumps(_session_json(info), ensure_ascii=False))
+        return EXIT_SAME
+    if not infos:
+        print(
+            f"no sessions in {directory} (save one with `specdiff run --save` or `s` in the TUI)"
+        )
+        return EXIT_SAME
+    print(f"sessions in {directory}:")
+    print(f"{'#':>3}  {'date (UTC)':<16}  {'pair':<16}  {'diverged at':<12}  {'tokens':>9}  prompt")
+    for number, info in enumerate(infos, 1):
+        if info.problem is not None:
+            print(f"{number:>3}  {info.path.name}: unreadable ({info.problem})")
+            continue
+        tokens = "/".join(str(n) for n in info.generated) if info.generated else "?"
+        prompt = " ".join(info.prompt.split())
+        prompt = prompt if len(prompt) <= 40 else prompt[:39] + "…"
+        print(
+            f"{number:>3}  {info.when:<16}  {info.pair[:16]:<16}  {info.diverged:<12}  "
+            f"{tokens:>9}  {prompt}"
+        )
+    print("open one with: specdiff sessions open NUMBER (or replay, verify, export its file)")
+    return EXIT_SAME
+
+
+def _session_json(info: Any) -> dict[str, Any]:
+    return {
+        "path": str(info.path),
+        "created": info.created,
+        "pair": info.pair,
+        "prompt": info.prompt,
+        "partial": info.partial,
+        "identical": info.identical,
+        "fork_index": info.fork_index,
+        "generated": list(info.generated) if info.generated else None,
+        "problem": info.problem,
+    }
+
+
 def command_export(args: argparse.Namespace) -> int:
     """Exit 0 once the report is written; it describes the session, it does not judge it."""
     from specdiff.export import check_output, export_session, report_format, write_report
@@ -544,6 +602,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return command_replay(args)
         if args.command == "export":
             return command_export(args)
+        if args.command == "sessions":
+            return command_sessions(args)
         parser.print_help()
         return EXIT_BAD_INPUT
     except SpecdiffError as error:

@@ -37,7 +37,11 @@ class SessionError(SpecdiffError):
 
 
 def sessions_dir(override: str | Path | None = None) -> Path:
-    """--sessions-dir, else ./sessions when it exists, else the user data directory."""
+    """--sessions-dir, else `sessions_dir` in the config file, else ./sessions when it
+    exists, else the user data directory."""
+    from specdiff.config import config_value
+
+    override = override or config_value("sessions_dir")
     if override:
         return Path(override).expanduser()
     local = Path("sessions")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from specdiff.cli import main
 from tests.fixtures import model_with_changed_token
 
 
@@ -220,7 +221,8 @@ def test_interrupt_mid_generation_keeps_what_was_produced() -> None:
 
 
 def test_theme_default_from_the_config_file(tmp_path: Path, monkeypatch) -> None:
-    from specdiff.cli import ArgumentError, config_theme
+    from specdiff.cli import config_theme
+    from specdiff.config import ConfigError
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     assert config_theme() is None
@@ -229,8 +231,25 @@ def test_theme_default_from_the_config_file(tmp_path: Path, monkeypatch) -> None
     config.write_text('theme = "specdiff-light"\n', encoding="utf-8")
     assert config_theme() == "specdiff-light"
     config.write_text("theme = [\n", encoding="utf-8")
-    with pytest.raises(ArgumentError, match="cannot read the config file"):
+    with pytest.raises(ConfigError, match="cannot read the config file"):
         config_theme()
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('theme = 3\n', "theme must be a non-empty string"),
+        ('sessions-dir = "x"\n', "unknown setting 'sessions-dir'; known: theme, sessions_dir"),
+    ],
+)
+def test_bad_config_settings_are_one_line_errors(tmp_path, monkeypatch, capsys, text, message):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    config = tmp_path / "specdiff" / "config.toml"
+    config.parent.mkdir()
+    config.write_text(text, encoding="utf-8")
+    assert main(["sessions"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
 
 
 def test_prompt_on_stdin_that_is_not_utf8() -> None:

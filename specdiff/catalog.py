@@ -1,0 +1,162 @@
+"""The saved sessions in a folder: listed from their first and last lines only.
+
+A finished session's header and footer say everything the list shows, so listing a
+folder of long sessions reads a few kilobytes per file, not every step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from specdiff.session import MAX_LINE_BYTES, PARTIAL_SUFFIX, SCHEMA_VERSION, SUFFIX, SessionError
+
+FOOTER_WINDOW = 64 * 1024
+"""A footer is a few hundred bytes; reading this much from the end always holds it."""
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    path: Path
+    created: str = ""
+    pair: str = ""
+    prompt: str = ""
+    fork_index: int | None = None
+    identical: bool | None = None
+    generated: tuple[int, int] | None = None
+    partial: bool = False
+    problem: str | None = None
+    """Why the file could not be read; the other fields are then empty."""
+
+    @property
+    def diverged(self) -> str:
+        if self.problem is not None:
+            return "unreadable"
+        if self.partial:
+            return "partial"
+        if self.fork_index is not None:
+            return f"token {self.fork_index}"
+        return "identical" if self.identical else "lengths differ"
+
+    @property
+    def when(self) -> str:
+        try:
+            return datetime.fromisoformat(self.created).strftime("%Y-%m-%d %H:%M")
+        except ValueError:
+            return self.created[:16]
+
+
+def _last_line(path: Path) -> bytes:
+    with path.open("rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        size = handle.tell()
+        handle.seek(max(0, size - FOOTER_WINDOW))
+        tail = handle.read()
+    lines = tail.rstrip(b"\n").rsplit(b"\n", 1)
+    return lines[-1]
+
+
+STEP_START = re.compile(rb'^\{\s*"type"\s*:\s*"step"\s*,\s*"lane"\s*:\s*"([ab])"')
+
+
+def _count_steps(path: Path) -> tuple[int, int]:
+    # A partial session has no footer to read the counts from; its step lines begin
+    # with type and lane, so counting needs no JSON parsing.
+    counts = {b"a": 0, b"b": 0}
+    with path.open("rb") as handle:
+        for line in handle:
+            found = STEP_START.match(line, 0, 64)
+            if found:
+                counts[found.group(1)] += 1
+    return counts[b"a"], counts[b"b"]
+
+
+def read_info(path: Path) -> SessionInfo:
+    """What the list shows of one file; a file that cannot be read says why."""
+    try:
+        with path.open("rb") as handle:
+            first = handle.readline(MAX_LINE_BYTES + 1)
+        header: Any = json.loads(first.decode("utf-8"))
+        if not isinstance(header, dict) or header.get("type") != "header":
+            raise ValueError("the first line is not a session header")
+        if header.get("schema") != SCHEMA_VERSION:
+            raise ValueError(f"schema version {header.get('schema')!r} is unknown")
+        footer: Any = json.loads(_last_line(path).decode("utf-8"))
+        partial = not (isinstance(footer, dict) and footer.get("type") == "footer")
+        info = SessionInfo(
+            path=path,
+            created=str(header.get("created", "")),
+            pair=str(header.get("pair", "")),
+            prompt=str(header.get("prompt", "")),
+            partial=partial,
+        )
+        if partial:
+            return replace(info, generated=_count_steps(path))
+        fork_index = footer.get("fork_index")
+        generated = footer.get("generated")
+        return replace(
+            info,
+            fork_index=fork_index if isinstance(fork_index, int) else None,
+            identical=bool(footer.get("identical")),
+            generated=tuple(generated) if isinstance(generated, list) else None,
+        )
+    except (OSError, ValueError) as error:
+        return SessionInfo(path=path, problem=str(error) or type(error).__name__)
+
+
+def list_sessions(directory: Path) -> list[SessionInfo]:
+    """Every session in `directory` (finished and partial), oldest first."""
+    try:
+        folder = directory.resolve()
+        paths = [
+            path
+            for path in directory.iterdir()
+            if path.name.endswith((SUFFIX, PARTIAL_SUFFIX))
+            and path.is_file()
+            # what the list shows, `open` opens: nothing that leads out of the folder
+            and path.resolve().is_relative_to(folder)
+        ]
+    except FileNotFoundError:
+        return []
+    except OSError as error:
+        raise SessionError(
+            f"cannot list the sessions folder {directory}: {error.strerror}"
+        ) from None
+    infos = [read_info(path) for path in paths]
+    return sorted(infos, key=lambda info: (info.created, info.path.name))
+
+
+def resolve_in(directory: Path, reference: str, infos: list[SessionInfo]) -> Path:
+    """A session named by its number in the list, its file name or a path in the folder.
+
+    A path that leads outside the folder (`..`, an absolute path, a symlink out) is
+    refused: the list opens what it lists.
+    """
+    if reference.isdigit():
+        number = int(reference)
+        if not 1 <= number <= len(infos):
+            raise SessionError(
+                f"no session number {number} in {directory} "
+                f"({len(infos)} saved; run `specdiff sessions` to see them)"
+            )
+        return infos[number - 1].path
+    folder = directory.resolve()
+    candidate = Path(reference)
+    if not candidate.is_absolute():
+        candidate = directory / candidate
+    target = candidate.resolve()
+    if not target.is_relative_to(folder):
+        raise SessionError(
+            f"{reference} is outside the sessions folder {directory}; "
+            "open any file with `specdiff replay PATH`"
+        )
+    if not target.is_file():
+        raise SessionError(
+            f"no session {reference!r} in {directory} (run `specdiff sessions` to list them)"
+        )
+    return target

@@ -1,0 +1,119 @@
+"""`specdiff sessions`: listing a folder of sessions and opening one from it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from specdiff.catalog import list_sessions, resolve_in
+from specdiff.cli import main
+from specdiff.session import SessionError, load_session
+
+DEMOS = sorted((Path(__file__).resolve().parent.parent / "sessions").glob("*.jsonl"))
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    directory = tmp_path / "saved"
+    directory.mkdir()
+    for demo in DEMOS:
+        shutil.copy(demo, directory / demo.name)
+    return directory
+
+
+def partial_copy(source: Path, target: Path, steps: int) -> None:
+    lines = source.read_text(encoding="utf-8").splitlines(keepends=True)
+    target.write_text("".join(lines[: 1 + steps]), encoding="utf-8")
+
+
+def test_the_list_shows_date_pair_prompt_fork_and_tokens(folder: Path, capsys) -> None:
+    assert main(["sessions", "--sessions-dir", str(folder)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    rows = [line for line in out if line[:3].strip().isdigit()]
+    assert len(rows) == len(DEMOS) == 3
+    for demo in DEMOS:
+        session = load_session(demo)
+        fork = session.comparison().fork
+        row = next(line for line in rows if f" {session.pair.name} " in line)
+        assert f"token {fork.index}" in row
+        assert f"{len(session.steps['a'])}/{len(session.steps['b'])}" in row
+        assert session.header["created"][:10] in row
+        assert "The history of the Roman" in row
+
+
+def test_partial_and_unreadable_files_are_listed_as_such(folder: Path, capsys) -> None:
+    partial_copy(DEMOS[0], folder / "killed.jsonl.partial", steps=9)
+    (folder / "broken.jsonl").write_bytes(b"\xff\xfe not a session\n")
+    (folder / "notes.txt").write_text("not listed", encoding="utf-8")
+    assert main(["sessions", "--sessions-dir", str(folder)]) == 0
+    out = capsys.readouterr().out
+    killed = next(line for line in out.splitlines() if "  partial  " in line)
+    assert "5/4" in killed  # lanes interleave a, b, a, ...: nine steps are 5 of a, 4 of b
+    assert "broken.jsonl: unreadable" in out
+    assert "notes.txt" not in out
+    assert len([i for i in list_sessions(folder) if i.problem is None]) == 4
+
+
+def test_json_listing(folder: Path, capsys) -> None:
+    assert main(["sessions", "--sessions-dir", str(folder), "--json"]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {Path(r["path"]).name for r in records} == {demo.name for demo in DEMOS}
+    assert all(r["fork_index"] is not None and not r["partial"] for r in records)
+    assert main(["sessions", "--sessions-dir", str(folder), "list", "--json"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 3
+
+
+def test_an_empty_or_missing_folder_says_how_to_save(tmp_path: Path, capsys) -> None:
+    for directory in (tmp_path, tmp_path / "missing"):
+        assert main(["sessions", "--sessions-dir", str(directory)]) == 0
+        assert "no sessions in" in capsys.readouterr().out
+        assert not (tmp_path / "missing").exists()
+
+
+def test_the_config_file_names_the_folder(folder: Path, tmp_path: Path, monkeypatch, capsys):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    config = tmp_path / "config" / "specdiff" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(f"sessions_dir = {json.dumps(str(folder))}\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert main(["sessions"]) == 0
+    assert f"sessions in {folder}" in capsys.readouterr().out
+
+
+def test_open_resolves_a_number_or_a_name_in_the_folder(folder: Path) -> None:
+    infos = list_sessions(folder)
+    assert resolve_in(folder, "2", infos) == infos[1].path
+    name = DEMOS[0].name
+    assert resolve_in(folder, name, infos) == (folder / name).resolve()
+
+
+@pytest.mark.parametrize(
+    "reference, message",
+    [
+        ("0", "no session number 0"),
+        ("4", "no session number 4"),
+        ("nothing.jsonl", "no session 'nothing.jsonl'"),
+        ("../outside.jsonl", "is outside the sessions folder"),
+        ("/etc/passwd", "is outside the sessions folder"),
+        ("link.jsonl", "is outside the sessions folder"),
+    ],
+)
+def test_open_refuses_what_is_not_a_session_of_the_folder(
+    folder: Path, capsys, reference: str, message: str
+) -> None:
+    outside = folder.parent / "outside.jsonl"
+    shutil.copy(DEMOS[0], outside)
+    (folder / "link.jsonl").symlink_to(outside)
+    with pytest.raises(SessionError, match=message):
+        resolve_in(folder, reference, list_sessions(folder))
+    assert main(["sessions", "--sessions-dir", str(folder), "open", reference]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_open_checks_the_pace_before_opening(folder: Path, capsys) -> None:
+    assert main(["sessions", "--sessions-dir", str(folder), "open", "1", "--speed", "-2"]) == 2
+    assert "--speed must be a number above 0" in capsys.readouterr().err
