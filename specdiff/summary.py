@@ -16,12 +16,14 @@ from specdiff.pairrun import LaneOutcome, PairResult
 from specdiff.steps import text_of
 
 
-def _piece(piece: bytes) -> str:
+def piece_text(piece: bytes) -> str:
+    """A token as a quoted literal, so spaces, newlines and broken bytes stay visible."""
     return repr(piece.decode("utf-8", "replace"))
 
 
-def _pick(view: PickView, pieces: dict[int, bytes]) -> str:
-    token = _piece(pieces.get(view.token_id, b"?"))
+def pick_text(view: PickView, pieces: dict[int, bytes]) -> str:
+    """A pick as one lane scored it: token, logit, rank and probability where known."""
+    token = piece_text(pieces.get(view.token_id, b"?"))
     if view.logit is None:
         return f"{token} outside top-k"
     probability = f", p {view.probability:.3f}" if view.probability is not None else ""
@@ -114,7 +116,7 @@ def _fork_lines(result: PairResult, fork: Fork) -> list[str]:
     length = max(comparison.length_a, comparison.length_b)
     lines = [
         f"DIVERGED at token {fork.index} of {length} generated "
-        f"(a: {_piece(fork.piece_a)}, b: {_piece(fork.piece_b)}).",
+        f"(a: {piece_text(fork.piece_a)}, b: {piece_text(fork.piece_b)}).",
         "shared text:",
         _indent(text_of(a.steps[: fork.index])),
     ]
@@ -136,8 +138,8 @@ def _fork_lines(result: PairResult, fork: Fork) -> list[str]:
 
 def _fork_view(lane_id: str, view: LaneAtFork, pieces: dict[int, bytes]) -> str:
     return (
-        f"  lane {lane_id}: margin {view.margin:.3f} · own pick {_pick(view.own, pieces)} · "
-        f"other pick {_pick(view.other, pieces)}"
+        f"  lane {lane_id}: margin {view.margin:.3f} · own pick {pick_text(view.own, pieces)} · "
+        f"other pick {pick_text(view.other, pieces)}"
     )
 
 
@@ -169,7 +171,8 @@ def _lane_json(outcome: LaneOutcome) -> dict[str, Any]:
     }
 
 
-def _fork_json(fork: Fork | None) -> dict[str, Any] | None:
+def fork_json(fork: Fork | None) -> dict[str, Any] | None:
+    """The fork record as JSON-ready data, pieces decoded to text."""
     if fork is None:
         return None
     data = dataclasses.asdict(fork)
@@ -191,7 +194,7 @@ def result_json(result: PairResult) -> dict[str, Any]:
         "identical": comparison.identical,
         "cancelled": result.cancelled,
         "generated": [comparison.length_a, comparison.length_b],
-        "fork": _fork_json(comparison.fork),
+        "fork": fork_json(comparison.fork),
         "near_tie_threshold": comparison.near_tie_threshold,
         "near_ties_before_fork": {
             "a": list(comparison.near_ties_a),

@@ -16,6 +16,8 @@ CORE_MODULES = [
     "specdiff.pairrun",
     "specdiff.summary",
     "specdiff.session",
+    "specdiff.export",
+    "specdiff.svgplot",
     "specdiff.prompts",
     "specdiff.cli",
     "specdiff.engine.gguf",

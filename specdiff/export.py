@@ -1,0 +1,749 @@
+"""One saved session as a self-contained report: Markdown, HTML or JSON.
+
+Every number comes from the session's own records through compare.py and the text
+summary's formatting, so a report says exactly what `specdiff run` and the TUI say.
+A report needs nothing beside itself: the margin plot is inline SVG (a data URI in
+Markdown), the HTML has inline CSS and no scripts, and nothing refers to the network.
+"""
+
+from __future__ import annotations
+
+import base64
+import codecs
+import hashlib
+import json
+import math
+import os
+import re
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specdiff import __version__
+from specdiff.compare import DEFAULT_NEAR_TIE, Comparison, Fork
+from specdiff.errors import SpecdiffError
+from specdiff.lanes import differences, headline
+from specdiff.session import Session
+from specdiff.steps import TokenStep, text_of
+from specdiff.summary import fork_json, pick_text, piece_text
+from specdiff.svgplot import margin_plot, xml_text
+
+FORMATS = ("md", "html", "json")
+SUFFIX_FORMATS = {".md": "md", ".markdown": "md", ".html": "html", ".htm": "html", ".json": "json"}
+EXPORT_SCHEMA = "specdiff-export"
+EXPORT_VERSION = 1
+LANE_IDS = ("a", "b")
+
+FORK_OPEN, FORK_CLOSE = "⟦", "⟧"
+
+
+class ExportError(SpecdiffError):
+    """A report that cannot be made or written: bad format, or an output in the way."""
+
+
+def report_format(requested: str | None, output: str | None) -> str:
+    """--format if given, else what --output's suffix says, else Markdown."""
+    if requested is not None:
+        wanted = requested.strip().lower()
+        if wanted not in FORMATS:
+            raise ExportError(f"unknown format {requested!r}; choose one of {', '.join(FORMATS)}")
+        return wanted
+    if output and output != "-":
+        return SUFFIX_FORMATS.get(Path(output).suffix.lower(), "md")
+    return "md"
+
+
+# --- what every format shows -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Report:
+    session: Session
+    comparison: Comparison
+    token_texts: dict[str, list[str]]
+    """Each lane's text split by token, a character going to the token that completes it."""
+    changed: dict[str, frozenset[int]]
+    """Token indices after the fork that the other lane does not share."""
+
+    @property
+    def fork(self) -> Fork | None:
+        return self.comparison.fork
+
+    def steps(self, lane_id: str) -> list[TokenStep]:
+        return self.session.steps[lane_id]
+
+    def footer_value(self, key: str, lane_id: str) -> Any:
+        """A per-lane footer field ([a, b]); None for a partial session."""
+        values = (self.session.footer or {}).get(key)
+        if not isinstance(values, list) or len(values) != 2:
+            return None
+        return values[LANE_IDS.index(lane_id)]
+
+
+def token_texts(steps: Sequence[TokenStep]) -> list[str]:
+    """Per-token text that joins to exactly text_of(steps): a token may hold part of a
+    UTF-8 character, and decoding it alone would show a replacement character where
+    the whole text has none."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    texts = [decoder.decode(step.piece) for step in steps]
+    tail = decoder.decode(b"", final=True)
+    if tail:
+        texts[-1] += tail
+    return texts
+
+
+def _changed_tokens(comparison: Comparison) -> dict[str, frozenset[int]]:
+    fork = comparison.fork
+    if fork is None:
+        # no fork: only a lane that ran longer has tokens of its own
+        shorter = min(comparison.length_a, comparison.length_b)
+        return {
+            "a": frozenset(range(shorter, comparison.length_a)),
+            "b": frozenset(range(shorter, comparison.length_b)),
+        }
+    changed_a: set[int] = set()
+    changed_b: set[int] = set()
+    opcodes = comparison.after_fork.opcodes if comparison.after_fork is not None else ()
+    for tag, a_start, a_end, b_start, b_end in opcodes:
+        if tag != "equal":
+            changed_a.update(range(fork.index + a_start, fork.index + a_end))
+            changed_b.update(range(fork.index + b_start, fork.index + b_end))
+    return {"a": frozenset(changed_a), "b": frozenset(changed_b)}
+
+
+def _report(session: Session, near_tie: float) -> _Report:
+    comparison = session.comparison(near_tie)
+    return _Report(
+        session,
+        comparison,
+        {lane_id: token_texts(session.steps[lane_id]) for lane_id in LANE_IDS},
+        _changed_tokens(comparison),
+    )
+
+
+def verdict(session: Session, comparison: Comparison) -> str:
+    """One line: identical, forked at token N of M, or what a partial session holds."""
+    fork = comparison.fork
+    length_a, length_b = comparison.length_a, comparison.length_b
+    if fork is not None:
+        text = f"forked at token {fork.index} of {max(length_a, length_b)}"
+    elif session.partial:
+        text = f"no fork in the tokens recorded (lane a {length_a}, lane b {length_b})"
+    elif comparison.identical:
+        text = f"identical: both lanes produced the same {length_a} tokens"
+    else:
+        text = f"same tokens, different lengths: lane a {length_a}, lane b {length_b}"
+    if session.partial:
+        return f"partial (the run did not finish): {text}"
+    if (session.footer or {}).get("cancelled"):
+        return f"{text} (the run was stopped early)"
+    return text
+
+
+def _title(session: Session) -> str:
+    state = "partial" if session.partial else "complete"
+    return f"specdiff {session.header.get('pair')}: {session.header.get('created')} ({state})"
+
+
+def _lane_description(session: Session, lane_id: str) -> str:
+    """What the lane is, leading with what differs from the other lane (as the TUI heads
+    its panes)."""
+    pair = session.pair
+    return headline(pair.a, pair.b) if lane_id == "a" else headline(pair.b, pair.a)
+
+
+def _fork_rows(fork: Fork) -> list[tuple[str, str, str, str]]:
+    """Per lane: margin, its own pick and the other lane's pick as that lane scored them,
+    formatted as the text summary formats them."""
+    pieces = {fork.token_a: fork.piece_a, fork.token_b: fork.piece_b}
+    return [
+        (lane_id, f"{view.margin:.3f}", pick_text(view.own, pieces), pick_text(view.other, pieces))
+        for lane_id, view in (("a", fork.a), ("b", fork.b))
+    ]
+
+
+def _fork_headline(fork: Fork) -> str:
+    return (
+        f"token {fork.index}: lane a picked {piece_text(fork.piece_a)}, "
+        f"lane b picked {piece_text(fork.piece_b)}"
+    )
+
+
+def _indices(indices: Sequence[int]) -> str:
+    return ", ".join(str(i) for i in indices) if indices else "none"
+
+
+def _near_tie_line(comparison: Comparison) -> str:
+    where = "before the fork" if comparison.fork is not None else "in the whole run"
+    return (
+        f"Near ties {where} (margin < {comparison.near_tie_threshold:g}): "
+        f"lane a at {_indices(comparison.near_ties_a)}; "
+        f"lane b at {_indices(comparison.near_ties_b)}."
+    )
+
+
+def _similarity_line(comparison: Comparison) -> str | None:
+    after = comparison.after_fork
+    if after is None:
+        return None
+    return (
+        f"After the fork the texts stay {after.similarity:.0%} similar "
+        "(normalized Indel similarity)."
+    )
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value if value else '""'
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _config_rows(table_a: dict[str, Any], table_b: dict[str, Any]) -> list[tuple[str, str, str]]:
+    keys = list(table_a) + [key for key in table_b if key not in table_a]
+    return [
+        (
+            key,
+            _value_text(table_a.get(key)) if key in table_a else "—",
+            _value_text(table_b.get(key)) if key in table_b else "—",
+        )
+        for key in keys
+    ]
+
+
+def _run_rows(report: _Report) -> list[tuple[str, str, str]]:
+    """Per-lane facts of the run: counts, speed, stop reason, hashes."""
+    executed = report.session.header.get("executed", {})
+    partial_note = "— (partial)" if report.session.partial else "—"
+
+    def footer(key: str, lane_id: str, shown: str = "{}") -> str:
+        value = report.footer_value(key, lane_id)
+        return partial_note if value is None else shown.format(value)
+
+    rows = [
+        ("what", *(_lane_description(report.session, lane) for lane in LANE_IDS)),
+        ("tokens recorded", *(str(len(report.steps(lane))) for lane in LANE_IDS)),
+        ("tokens/s", *(footer("tokens_per_second", lane, "{:.1f}") for lane in LANE_IDS)),
+        ("stop reason", *(footer("stop_reasons", lane) for lane in LANE_IDS)),
+        ("output sha256", *(footer("output_sha256", lane) for lane in LANE_IDS)),
+        (
+            "model sha256",
+            *(str(executed.get(lane, {}).get("model_sha256", "—")) for lane in LANE_IDS),
+        ),
+    ]
+    if any(report.footer_value("errors", lane) for lane in LANE_IDS):
+        errors = (str(report.footer_value("errors", lane) or "") for lane in LANE_IDS)
+        rows.append(("error", *errors))
+    return rows
+
+
+def _plot(report: _Report) -> str:
+    return margin_plot(
+        [step.margin for step in report.steps("a")],
+        [step.margin for step in report.steps("b")],
+        fork_index=None if report.fork is None else report.fork.index,
+        near_tie=report.comparison.near_tie_threshold,
+        title=f"Logit margin per token, {report.session.header.get('pair')}",
+    )
+
+
+_CONTROL_PICTURES = {code: 0x2400 + code for code in range(32) if chr(code) not in "\n\t"}
+_CONTROL_PICTURES[0x7F] = 0x2421
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _visible(text: str) -> str:
+    """Model text for reading: C0 controls as their Unicode control pictures (a raw
+    escape or form feed would garble a terminal, a page or a code block)."""
+    return _SURROGATE.sub("\ufffd", text.translate(_CONTROL_PICTURES))
+
+
+# --- Markdown -----------------------------------------------------------------------
+
+_MD_INLINE = re.compile(r"([\\`*_\[\]<>|~&])")
+_MD_LINE_START = re.compile(r"^(\s*\d*)((?<=\d)[.)]|(?<!\d)[#+\-])")
+
+
+def _md_escape(text: str) -> str:
+    """Plain text in Markdown: emphasis, links, HTML, entities and table pipes escaped,
+    and a leading character that would start a heading or a list."""
+    flat = _visible(text).replace("\n", " ").replace("\t", " ")
+    escaped = _MD_INLINE.sub(r"\\\1", flat)
+    return _MD_LINE_START.sub(lambda match: f"{match[1]}\\{match[2]}", escaped)
+
+
+def _md_code(text: str) -> str:
+    """An inline code span that survives backticks and table pipes in the text."""
+    text = _visible(text).replace("\n", " ").replace("\t", " ").replace("|", "\\|")
+    longest = max((len(run) for run in re.findall("`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    padded = f" {text} " if text.startswith("`") or text.endswith("`") or not text else text
+    return f"{fence}{padded}{fence}"
+
+
+def _md_block(text: str) -> str:
+    """A fenced block longer than any backtick run inside, so no text can close it."""
+    longest = max((len(run) for run in re.findall("`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{text}\n{fence}"
+
+
+def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(row) + " |" for row in rows),
+    ]
+
+
+def _marked_text(report: _Report, lane_id: str) -> str:
+    texts = report.token_texts[lane_id]
+    fork = report.fork
+    if fork is None:
+        return "".join(texts)
+    return (
+        "".join(texts[: fork.index])
+        + FORK_OPEN
+        + texts[fork.index]
+        + FORK_CLOSE
+        + "".join(texts[fork.index + 1 :])
+    )
+
+
+def _markdown(report: _Report) -> str:
+    session, comparison, fork = report.session, report.comparison, report.fork
+    header = session.header
+    out = [f"# {_md_escape(_title(session))}", ""]
+    if header.get("description"):
+        out += [_md_escape(str(header["description"])), ""]
+    out += [f"**Verdict:** {_md_escape(verdict(session, comparison))}", ""]
+    out += ["## Prompt", "", _md_block(_visible(session.prompt)), ""]
+    if fork is not None:
+        out += [f"## At the fork: {_md_escape(_fork_headline(fork))}", ""]
+        out += _md_table(
+            ["lane", "margin", "its own pick: logit (rank, p)", "the other lane's pick"],
+            [
+                [lane, margin, _md_code(own), _md_code(other)]
+                for lane, margin, own, other in _fork_rows(fork)
+            ],
+        )
+        out.append("")
+    else:
+        out += ["## No fork", ""]
+    out += [_md_escape(_near_tie_line(comparison)), ""]
+    similarity = _similarity_line(comparison)
+    if similarity:
+        out += [_md_escape(similarity), ""]
+    plot = base64.b64encode(_plot(report).encode("utf-8")).decode("ascii")
+    out += [
+        "## Margins",
+        "",
+        f"![Logit margin per token for both lanes](data:image/svg+xml;base64,{plot})",
+        "",
+        "## Texts",
+        "",
+    ]
+    if fork is not None:
+        out += [f"The token at the fork is between {FORK_OPEN} and {FORK_CLOSE}.", ""]
+    for lane_id in LANE_IDS:
+        description = _lane_description(session, lane_id)
+        count = len(report.steps(lane_id))
+        out += [f"### Lane {lane_id}: {_md_escape(description)} ({count} tokens)", ""]
+        out += [_md_block(_visible(_marked_text(report, lane_id))), ""]
+    out += _md_configuration(report)
+    return "\n".join(out) + "\n"
+
+
+def _md_configuration(report: _Report) -> list[str]:
+    session = report.session
+    header = session.header
+    lanes = header.get("lanes", {})
+    executed = header.get("executed", {})
+    differing = set(differences(session.pair.a, session.pair.b))
+
+    def lane_row(key: str, a: str, b: str, marked: bool) -> list[str]:
+        name = f"**{_md_escape(key)}** ≠" if marked else _md_escape(key)
+        return [name, _md_code(a), _md_code(b)]
+
+    out = ["## Configuration", "", "### Run", ""]
+    out += _md_table(
+        ["", "lane a", "lane b"],
+        [[_md_escape(name), _md_escape(a), _md_escape(b)] for name, a, b in _run_rows(report)],
+    )
+    out += ["", "### Lanes (every key; ≠ marks where they differ)", ""]
+    out += _md_table(
+        ["key", "lane a", "lane b"],
+        [
+            lane_row(key, a, b, key in differing)
+            for key, a, b in _config_rows(lanes.get("a", {}), lanes.get("b", {}))
+        ],
+    )
+    out += ["", "### Executed (as llama.cpp applied it)", ""]
+    out += _md_table(
+        ["key", "lane a", "lane b"],
+        [
+            lane_row(key, a, b, a != b)
+            for key, a, b in _config_rows(executed.get("a", {}), executed.get("b", {}))
+        ],
+    )
+    out += ["", "### Build", ""]
+    out += _md_table(
+        ["key", "value"],
+        [[_md_escape(key), _md_code(_value_text(value))] for key, value in _build(header).items()],
+    )
+    out += ["", "### Session", ""]
+    out += _md_table(
+        ["key", "value"],
+        [[_md_escape(key), _md_code(value)] for key, value in _source_rows(report)],
+    )
+    return out
+
+
+def _build(header: dict[str, Any]) -> dict[str, Any]:
+    build = header.get("build", {})
+    return build if isinstance(build, dict) else {}
+
+
+def _source_rows(report: _Report) -> list[tuple[str, str]]:
+    header = report.session.header
+    return [
+        ("file", report.session.path.name),
+        ("session schema", _value_text(header.get("schema"))),
+        ("written by specdiff", _value_text(header.get("specdiff"))),
+        ("exported by specdiff", __version__),
+        ("prompt tokens", str(len(header.get("prompt_token_ids", [])))),
+        ("max tokens", _value_text(header.get("max_tokens"))),
+        ("stop strings", _value_text(header.get("stop", []))),
+    ]
+
+
+# --- HTML ---------------------------------------------------------------------------
+
+_CSS = """
+:root{color-scheme:light dark;--bg:#ffffff;--fg:#1f2328;--muted:#59636e;--border:#d1d9e0;
+--code:#f6f8fa;--mark:#ffd28a;--fork:#d1242f;--changed:rgba(224,118,27,.16);
+--tie:#3b7dd8;--differs:rgba(209,36,47,.08);--partial:#9a6700;--complete:#1a7f37}
+@media (prefers-color-scheme: dark){:root{--bg:#0d1117;--fg:#e6edf3;--muted:#9198a1;
+--border:#3d444d;--code:#151b23;--mark:#7a4a00;--fork:#ff7b72;--changed:rgba(224,118,27,.24);
+--tie:#79b8ff;--differs:rgba(255,123,114,.12);--partial:#d29922;--complete:#3fb950}}
+*{box-sizing:border-box}
+body{margin:0;background:var(--bg);color:var(--fg);
+font:15px/1.5 system-ui,-apple-system,"Segoe UI",sans-serif}
+main{max-width:1120px;margin:0 auto;padding:24px}
+h1{font-size:1.5em;margin:0 0 4px}h2{font-size:1.2em;margin:28px 0 8px;
+border-bottom:1px solid var(--border);padding-bottom:4px}h3{font-size:1em;margin:16px 0 6px}
+.muted,figcaption{color:var(--muted)}
+.state{display:inline-block;padding:0 8px;border-radius:10px;border:1px solid currentColor;
+font-size:.85em;margin-left:6px}
+.state.partial{color:var(--partial)}.state.complete{color:var(--complete)}
+.verdict{font-size:1.15em;font-weight:600}
+pre{white-space:pre-wrap;overflow-wrap:anywhere;margin:0;padding:12px;background:var(--code);
+border:1px solid var(--border);border-radius:6px;
+font:13px/1.55 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
+code{font:13px ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;overflow-wrap:anywhere}
+mark{background:var(--mark);color:inherit;outline:2px solid var(--fork);border-radius:2px}
+.changed{background:var(--changed)}
+.tie{text-decoration:underline dotted var(--tie);text-underline-offset:3px}
+.lanes{display:grid;grid-template-columns:repeat(auto-fit,minmax(340px,1fr));gap:16px}
+table{border-collapse:collapse;margin:4px 0}
+th,td{border:1px solid var(--border);padding:3px 8px;text-align:left;vertical-align:top}
+thead th{background:var(--code)}
+tr.differs>*{background:var(--differs)}
+figure{margin:0}svg{max-width:100%;height:auto}
+footer{margin-top:32px;color:var(--muted);font-size:.85em}
+"""
+
+
+def _html_rows(
+    header: Sequence[str], rows: Sequence[Sequence[str]], differs: Sequence[bool] | None = None
+) -> str:
+    """A table; cell text is escaped here, so callers pass plain text."""
+    head = "".join(f"<th>{xml_text(cell)}</th>" for cell in header)
+    body = []
+    for number, row in enumerate(rows):
+        marked = differs is not None and differs[number]
+        cells = [f"<th>{xml_text(row[0])}</th>"]
+        cells += [f"<td><code>{xml_text(_visible(cell))}</code></td>" for cell in row[1:]]
+        attribute = ' class="differs"' if marked else ""
+        body.append(f"<tr{attribute}>{''.join(cells)}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _html_text(report: _Report, lane_id: str) -> str:
+    """A lane's text with the fork token in a <mark>, near ties before it underlined, and
+    tokens after it that the other lane does not share tinted."""
+    steps = report.steps(lane_id)
+    texts = report.token_texts[lane_id]
+    fork = report.fork
+    threshold = report.comparison.near_tie_threshold
+    changed = report.changed[lane_id]
+    parts: list[str] = []
+    run: list[str] = []
+    run_class = ""
+
+    def flush() -> None:
+        if run:
+            text = xml_text(_visible("".join(run)))
+            parts.append(f'<span class="{run_class}">{text}</span>' if run_class else text)
+            run.clear()
+
+    for index, (step, text) in enumerate(zip(steps, texts)):
+        if fork is not None and index == fork.index:
+            flush()
+            parts.append(
+                f'<mark id="fork-{lane_id}" title="{xml_text(_fork_tooltip(fork, lane_id))}">'
+                f"{xml_text(_visible(text))}</mark>"
+            )
+            continue
+        before_fork = fork is None or index < fork.index
+        if before_fork and step.margin < threshold:
+            flush()
+            parts.append(
+                f'<span class="tie" title="near tie at token {index}: margin '
+                f'{step.margin:.3f}">{xml_text(_visible(text))}</span>'
+            )
+            continue
+        wanted = "changed" if index in changed else ""
+        if wanted != run_class:
+            flush()
+            run_class = wanted
+        run.append(text)
+    flush()
+    return "".join(parts)
+
+
+def _fork_tooltip(fork: Fork, lane_id: str) -> str:
+    view = fork.a if lane_id == "a" else fork.b
+    other_lane = "b" if lane_id == "a" else "a"
+    pieces = {fork.token_a: fork.piece_a, fork.token_b: fork.piece_b}
+    return (
+        f"fork at token {fork.index} · lane {lane_id} margin {view.margin:.3f} · "
+        f"own pick {pick_text(view.own, pieces)} · "
+        f"lane {other_lane}'s pick {pick_text(view.other, pieces)}"
+    )
+
+
+def _html(report: _Report) -> str:
+    session, comparison, fork = report.session, report.comparison, report.fork
+    header = session.header
+    state = "partial" if session.partial else "complete"
+    title = _title(session)
+    body = [
+        "<header>",
+        f"<h1>specdiff {xml_text(str(header.get('pair')))}"
+        f'<span class="state {state}">{state}</span></h1>',
+        f'<p class="muted">{xml_text(str(header.get("description", "")))} · created '
+        f"{xml_text(str(header.get('created')))}</p>",
+        "</header>",
+        f'<p class="verdict">{xml_text(verdict(session, comparison))}</p>',
+        "<h2>Prompt</h2>",
+        f'<pre class="prompt">{xml_text(_visible(session.prompt))}</pre>',
+    ]
+    if fork is not None:
+        body.append(f"<h2>At the fork: {xml_text(_fork_headline(fork))}</h2>")
+        body.append(
+            _html_rows(
+                ["lane", "margin", "its own pick: logit (rank, p)", "the other lane's pick"],
+                [list(row) for row in _fork_rows(fork)],
+            )
+        )
+    else:
+        body.append("<h2>No fork</h2>")
+    body.append(f"<p>{xml_text(_near_tie_line(comparison))}</p>")
+    similarity = _similarity_line(comparison)
+    if similarity:
+        body.append(f"<p>{xml_text(similarity)}</p>")
+    body += [
+        "<h2>Margins</h2>",
+        "<figure>",
+        _plot(report),
+        "<figcaption>Top-1 minus top-2 logit at every step; below the dashed line a step "
+        "was a near tie. Open circles are above the plotted range.</figcaption>",
+        "</figure>",
+        "<h2>Texts</h2>",
+        '<p class="muted">The fork token is <mark>marked</mark>; before it, '
+        '<span class="tie">near ties</span> are underlined; after it, '
+        '<span class="changed">tokens the other lane does not share</span> are tinted. '
+        "Hover for margins.</p>",
+        '<div class="lanes">',
+    ]
+    for lane_id in LANE_IDS:
+        description = _lane_description(session, lane_id)
+        body += [
+            "<section>",
+            f"<h3>Lane {lane_id}: {xml_text(description)} "
+            f'<span class="muted">({len(report.steps(lane_id))} tokens)</span></h3>',
+            f'<pre class="text">{_html_text(report, lane_id)}</pre>',
+            "</section>",
+        ]
+    body.append("</div>")
+    body += _html_configuration(report)
+    body.append(
+        f"<footer>{xml_text(session.path.name)} · exported by specdiff {xml_text(__version__)}"
+        "</footer>"
+    )
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        '<meta name="color-scheme" content="light dark">\n'
+        f"<title>{xml_text(title)}</title>\n<style>{_CSS}</style>\n</head>\n"
+        "<body>\n<main>\n" + "\n".join(body) + "\n</main>\n</body>\n</html>\n"
+    )
+
+
+def _html_configuration(report: _Report) -> list[str]:
+    session = report.session
+    header = session.header
+    lanes = header.get("lanes", {})
+    executed = header.get("executed", {})
+    differing = set(differences(session.pair.a, session.pair.b))
+    lane_rows = _config_rows(lanes.get("a", {}), lanes.get("b", {}))
+    executed_rows = _config_rows(executed.get("a", {}), executed.get("b", {}))
+    build = _build(header)
+    return [
+        "<h2>Configuration</h2>",
+        "<h3>Run</h3>",
+        _html_rows(["", "lane a", "lane b"], _run_rows(report)),
+        "<h3>Lanes <span class=\"muted\">(every key; shaded where they differ)</span></h3>",
+        _html_rows(
+            ["key", "lane a", "lane b"], lane_rows, [row[0] in differing for row in lane_rows]
+        ),
+        "<h3>Executed <span class=\"muted\">(as llama.cpp applied it)</span></h3>",
+        _html_rows(
+            ["key", "lane a", "lane b"], executed_rows, [row[1] != row[2] for row in executed_rows]
+        ),
+        "<h3>Build</h3>",
+        _html_rows(["key", "value"], [(key, _value_text(value)) for key, value in build.items()]),
+        "<h3>Session</h3>",
+        _html_rows(["key", "value"], _source_rows(report)),
+    ]
+
+
+# --- JSON ---------------------------------------------------------------------------
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no infinity or NaN (a one-candidate step has an infinite margin): null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
+
+
+def _json(report: _Report) -> str:
+    session, comparison, fork = report.session, report.comparison, report.fork
+    header = session.header
+    after = comparison.after_fork
+    lanes: dict[str, Any] = {}
+    for lane_id in LANE_IDS:
+        steps = report.steps(lane_id)
+        lanes[lane_id] = {
+            "description": _lane_description(session, lane_id),
+            "tokens": len(steps),
+            "tokens_per_second": report.footer_value("tokens_per_second", lane_id),
+            "stop_reason": report.footer_value("stop_reasons", lane_id),
+            "error": report.footer_value("errors", lane_id),
+            "output_sha256": report.footer_value("output_sha256", lane_id),
+            "recorded_sha256": hashlib.sha256(b"".join(s.piece for s in steps)).hexdigest(),
+            "model_sha256": header.get("executed", {}).get(lane_id, {}).get("model_sha256"),
+            "text": text_of(steps),
+            "token_ids": [step.token_id for step in steps],
+            "margins": [round(step.margin, 5) for step in steps],
+        }
+    document = {
+        "schema": EXPORT_SCHEMA,
+        "version": EXPORT_VERSION,
+        "exported_by": {"specdiff": __version__},
+        "source": {
+            "file": session.path.name,
+            "session_schema": header.get("schema"),
+            "written_by": header.get("specdiff"),
+        },
+        "title": _title(session),
+        "partial": session.partial,
+        "cancelled": bool((session.footer or {}).get("cancelled")),
+        "verdict": verdict(session, comparison),
+        "pair": header.get("pair"),
+        "description": header.get("description"),
+        "created": header.get("created"),
+        "prompt": session.prompt,
+        "prompt_token_ids": header.get("prompt_token_ids"),
+        "max_tokens": header.get("max_tokens"),
+        "stop": header.get("stop"),
+        "config": {
+            "lanes": header.get("lanes"),
+            "lanes_differ_in": differences(session.pair.a, session.pair.b),
+            "executed": header.get("executed"),
+            "build": header.get("build"),
+        },
+        "summary": {
+            "identical": comparison.identical,
+            "generated": [comparison.length_a, comparison.length_b],
+            "fork_index": None if fork is None else fork.index,
+            "fork_margins": None if fork is None else [fork.a.margin, fork.b.margin],
+            "fork": fork_json(fork),
+            "near_tie_threshold": comparison.near_tie_threshold,
+            "near_ties": {"a": list(comparison.near_ties_a), "b": list(comparison.near_ties_b)},
+            "near_ties_are_before_fork": fork is not None,
+            "similarity_after_fork": None if after is None else after.similarity,
+            "tokens_per_second": [report.footer_value("tokens_per_second", i) for i in LANE_IDS],
+            "output_sha256": [report.footer_value("output_sha256", i) for i in LANE_IDS],
+        },
+        "lanes": lanes,
+    }
+    return json.dumps(_finite(document), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+# --- entry points -------------------------------------------------------------------
+
+_RENDERERS = {"md": _markdown, "html": _html, "json": _json}
+
+
+def export_session(session: Session, fmt: str, near_tie: float = DEFAULT_NEAR_TIE) -> str:
+    """The session as one self-contained document in the format named (md, html, json)."""
+    renderer = _RENDERERS.get(fmt)
+    if renderer is None:
+        raise ExportError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if near_tie < 0 or not math.isfinite(near_tie):
+        raise ExportError(f"the near-tie threshold must be a number >= 0, got {near_tie}")
+    # a prompt or header read from JSON may hold lone surrogates, which no encoder writes
+    return _SURROGATE.sub("\ufffd", renderer(_report(session, near_tie)))
+
+
+def check_output(path: Path, force: bool) -> None:
+    """Refuse, before any work, an output that cannot or must not be written."""
+    if path.is_dir():
+        raise ExportError(f"{path} is a folder; give --output a file name")
+    if path.exists() and not force:
+        raise ExportError(f"{path} already exists; pass --force to overwrite it")
+    parent = path.parent
+    if not parent.is_dir():
+        raise ExportError(
+            f"cannot write {path}: the folder {parent} does not exist; create it first"
+        )
+
+
+def write_report(text: str, path: Path, force: bool = False) -> None:
+    """Write through a temporary file in the same folder and rename it into place, so a
+    failure never leaves a half-written report (or a damaged older one)."""
+    check_output(path, force)
+    data = text.encode("utf-8")
+    temporary = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    try:
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if not force and path.exists():  # appeared while the report was being written
+            raise ExportError(f"{path} already exists; pass --force to overwrite it")
+        os.replace(temporary, path)
+    except OSError as error:
+        raise ExportError(f"cannot write {path}: {error.strerror or error}") from None
+    finally:
+        temporary.unlink(missing_ok=True)
