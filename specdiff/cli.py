@@ -415,7 +415,12 @@ def command_verify(args: argparse.Namespace) -> int:
     status = Status(sys.stderr, not args.quiet)
     with PairRun(pair, status.message) as runner:
         status.message(f"re-running {pair.name} from {session.path.name}")
-        result = runner.run(session.prompt, int(header["max_tokens"]), header.get("stop", []))
+        result = runner.run(
+            session.prompt,
+            int(header["max_tokens"]),
+            header.get("stop", []),
+            teacher_forced=bool(header.get("teacher_forced", False)),
+        )
         executed = runner.executed()
     drift = None
     for lane_id, outcome in (("a", result.a), ("b", result.b)):

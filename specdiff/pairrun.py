@@ -79,6 +79,8 @@ class PairResult:
     build: dict[str, str]
     started: str
     cancelled: bool = False
+    teacher_forced: bool = False
+    """Lane B was fed lane A's tokens: compare B's argmax with A's pick, step by step."""
 
     @property
     def speedup(self) -> float | None:
@@ -144,9 +146,14 @@ class PairRun:
         max_tokens: int,
         stop: Sequence[str] = (),
         near_tie: float = DEFAULT_NEAR_TIE,
+        teacher_forced: bool = False,
     ) -> Iterator[TokenStep]:
         """Yield both lanes' steps as they are produced; `self.result` holds the outcome
-        once the iterator is exhausted."""
+        once the iterator is exhausted.
+
+        `teacher_forced`: lane A runs first, then lane B is fed A's tokens instead of its
+        own picks (see LocalLane.generate), so every step of B is computed on the same
+        text as A's."""
         tokens = self.tokenize(prompt)
         self.check(tokens, max_tokens)
         stop_bytes = [s.encode("utf-8") for s in stop if s]
@@ -160,6 +167,7 @@ class PairRun:
         generators = {
             lane_id: local.generate(tokens, max_tokens, stop_bytes)
             for lane_id, local in self.lanes.items()
+            if not (teacher_forced and lane_id == "b")
         }
         live = dict(generators)
         forked = False
@@ -173,6 +181,11 @@ class PairRun:
                     step = next(live[lane_id])
                 except StopIteration:
                     del live[lane_id]
+                    if teacher_forced and lane_id == "a":
+                        forced = outcomes["a"].token_ids
+                        live["b"] = generators["b"] = self.lanes["b"].generate(
+                            tokens, max_tokens, stop_bytes, forced=forced
+                        )
                     continue
                 except Cancelled:
                     cancelled = True
@@ -218,6 +231,7 @@ class PairRun:
             build=self.build,
             started=started,
             cancelled=cancelled,
+            teacher_forced=teacher_forced,
         )
 
     def executed(self) -> dict[str, dict[str, Any]]:
@@ -258,8 +272,9 @@ class PairRun:
         stop: Sequence[str] = (),
         near_tie: float = DEFAULT_NEAR_TIE,
         on_step: Callable[[TokenStep], None] | None = None,
+        teacher_forced: bool = False,
     ) -> PairResult:
-        for step in self.stream(prompt, max_tokens, stop, near_tie):
+        for step in self.stream(prompt, max_tokens, stop, near_tie, teacher_forced):
             if on_step is not None:
                 on_step(step)
         assert self.result is not None

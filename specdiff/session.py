@@ -56,8 +56,12 @@ def session_name(pair: str, prompt: str, when: datetime | None = None) -> str:
     """Time, pair and a short hash of the prompt; only [A-Za-z0-9._-]."""
     when = when or datetime.now(timezone.utc)
     digest = hashlib.sha256(prompt.encode("utf-8")).hexdigest()[:8]
-    safe_pair = re.sub(r"[^A-Za-z0-9._-]+", "-", pair).strip("-.") or "pair"
-    return f"{when.strftime('%Y%m%dT%H%M%SZ')}-{safe_pair[:40]}-{digest}"
+    return f"{when.strftime('%Y%m%dT%H%M%SZ')}-{safe_name(pair)[:40]}-{digest}"
+
+
+def safe_name(text: str) -> str:
+    """Only [A-Za-z0-9._-], no leading dot or dash: safe as a file name anywhere."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")[:120] or "session"
 
 
 def step_record(step: TokenStep) -> dict[str, Any]:
@@ -108,10 +112,11 @@ def header_record(
     executed: dict[str, dict[str, Any]],
     build: dict[str, str],
     created: str,
+    teacher_forced: bool = False,
 ) -> dict[str, Any]:
     """Everything needed to re-run the session: prompt, limits, both lanes in full, and
     what executed them."""
-    return {
+    header = {
         "type": "header",
         "schema": SCHEMA_VERSION,
         "specdiff": __version__,
@@ -126,6 +131,9 @@ def header_record(
         "executed": executed,
         "build": build,
     }
+    if teacher_forced:
+        header["teacher_forced"] = True
+    return header
 
 
 def result_header(result: PairResult, stop: list[str] | None = None) -> dict[str, Any]:
@@ -138,6 +146,7 @@ def result_header(result: PairResult, stop: list[str] | None = None) -> dict[str
         {"a": result.a.executed, "b": result.b.executed},
         result.build,
         result.started,
+        result.teacher_forced,
     )
 
 
@@ -158,6 +167,8 @@ def footer_record(result: PairResult) -> dict[str, Any]:
         "stop_reasons": [result.a.stop_reason, result.b.stop_reason],
         "errors": [result.a.error, result.b.error],
         "cancelled": result.cancelled,
+        "drafted": [result.a.drafted, result.b.drafted],
+        "accepted": [result.a.accepted, result.b.accepted],
     }
 
 
@@ -171,7 +182,14 @@ class SessionWriter:
     ``NAME.jsonl.partial`` with every step written so far (a valid partial session);
     `finish` adds the footer and renames it to ``NAME.jsonl``, never over another file."""
 
-    def __init__(self, directory: str | Path | None, pair_name: str, prompt: str) -> None:
+    def __init__(
+        self,
+        directory: str | Path | None,
+        pair_name: str,
+        prompt: str,
+        name: str | None = None,
+    ) -> None:
+        """`name` (sanitised) replaces the generated time-pair-hash name."""
         self.folder = sessions_dir(directory)
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -179,7 +197,7 @@ class SessionWriter:
             raise SessionError(
                 f"cannot create the sessions folder {self.folder}: {error.strerror}"
             ) from None
-        self.base = session_name(pair_name, prompt)
+        self.base = session_name(pair_name, prompt) if name is None else safe_name(name)
         for attempt in range(1000):
             name = self.base if attempt == 0 else f"{self.base}-{attempt}"
             self.final = self.folder / f"{name}{SUFFIX}"

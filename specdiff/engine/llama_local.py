@@ -383,9 +383,19 @@ class LocalLane:
 
     # -- the decode loop --------------------------------------------------------------
     def generate(
-        self, prompt: Sequence[int], max_tokens: int, stop: Sequence[bytes] = ()
+        self,
+        prompt: Sequence[int],
+        max_tokens: int,
+        stop: Sequence[bytes] = (),
+        forced: Sequence[int] | None = None,
     ) -> Iterator[TokenStep]:
-        """Greedy decoding of `prompt`, one TokenStep per generated token."""
+        """Greedy decoding of `prompt`, one TokenStep per generated token.
+
+        With `forced` (teacher forcing) the lane continues with those tokens instead of
+        its own picks, so each step's distribution is computed on another lane's text:
+        a step's `token_id` is the forced token, `top[0]` is still this lane's argmax,
+        and a forced token outside the top-k comes with a probe (its logit and rank).
+        The lane stops where `forced` ends."""
         if max_tokens < 1:
             raise PromptError(f"--max-tokens must be at least 1, got {max_tokens}")
         if not prompt:
@@ -398,6 +408,10 @@ class LocalLane:
         if drafter is not None:
             drafter.reset()
 
+        if forced is not None:
+            max_tokens = min(max_tokens, len(forced))
+            if max_tokens < 1:
+                return
         if self.lane.prefix == "cached":
             cached = self.prefix_length(prompt)
             generation.prefix_tokens = cached
@@ -419,9 +433,14 @@ class LocalLane:
             self._rows = {}
             accepted = 0
             for position, row_index in enumerate(rows):
-                ids, logits = self.topk(context.row(row_index))
-                token = ids[0]
+                row = context.row(row_index)
+                ids, logits = self.topk(row)
+                token = ids[0] if forced is None else forced[emitted]
                 drafted = position < len(drafts) and drafts[position] == token
+                probes: tuple[Probe, ...] = ()
+                if token not in ids:
+                    logit, rank = rank_of(row, token)
+                    probes = (Probe(token, logit, rank),)
                 step = TokenStep(
                     lane=self.lane_id,
                     index=emitted,
@@ -431,6 +450,7 @@ class LocalLane:
                     drafted=drafted,
                     verify_width=width,
                     timestamp=time.perf_counter(),
+                    probes=probes,
                 )
                 self._rows[emitted] = row_index
                 history.append(token)
