@@ -88,10 +88,11 @@ class Status:
             self._width = 0
 
 
-def _add_lane_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--pair", default=DEFAULT_PAIR, help=f"pair preset (default {DEFAULT_PAIR})"
-    )
+def _add_lane_options(parser: argparse.ArgumentParser, one_pair: bool = True) -> None:
+    if one_pair:
+        parser.add_argument(
+            "--pair", default=DEFAULT_PAIR, help=f"pair preset (default {DEFAULT_PAIR})"
+        )
     parser.add_argument("--pairs", metavar="FILE", help="TOML file with more pairs ([pairs.NAME])")
     parser.add_argument("--model", help="GGUF path for both lanes (default: the bundled model)")
     parser.add_argument(
@@ -200,6 +201,50 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"margin below which a step counts as a near tie (default {DEFAULT_NEAR_TIE})",
     )
 
+    suite = commands.add_parser(
+        "suite", help="run pairs over a set of prompts into a report folder, headless"
+    )
+    suite.add_argument(
+        "prompts",
+        nargs="?",
+        metavar="PROMPTS",
+        help="JSONL file ({id, prompt, max_tokens?} a line), folder of .txt files, or a "
+        "bundled set: " + ", ".join(bundled_sets()),
+    )
+    _add_lane_options(suite, one_pair=False)
+    suite.add_argument(
+        "--pair",
+        action="append",
+        dest="pair_names",
+        metavar="PAIR",
+        help=f"pair to run (repeatable; default {DEFAULT_PAIR})",
+    )
+    suite.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
+    suite.add_argument("--report", required=True, metavar="DIR", help="the report folder")
+    suite.add_argument(
+        "--near-tie",
+        type=float,
+        default=DEFAULT_NEAR_TIE,
+        help=f"margin below which a step counts as a near tie (default {DEFAULT_NEAR_TIE})",
+    )
+    suite.add_argument(
+        "--teacher-forced",
+        action="store_true",
+        help="feed lane b lane a's tokens: count the steps whose argmax flips",
+    )
+    suite.add_argument(
+        "--quants",
+        metavar="LIST",
+        help="run each pair once per weight type, e.g. base,q8_0,f16 (base = the model as is)",
+    )
+    suite.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    suite.add_argument("--resume", action="store_true", help="continue a stopped suite in DIR")
+    suite.add_argument("--force", action="store_true", help="replace the report in DIR")
+    suite.add_argument(
+        "--skip-bad", action="store_true", help="run the good prompts when some lines are bad"
+    )
+    suite.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
     models = commands.add_parser("models", help="list known models, or make variants")
     model_commands = models.add_subparsers(dest="models_command", parser_class=_Parser)
     model_commands.add_parser("list", help="list known models (the default)")
@@ -212,6 +257,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def bundled_sets() -> tuple[str, ...]:
+    from specdiff.prompts import SETS
+
+    return SETS
+
+
 def known_pairs(args: argparse.Namespace) -> dict[str, Pair]:
     """The presets, plus the pairs of --pairs FILE."""
     known = presets()
@@ -220,10 +271,13 @@ def known_pairs(args: argparse.Namespace) -> dict[str, Pair]:
     return known
 
 
-def resolve_pair(args: argparse.Namespace, known: dict[str, Pair]) -> Pair:
-    if args.pair not in known:
-        raise unknown_pair(args.pair, known)
-    pair = known[args.pair]
+def resolve_pair(
+    args: argparse.Namespace, known: dict[str, Pair], name: str | None = None
+) -> Pair:
+    name = name or args.pair
+    if name not in known:
+        raise unknown_pair(name, known)
+    pair = known[name]
     both = parse_overrides(args.both)
     if args.model:
         both.setdefault("model", args.model)
@@ -558,6 +612,115 @@ def _session_json(info: Any) -> dict[str, Any]:
     }
 
 
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "…"
+    seconds = int(seconds)
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def command_suite(args: argparse.Namespace) -> int:
+    """Exit 0 when every run finished, 1 when some lane failed, 130 when stopped."""
+    from specdiff.suite import (
+        SuiteError,
+        SuiteRun,
+        SuiteSettings,
+        check_quants,
+        load_suite_prompts,
+        outcome_json,
+        prepare_report_dir,
+        write_settings,
+    )
+    from specdiff.suite_report import write_reports
+
+    report_dir = Path(args.report).expanduser()
+    if args.max_tokens < 1:
+        raise PromptError(f"--max-tokens must be at least 1, got {args.max_tokens}")
+    if args.near_tie < 0:
+        raise ArgumentError(f"--near-tie must not be negative, got {args.near_tie}")
+    given: SuiteSettings | None = None
+    prompts = None
+    skipped: list[str] = []
+    if args.prompts is not None:
+        known = known_pairs(args)
+        names = args.pair_names or [DEFAULT_PAIR]
+        pairs = tuple(resolve_pair(args, known, name) for name in dict.fromkeys(names))
+        given = SuiteSettings(
+            source=args.prompts,
+            pairs=pairs,
+            max_tokens=args.max_tokens,
+            near_tie=args.near_tie,
+            teacher_forced=args.teacher_forced,
+            quants=check_quants(args.quants.split(",")) if args.quants else (),
+            stop=tuple(args.stop),
+        )
+        prompts, skipped = load_suite_prompts(args.prompts, args.skip_bad)
+    elif not args.resume:
+        raise ArgumentError("give the prompts: a JSONL file, a folder of .txt or a bundled set")
+    settings = prepare_report_dir(report_dir, given, prompts, args.resume, args.force)
+    if prompts is None:
+        prompts, skipped = load_suite_prompts(settings.source, args.skip_bad)
+        if settings.as_json(prompts)["prompts_sha256"] != json.loads(
+            (report_dir / "suite.json").read_text(encoding="utf-8")
+        )["prompts_sha256"]:
+            raise SuiteError(
+                f"the prompts in {settings.source} changed since the suite in {report_dir} "
+                "started; restore them or start a new report folder"
+            )
+    write_settings(report_dir, settings, prompts)
+    status = Status(sys.stderr, not args.quiet)
+    for problem in skipped:
+        status.message(f"skipped: {problem}")
+    variants = settings.variants()
+    status.message(
+        f"suite: {len(prompts)} prompts x {len(variants)} pair"
+        f"{'s' if len(variants) > 1 else ''} ({', '.join(v[0] for v in variants)}), up to "
+        f"{settings.max_tokens} tokens per lane -> {report_dir}"
+    )
+
+    def on_progress(progress: Any) -> None:
+        filled = round(24 * progress.fraction)
+        status.update(
+            f"[{'█' * filled}{'░' * (24 - filled)}] {progress.fraction:4.0%} "
+            f"{progress.job + 1}/{progress.jobs} {progress.label} {progress.prompt_id} "
+            f"· ETA {_duration(progress.eta_seconds)}"
+        )
+
+    cancel = threading.Event()
+    runner = SuiteRun(settings, prompts, report_dir, skipped, on_progress, status.message, cancel)
+    with _interrupt_sets(cancel):
+        outcome = runner.run()
+    status.done()
+    data = outcome_json(outcome)
+    paths = write_reports(report_dir, data)
+    for pair in data["pairs"]:
+        summary = pair["summary"]
+        ran = summary["prompts"] - summary["failed"]
+        speed = f", speed a/b {summary['speedup']:.2f}x" if summary["speedup"] else ""
+        teacher = summary.get("teacher_forced")
+        flips = (
+            f", teacher-forced flips {teacher['flips']} of {teacher['steps']} steps"
+            if teacher
+            else ""
+        )
+        print(
+            f"{pair['label']}: identical {summary['identical']} of {ran}{speed}{flips}"
+            + (f", {summary['failed']} failed" if summary["failed"] else "")
+        )
+    print(f"report: {paths[2]} (also {', '.join(p.name for p in paths if p != paths[2])})")
+    if outcome.cancelled:
+        print(
+            f"specdiff: stopped after {data['finished']} of {data['jobs']} runs; continue "
+            f"with: specdiff suite --resume --report {report_dir}",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+    failed = sum(pair["summary"]["failed"] for pair in data["pairs"])
+    return EXIT_DIFFERENT if failed else EXIT_SAME
+
+
 def command_export(args: argparse.Namespace) -> int:
     """Exit 0 once the report is written; it describes the session, it does not judge it."""
     from specdiff.export import check_output, export_session, report_format, write_report
@@ -609,6 +772,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return command_export(args)
         if args.command == "sessions":
             return command_sessions(args)
+        if args.command == "suite":
+            return command_suite(args)
         parser.print_help()
         return EXIT_BAD_INPUT
     except SpecdiffError as error:

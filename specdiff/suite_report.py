@@ -1,0 +1,562 @@
+"""A suite's report: report.json, report.md, report.html (inline SVG), results.csv.
+
+Everything is rendered from the one JSON object `suite.outcome_json` builds, so the four
+files cannot disagree.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from specdiff.svgplot import LANE_COLORS, Rule, Series, histogram, line_chart
+
+PAIR_COLORS = ("#3b7dd8", "#e0761b", "#2e9e5b", "#a23bd8", "#d83b5e", "#6b6b6b")
+CSV_COLUMNS = (
+    "pair",
+    "quant",
+    "prompt_id",
+    "identical",
+    "fork_index",
+    "fork_margin_a",
+    "fork_margin_b",
+    "tokens_a",
+    "tokens_b",
+    "tokens_per_second_a",
+    "tokens_per_second_b",
+    "drafted_b",
+    "accepted_b",
+    "near_ties_a",
+    "near_ties_b",
+    "stop_reason_a",
+    "stop_reason_b",
+    "error",
+    "teacher_flips",
+    "sha256_a",
+    "sha256_b",
+    "session",
+)
+
+
+def write_reports(report_dir: Path, data: dict[str, Any]) -> list[Path]:
+    """Write the four report files (each through a temporary name); their paths."""
+    outputs = {
+        "report.json": json.dumps(_finite(data), indent=1, ensure_ascii=False) + "\n",
+        "report.md": markdown(data),
+        "report.html": html_report(data),
+        "results.csv": results_csv(data),
+    }
+    written = []
+    for name, text in outputs.items():
+        path = report_dir / name
+        temporary = path.with_name(f".{name}.tmp")
+        temporary.write_text(text, encoding="utf-8", newline="")
+        temporary.replace(path)
+        written.append(path)
+    return written
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no Infinity or NaN: such numbers become null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+# -- shared wording ------------------------------------------------------------------
+def _number(value: float | None, digits: int = 2, suffix: str = "") -> str:
+    if value is None or not math.isfinite(value):
+        return "–"
+    return f"{value:.{digits}f}{suffix}"
+
+
+def _percent(value: float | None, digits: int = 1) -> str:
+    return "–" if value is None else f"{100 * value:.{digits}f}%"
+
+
+def _status(data: dict[str, Any]) -> str:
+    if data["complete"]:
+        return f"complete: {data['finished']} runs"
+    return (
+        f"stopped after {data['finished']} of {data['jobs']} runs; "
+        "`specdiff suite --resume --report DIR` continues it"
+    )
+
+
+def _identical_text(summary: dict[str, Any]) -> str:
+    ran = summary["prompts"] - summary["failed"]
+    return f"{summary['identical']} of {ran}"
+
+
+def _summary_rows(data: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for pair in data["pairs"]:
+        s = pair["summary"]
+        rows.append(
+            [
+                pair["label"],
+                _identical_text(s),
+                str(s["forked"]),
+                _number(_median_int(s["fork_indices"]), 0),
+                _number(s["fork_margin_median"], 3),
+                " / ".join(_number(v, 1) for v in s["near_ties_per_1000"]),
+                " / ".join(_number(v, 1) for v in s["tokens_per_second_median"]),
+                _number(s["speedup"], 2, "x"),
+                " / ".join(_percent(v, 0) for v in s["acceptance"]),
+                str(s["failed"]),
+            ]
+        )
+    return rows
+
+
+SUMMARY_HEADER = (
+    "pair",
+    "identical",
+    "forked",
+    "median fork index",
+    "median margin at fork",
+    "near ties per 1,000 steps a / b",
+    "median tok/s a / b",
+    "speed a/b",
+    "draft acceptance a / b",
+    "failed",
+)
+
+
+def _median_int(values: Sequence[int]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return (
+        float(ordered[middle]) if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    )
+
+
+def _by_length_header(data: dict[str, Any]) -> list[int]:
+    lengths: list[int] = []
+    for pair in data["pairs"]:
+        for point in pair["summary"]["forked_by_length"]:
+            if point["tokens"] not in lengths:
+                lengths.append(point["tokens"])
+    return sorted(lengths)
+
+
+def _by_length_rows(data: dict[str, Any]) -> list[list[str]]:
+    lengths = _by_length_header(data)
+    rows = []
+    for pair in data["pairs"]:
+        points = {p["tokens"]: p for p in pair["summary"]["forked_by_length"]}
+        row = [pair["label"]]
+        for length in lengths:
+            point = points.get(length)
+            row.append(
+                "–"
+                if point is None or not point["of"]
+                else f"{point['forked']}/{point['of']} ({point['forked'] / point['of']:.0%})"
+            )
+        rows.append(row)
+    return rows
+
+
+def _quant_matrix(data: dict[str, Any]) -> tuple[list[str], list[list[str]]] | None:
+    quants = data["settings"]["quants"]
+    if not quants:
+        return None
+    names = [p["name"] for p in data["settings"]["pairs"]]
+    by_label = {p["label"]: p["summary"] for p in data["pairs"]}
+    rows = []
+    for quant in quants:
+        row = [quant]
+        for name in names:
+            summary = by_label.get(f"{name}@{quant}")
+            row.append("–" if summary is None else f"{_identical_text(summary)} identical")
+        rows.append(row)
+    return ["weights", *names], rows
+
+
+def _teacher_rows(teacher: dict[str, Any]) -> list[list[str]]:
+    delta = teacher["delta_logit"]
+    return [
+        ["steps compared", str(teacher["steps"])],
+        [
+            "flips (B's argmax ≠ A's pick)",
+            f"{teacher['flips']} ({_percent(teacher['flip_rate'], 2)})",
+        ],
+        ["same top-1", _percent(teacher["same_top1"], 2)],
+        ["prompts with a flip", str(teacher["prompts_with_a_flip"])],
+        [
+            "|Δlogit| of the chosen token: mean / median / p90 / p99 / max",
+            " / ".join(_number(delta[key], 4) for key in ("mean", "median", "p90", "p99", "max")),
+        ],
+    ]
+
+
+def _bucket_label(low: float, high: float) -> str:
+    return f"{low:g} ≤ m < {high:g}" if math.isfinite(high) else f"m ≥ {low:g}"
+
+
+def _margin_rows(teacher: dict[str, Any]) -> list[list[str]]:
+    return [
+        [
+            _bucket_label(b["from"], b["to"]),
+            str(b["steps"]),
+            str(b["flips"]),
+            _percent(b["flips"] / b["steps"], 2) if b["steps"] else "–",
+        ]
+        for b in teacher["by_margin"]
+    ]
+
+
+def _lane_rows(configuration: dict[str, Any] | None) -> list[list[str]]:
+    """Every lane key and the main executed settings; a key that differs is starred."""
+    if not configuration:
+        return []
+    lanes = configuration.get("lanes", {})
+    executed = configuration.get("executed", {})
+    a, b = lanes.get("a", {}), lanes.get("b", {})
+    rows = [[key, _value(a.get(key)), _value(b.get(key))] for key in sorted(set(a) | set(b))]
+    ran_a, ran_b = executed.get("a", {}), executed.get("b", {})
+    for key in sorted(set(ran_a) | set(ran_b)):
+        rows.append([f"executed {key}", _value(ran_a.get(key)), _value(ran_b.get(key))])
+    return [[f"{key} *" if va != vb else key, va, vb] for key, va, vb in rows]
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None or value == "":
+        return "–"
+    return str(value)
+
+
+def _build_rows(data: dict[str, Any]) -> list[list[str]]:
+    for pair in data["pairs"]:
+        configuration = pair.get("configuration")
+        if configuration:
+            return [[key, _value(v)] for key, v in sorted(configuration.get("build", {}).items())]
+    return []
+
+
+def _prompt_rows(data: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for record in data["prompts"]:
+        margins = record["fork_margins"]
+        error = "; ".join(e for e in record["errors"] if e)
+        rows.append(
+            [
+                record["pair"],
+                record["prompt_id"],
+                "identical"
+                if record["identical"]
+                else ("–" if record["fork_index"] is None else str(record["fork_index"])),
+                "–" if margins is None else " / ".join(_number(m, 3) for m in margins),
+                " / ".join(str(n) for n in record["generated"]),
+                " / ".join(h[:12] for h in record["output_sha256"]),
+                error or "",
+                record["session"],
+            ]
+        )
+    return rows
+
+
+PROMPT_HEADER = (
+    "pair",
+    "prompt",
+    "fork at",
+    "margins at fork a / b",
+    "tokens a / b",
+    "sha256 a / b (first 12)",
+    "error",
+    "session",
+)
+
+
+# -- charts --------------------------------------------------------------------------
+def fork_histogram_svg(pair: dict[str, Any], color: str) -> str:
+    bins = pair["summary"]["fork_histogram"]
+    return histogram(
+        [b["count"] for b in bins],
+        [f"{b['from']}–{b['to']}" for b in bins],
+        title=f"First divergence index, {pair['label']}",
+        x_label="token index of the first divergence",
+        y_label="prompts",
+        color=color,
+        empty_note="no prompt forked",
+    )
+
+
+def forked_by_length_svg(data: dict[str, Any]) -> str:
+    series = []
+    for number, pair in enumerate(data["pairs"]):
+        summary = pair["summary"]
+        ran = summary["prompts"] - summary["failed"]
+        values = [100 * count / ran for count in summary["forked_by_token"]] if ran else []
+        series.append(Series(pair["label"], values, PAIR_COLORS[number % len(PAIR_COLORS)]))
+    return line_chart(
+        series,
+        title="Prompts forked by generation length",
+        x_label="tokens generated",
+        y_label="% of prompts forked",
+        y_range=(0.0, 100.0),
+        horizontal=(Rule(50.0, "half"),),
+        empty_note="no prompts finished",
+    )
+
+
+def delta_histogram_svg(pair: dict[str, Any]) -> str:
+    teacher = pair["summary"]["teacher_forced"]
+    bins = teacher["delta_logit"]["histogram"]
+    return histogram(
+        [b["count"] for b in bins],
+        [_bucket_label(b["from"], b["to"]).replace("m", "|Δ|") for b in bins],
+        title=f"|Δlogit| of the chosen token, teacher-forced, {pair['label']}",
+        x_label="|logit in lane b − logit in lane a|",
+        y_label="steps",
+        color=LANE_COLORS["b"],
+        empty_note="no steps compared",
+    )
+
+
+# -- Markdown ------------------------------------------------------------------------
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(_md_cell(h) for h in header) + " |"]
+    lines.append("|" + "---|" * len(header))
+    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def _text_bars(bins: Sequence[dict[str, Any]], width: int = 30) -> list[str]:
+    top = max((b["count"] for b in bins), default=0)
+    lines = []
+    for b in bins:
+        bar = "█" * (round(width * b["count"] / top) if top else 0)
+        lines.append(f"{b['from']:>5}–{b['to']:<5} {bar} {b['count']}")
+    return lines
+
+
+def markdown(data: dict[str, Any]) -> str:
+    settings = data["settings"]
+    lines = [
+        f"# specdiff suite: {settings['source']}",
+        "",
+        f"{_status(data)} · {len(settings['prompt_ids'])} prompts · up to "
+        f"{settings['max_tokens']} tokens per lane · near tie: margin < {settings['near_tie']}"
+        + (" · teacher-forced (lane b fed lane a's tokens)" if settings["teacher_forced"] else "")
+        + f" · created {data['created']} · specdiff {data['specdiff']} · "
+        f"{data['wall_seconds']:.0f} s",
+        "",
+        "## Summary",
+        "",
+        *_md_table(SUMMARY_HEADER, _summary_rows(data)),
+        "",
+        "Identical: both lanes produced the same token ids. Speed: median tokens/s of each "
+        "lane over its own decode time; speed a/b is their ratio.",
+        "",
+        "## Forked by generation length",
+        "",
+        *_md_table(
+            ["pair", *[f"by token {n}" for n in _by_length_header(data)]], _by_length_rows(data)
+        ),
+    ]
+    matrix = _quant_matrix(data)
+    if matrix is not None:
+        lines += ["", "## By weight type", "", *_md_table(*matrix)]
+    if data["skipped_prompts"]:
+        lines += ["", "## Skipped", ""]
+        lines += [f"- {_md_cell(problem)}" for problem in data["skipped_prompts"]]
+    for pair in data["pairs"]:
+        summary = pair["summary"]
+        lines += [
+            "",
+            f"## {pair['label']}",
+            "",
+            f"Identical {_identical_text(summary)}; forked {summary['forked']}; lengths "
+            f"differ {summary['lengths_differ']}; failed {summary['failed']}.",
+            "",
+            "First divergence index:",
+            "",
+            "```text",
+            *_text_bars(summary["fork_histogram"]),
+            "```",
+        ]
+        teacher = summary.get("teacher_forced")
+        if teacher:
+            lines += ["", "Teacher-forced:", "", *_md_table(["", ""], _teacher_rows(teacher))]
+            lines += [
+                "",
+                "Flips by lane a's margin m:",
+                "",
+                *_md_table(["margin", "steps", "flips", "rate"], _margin_rows(teacher)),
+            ]
+        rows = _lane_rows(pair.get("configuration"))
+        if rows:
+            lines += [
+                "",
+                "Configuration (* where the lanes differ):",
+                "",
+                *_md_table(["key", "lane a", "lane b"], rows),
+            ]
+    build = _build_rows(data)
+    if build:
+        lines += ["", "## Build", "", *_md_table(["", ""], build)]
+    lines += ["", "## Prompts", "", *_md_table(PROMPT_HEADER, _prompt_rows(data)), ""]
+    return "\n".join(lines)
+
+
+# -- HTML ----------------------------------------------------------------------------
+STYLE = """
+:root { color-scheme: light dark; --fg: #1f2328; --bg: #ffffff; --muted: #59636e;
+  --line: #d1d9e0; --head: #f6f8fa; }
+@media (prefers-color-scheme: dark) { :root { --fg: #d0d7de; --bg: #0d1117;
+  --muted: #9198a1; --line: #3d444d; --head: #151b23; } }
+body { font: 15px/1.5 system-ui, -apple-system, "Segoe UI", sans-serif; color: var(--fg);
+  background: var(--bg); max-width: 1100px; margin: 2rem auto; padding: 0 1rem; }
+h1 { font-size: 1.6rem; } h2 { border-bottom: 1px solid var(--line); padding-bottom: .2rem; }
+table { border-collapse: collapse; margin: .6rem 0 1rem; font-size: .9rem; }
+th, td { border: 1px solid var(--line); padding: .25rem .5rem; text-align: left;
+  vertical-align: top; }
+table.config td { overflow-wrap: anywhere; }
+th { background: var(--head); }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.muted { color: var(--muted); } .charts { display: flex; flex-wrap: wrap; gap: 1rem; }
+figure { margin: 0; } svg { max-width: 100%; height: auto; }
+code { font-size: .85em; }
+"""
+
+
+def _html_table(
+    header: Sequence[str], rows: Sequence[Sequence[str]], css_class: str = ""
+) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows
+    )
+    opening = f'<table class="{css_class}">' if css_class else "<table>"
+    return f"{opening}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def html_report(data: dict[str, Any]) -> str:
+    settings = data["settings"]
+    escape = html.escape
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>specdiff suite: {escape(settings['source'])}</title>",
+        f"<style>{STYLE}</style></head><body>",
+        f"<h1>specdiff suite: {escape(settings['source'])}</h1>",
+        f'<p class="muted">{escape(_status(data))} · {len(settings["prompt_ids"])} prompts · '
+        f"up to {settings['max_tokens']} tokens per lane · near tie: margin &lt; "
+        f"{settings['near_tie']}"
+        + (" · teacher-forced (lane b fed lane a's tokens)" if settings["teacher_forced"] else "")
+        + f" · created {escape(data['created'])} · specdiff {escape(data['specdiff'])} · "
+        f"{data['wall_seconds']:.0f} s</p>",
+        "<h2>Summary</h2>",
+        _html_table(SUMMARY_HEADER, _summary_rows(data)),
+        '<div class="charts">',
+        f'<figure class="plot" id="forked-by-length">{forked_by_length_svg(data)}</figure>',
+    ]
+    for number, pair in enumerate(data["pairs"]):
+        color = PAIR_COLORS[number % len(PAIR_COLORS)]
+        parts.append(f'<figure class="plot">{fork_histogram_svg(pair, color)}</figure>')
+    parts.append("</div>")
+    parts += [
+        "<h2>Forked by generation length</h2>",
+        _html_table(
+            ["pair", *[f"by token {n}" for n in _by_length_header(data)]], _by_length_rows(data)
+        ),
+    ]
+    matrix = _quant_matrix(data)
+    if matrix is not None:
+        parts += ["<h2>By weight type</h2>", _html_table(*matrix)]
+    if data["skipped_prompts"]:
+        items = "".join(f"<li>{escape(p)}</li>" for p in data["skipped_prompts"])
+        parts += ["<h2>Skipped</h2>", f"<ul>{items}</ul>"]
+    for pair in data["pairs"]:
+        summary = pair["summary"]
+        parts += [
+            f"<h2>{escape(pair['label'])}</h2>",
+            f"<p>Identical {escape(_identical_text(summary))}; forked {summary['forked']}; "
+            f"lengths differ {summary['lengths_differ']}; failed {summary['failed']}.</p>",
+        ]
+        teacher = summary.get("teacher_forced")
+        if teacher:
+            parts += [
+                "<h3>Teacher-forced</h3>",
+                _html_table(["", ""], _teacher_rows(teacher)),
+                f'<figure class="plot">{delta_histogram_svg(pair)}</figure>',
+                "<p>Flips by lane a's margin m:</p>",
+                _html_table(["margin", "steps", "flips", "rate"], _margin_rows(teacher)),
+            ]
+        rows = _lane_rows(pair.get("configuration"))
+        if rows:
+            parts += [
+                '<h3>Configuration</h3><p class="muted">* where the lanes differ</p>',
+                _html_table(["key", "lane a", "lane b"], rows, "config"),
+            ]
+    build = _build_rows(data)
+    if build:
+        parts += ["<h2>Build</h2>", _html_table(["", ""], build)]
+    parts += [
+        "<h2>Prompts</h2>",
+        _html_table(PROMPT_HEADER, _prompt_rows(data)),
+        "</body></html>",
+        "",
+    ]
+    return "\n".join(parts)
+
+
+# -- CSV -----------------------------------------------------------------------------
+def results_csv(data: dict[str, Any]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for r in data["prompts"]:
+        margins = r["fork_margins"] or (None, None)
+        teacher = r.get("teacher")
+        writer.writerow(
+            [
+                r["pair"],
+                r["quant"],
+                r["prompt_id"],
+                int(r["identical"]),
+                "" if r["fork_index"] is None else r["fork_index"],
+                _csv_number(margins[0]),
+                _csv_number(margins[1]),
+                r["generated"][0],
+                r["generated"][1],
+                _csv_number(r["tokens_per_second"][0]),
+                _csv_number(r["tokens_per_second"][1]),
+                r["drafted"][1],
+                r["accepted"][1],
+                r["near_ties"][0],
+                r["near_ties"][1],
+                r["stop_reasons"][0],
+                r["stop_reasons"][1],
+                "; ".join(e for e in r["errors"] if e),
+                "" if teacher is None else len(teacher["flips"]),
+                r["output_sha256"][0],
+                r["output_sha256"][1],
+                r["session"],
+            ]
+        )
+    return buffer.getvalue()
+
+
+def _csv_number(value: float | None) -> str:
+    return "" if value is None or not math.isfinite(value) else f"{value:.6g}"

@@ -1,0 +1,162 @@
+"""`specdiff suite`: prompts, options and the report folder checked before any model loads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specdiff.cli import main
+from specdiff.suite import SuiteError, load_suite_prompts
+
+
+def write_jsonl(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def one_line_error(capsys, code: int) -> str:
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("specdiff: error:"), err
+    return err
+
+
+def test_jsonl_prompts_with_optional_max_tokens(tmp_path: Path) -> None:
+    path = write_jsonl(
+        tmp_path / "p.jsonl",
+        [
+            '{"id": "one", "prompt": "Once upon a time"}',
+            "",
+            '{"id": 2, "prompt": "def f(x):", "max_tokens": 30, "topic": "code"}',
+        ],
+    )
+    prompts, problems = load_suite_prompts(str(path))
+    assert [(p.id, p.prompt, p.max_tokens) for p in prompts] == [
+        ("one", "Once upon a time", None),
+        ("2", "def f(x):", 30),
+    ]
+    assert problems == [] and prompts[1].where.endswith("p.jsonl:3")
+
+
+def test_a_folder_of_txt_files_and_the_bundled_sets(tmp_path: Path) -> None:
+    (tmp_path / "b.txt").write_text("Second prompt\n", encoding="utf-8")
+    (tmp_path / "a.txt").write_text("def f():\n    ", encoding="utf-8")
+    (tmp_path / "notes.md").write_text("ignored", encoding="utf-8")
+    prompts, _ = load_suite_prompts(str(tmp_path))
+    assert [(p.id, p.prompt) for p in prompts] == [("a", "def f():\n    "), ("b", "Second prompt")]
+    coding, _ = load_suite_prompts("coding")
+    assert len(coding) >= 30
+    assert len(load_suite_prompts("questions")[0]) >= 30
+    assert len(load_suite_prompts("repetitive")[0]) >= 12
+
+
+@pytest.mark.parametrize(
+    "lines, message",
+    [
+        (['{"id": "a", "prompt": "x"}', "{not json"], "p.jsonl:2: not valid JSON"),
+        (
+            ['{"id": "a", "prompt": "x"}', '{"id": "a", "prompt": "y"}'],
+            "p.jsonl:2: duplicate id 'a'",
+        ),
+        (['{"id": "a b", "prompt": "x"}', '{"id": "a-b", "prompt": "y"}'], "names the same file"),
+        (['{"prompt": "x"}'], 'p.jsonl:1: missing "id"'),
+        (['{"id": "a", "prompt": "  "}'], 'p.jsonl:1: missing "prompt"'),
+        (['{"id": "a", "prompt": "x", "max_tokens": 0}'], '"max_tokens" must be'),
+        (['["a", "x"]'], "p.jsonl:1: expected an object"),
+    ],
+)
+def test_bad_lines_are_named_by_line_number(tmp_path, capsys, lines, message) -> None:
+    path = write_jsonl(tmp_path / "p.jsonl", lines)
+    with pytest.raises(SuiteError, match="--skip-bad"):
+        load_suite_prompts(str(path))
+    err = one_line_error(capsys, main(["suite", str(path), "--report", str(tmp_path / "r")]))
+    assert message in err
+    assert not (tmp_path / "r").exists()  # nothing written
+
+
+def test_skip_bad_keeps_the_good_lines(tmp_path: Path) -> None:
+    path = write_jsonl(
+        tmp_path / "p.jsonl",
+        [
+            '{"id": "a", "prompt": "x"}',
+            "{oops",
+            '{"id": "a", "prompt": "z"}',
+            '{"id": "b", "prompt": "y"}',
+        ],
+    )
+    prompts, problems = load_suite_prompts(str(path), skip_bad=True)
+    assert [p.id for p in prompts] == ["a", "b"]
+    assert len(problems) == 2 and "p.jsonl:2" in problems[0] and "p.jsonl:3" in problems[1]
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda d: write_jsonl(d / "empty.jsonl", [""]), "holds no prompts"),
+        (lambda d: d / "missing.jsonl", "no prompt file, folder or bundled set named"),
+        (lambda d: (d / "nothing").mkdir() or d / "nothing", "no .txt files"),
+    ],
+)
+def test_no_prompts_is_an_error(tmp_path, capsys, make, message) -> None:
+    source = make(tmp_path)
+    err = one_line_error(capsys, main(["suite", str(source), "--report", str(tmp_path / "r")]))
+    assert message in err
+
+
+def test_an_existing_report_folder_is_kept_unless_forced(tmp_path: Path, capsys) -> None:
+    report = tmp_path / "r"
+    report.mkdir()
+    (report / "mine.txt").write_text("keep me", encoding="utf-8")
+    err = one_line_error(capsys, main(["suite", "coding", "--report", str(report)]))
+    assert "already exists; pass --force" in err and "--resume" in err
+    assert sorted(p.name for p in report.iterdir()) == ["mine.txt"]
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--pair", "nope"], "unknown pair 'nope'"),
+        (["--quants", "q8_0,q3"], "unknown weight type 'q3'"),
+        (["--max-tokens", "0"], "--max-tokens must be at least 1"),
+        (["--near-tie", "-1"], "--near-tie must not be negative"),
+        (["--lane-b", "n_ubatch=many"], "n_ubatch"),
+    ],
+)
+def test_bad_options(tmp_path, capsys, arguments, message) -> None:
+    err = one_line_error(
+        capsys, main(["suite", "coding", "--report", str(tmp_path / "r"), *arguments])
+    )
+    assert message in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_resume_needs_a_stopped_suite_with_the_same_settings(tmp_path: Path, capsys) -> None:
+    report = tmp_path / "r"
+    err = one_line_error(capsys, main(["suite", "--resume", "--report", str(report)]))
+    assert "holds no stopped suite" in err
+    report.mkdir()
+    settings = {
+        "specdiff": "0",
+        "source": "coding",
+        "prompts_sha256": "0" * 64,
+        "prompt_ids": [],
+        "pairs": [],
+        "max_tokens": 10,
+        "near_tie": 0.5,
+        "teacher_forced": False,
+        "quants": [],
+        "stop": [],
+    }
+    (report / "suite.json").write_text(json.dumps(settings), encoding="utf-8")
+    err = one_line_error(capsys, main(["suite", "--resume", "--report", str(report)]))
+    assert "the prompts in coding changed since the suite" in err
+    err = one_line_error(capsys, main(["suite", "coding", "--resume", "--report", str(report)]))
+    assert "differ from the stopped suite's" in err
+    err = one_line_error(
+        capsys, main(["suite", "coding", "--resume", "--force", "--report", str(report)])
+    )
+    assert "pick one" in err
+    err = one_line_error(capsys, main(["suite", "--report", str(report)]))
+    assert "give the prompts" in err
