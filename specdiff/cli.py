@@ -435,26 +435,48 @@ def command_replay(args: argparse.Namespace) -> int:
     return replay_file(args.session, args)
 
 
+REPLAY_FIRST_STEPS = 400
+"""A paced replay opens once this many steps are read; the rest is read as it plays."""
+
+
+def open_for_replay(path: str | Path) -> tuple[Any, Any]:
+    """The session as far as its first steps, and the stream holding the rest, which the
+    replay screen reads once it has painted them."""
+    from specdiff.session import SessionStream
+
+    stream = SessionStream(path)
+    stream.read(REPLAY_FIRST_STEPS)
+    stream.check()  # a bad line among the first steps: an error before the screen opens
+    return stream.session, stream
+
+
 def replay_file(path: str | Path, args: argparse.Namespace) -> int:
     from specdiff.replay import check_speed
-    from specdiff.session import load_session
 
     speed = None if args.instant else check_speed(args.speed)
-    session = load_session(path)
-    known = presets()
-    known[session.pair.name] = session.pair
-    from specdiff.tui.app import make_app
+    session, stream = open_for_replay(path)
+    try:
+        known = presets()
+        known[session.pair.name] = session.pair
+        from specdiff.tui.app import make_app
 
-    make_app(
-        known,
-        session.pair.name,
-        session.prompt,
-        int(session.header.get("max_tokens", DEFAULT_MAX_TOKENS)),
-        theme_name=args.theme or config_theme(),
-        autostart=False,
-        session=session,
-        replay_speed=speed,
-    ).run()
+        app = make_app(
+            known,
+            session.pair.name,
+            session.prompt,
+            int(session.header.get("max_tokens", DEFAULT_MAX_TOKENS)),
+            theme_name=args.theme or config_theme(),
+            autostart=False,
+            session=session,
+            replay_speed=speed,
+            session_stream=stream,
+        )
+        app.run()
+    finally:
+        if stream is not None:
+            stream.close()
+    if app.load_error is not None:
+        raise SpecdiffError(app.load_error)
     return 0
 
 

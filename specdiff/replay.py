@@ -44,13 +44,26 @@ class Playback:
     """Which of a session's steps are shown: the first `position` in recorded order."""
 
     def __init__(self, steps: Sequence[TokenStep], speed: float = 1.0) -> None:
-        self.steps = list(steps)
-        self.offsets = offsets_of(self.steps)
+        self.steps: list[TokenStep] = []
+        self.offsets: list[float] = []
+        self.extend(steps)
         self.speed = check_speed(speed)
         self.position = 0
         self.clock = 0.0
         """Session seconds played so far."""
         self.paused = False
+
+    def extend(self, steps: Sequence[TokenStep]) -> None:
+        """More recorded steps (a session still being read), after those known."""
+        if not steps:
+            return
+        offsets = offsets_of(steps)
+        if self.steps:
+            gap = min(max(steps[0].timestamp - self.steps[-1].timestamp, 0.0), MAX_GAP_SECONDS)
+            start = self.offsets[-1] + gap
+            offsets = [start + offset for offset in offsets]
+        self.steps.extend(steps)
+        self.offsets.extend(offsets)
 
     @property
     def finished(self) -> bool:

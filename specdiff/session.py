@@ -359,8 +359,10 @@ def _candidates(top: object) -> tuple[Candidate, ...]:
 def _step_from(record: dict[str, Any]) -> TokenStep:
     if "piece" in record:
         piece = _piece_from(record["piece"])
-    else:
+    elif "piece_hex" in record:
         piece = _piece_from({"hex": record["piece_hex"]})
+    else:
+        raise ValueError("missing field 'piece' (or 'piece_hex')")
     top = record["top"]
     probes = _pairs(record.get("probes", []), 3, "probes")
     drafted = record["drafted"]
@@ -399,21 +401,48 @@ def load_session(path: str | Path) -> Session:
     a line longer than MAX_LINE_BYTES, JSON that does not parse, a record of the wrong
     shape, steps out of order.
     """
-    path = Path(path)
-    try:
-        handle = path.open("rb")
-    except FileNotFoundError:
-        raise SessionError(f"session file not found: {path}") from None
-    except OSError as error:
-        raise SessionError(f"cannot read session file {path}: {error.strerror}") from None
-    session: Session | None = None
-    with handle:
-        number = 0
+    with SessionStream(path) as stream:
+        while not stream.done:
+            stream.read(1 << 30)
+        return stream.session
+
+
+class SessionStream:
+    """Reads a session in pieces: the header at once, then steps as they are asked for.
+
+    A replay shows its first frame after reading the first steps and reads the rest
+    while it plays; the checks are load_session's, line by line.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        try:
+            self.handle = self.path.open("rb")
+        except FileNotFoundError:
+            raise SessionError(f"session file not found: {self.path}") from None
+        except OSError as error:
+            raise SessionError(f"cannot read session file {self.path}: {error.strerror}") from None
+        self.number = 0
+        self.done = False
+        self._pending: SessionError | None = None
+        try:
+            header = None
+            while header is None:
+                record = self._next_record()
+                if record is None:
+                    raise SessionError(f"{self.path}: empty file, not a session")
+                header = self._header(record)
+        except BaseException:
+            self.close()
+            raise
+        self.session = Session(self.path, header)
+
+    def _next_record(self) -> dict[str, Any] | None:
         while True:
-            raw = handle.readline(MAX_LINE_BYTES + 1)
+            raw = self.handle.readline(MAX_LINE_BYTES + 1)
             if not raw:
-                break
-            number += 1
+                return None
+            self.number += 1
             try:
                 if len(raw) > MAX_LINE_BYTES:
                     raise ValueError(f"line longer than {MAX_LINE_BYTES} bytes")
@@ -423,36 +452,83 @@ def load_session(path: str | Path) -> Session:
                 record = json.loads(line)
                 if not isinstance(record, dict):
                     raise ValueError("a line must hold a JSON object")
-                kind = record["type"]
-                if session is None:
-                    if kind != "header":
-                        raise ValueError("the first line must be the header")
-                    if record.get("schema") != SCHEMA_VERSION:
-                        raise ValueError(f"schema version {record.get('schema')!r} is unknown")
-                    session = Session(path, record)
-                    for lane_id in ("a", "b"):
-                        lane_from_dict(record["lanes"][lane_id])
-                    if not isinstance(record["prompt"], str):
-                        raise ValueError("the prompt must be text")
-                elif kind == "step":
-                    step = _step_from(record)
-                    if step.lane not in ("a", "b"):
-                        raise ValueError(f"lane {step.lane!r} is not 'a' or 'b'")
-                    if step.index != len(session.steps[step.lane]):
-                        raise ValueError(f"step index {step.index} is out of order")
-                    session.steps[step.lane].append(step)
-                    session.order.append(step.lane)
-                elif kind == "footer":
-                    session.footer = record
-                else:
-                    raise ValueError(f"unknown record type {kind!r}")
+                return record
             except UnicodeDecodeError:
-                raise SessionError(f"{path}:{number}: not UTF-8 text") from None
-            except (ValueError, KeyError, TypeError, OverflowError, SpecdiffError) as error:
-                raise SessionError(f"{path}:{number}: {_reason(error)}") from None
-    if session is None:
-        raise SessionError(f"{path}: empty file, not a session")
-    return session
+                raise SessionError(f"{self.path}:{self.number}: not UTF-8 text") from None
+            except (ValueError, TypeError, OverflowError) as error:
+                raise SessionError(f"{self.path}:{self.number}: {_reason(error)}") from None
+
+    def _header(self, record: dict[str, Any]) -> dict[str, Any]:
+        try:
+            if record["type"] != "header":
+                raise ValueError("the first line must be the header")
+            if record.get("schema") != SCHEMA_VERSION:
+                raise ValueError(f"schema version {record.get('schema')!r} is unknown")
+            for lane_id in ("a", "b"):
+                lane_from_dict(record["lanes"][lane_id])
+            if not isinstance(record["prompt"], str):
+                raise ValueError("the prompt must be text")
+        except (ValueError, KeyError, TypeError, OverflowError, SpecdiffError) as error:
+            raise SessionError(f"{self.path}:{self.number}: {_reason(error)}") from None
+        return record
+
+    def read(self, limit: int) -> list[TokenStep]:
+        """Up to `limit` more steps (fewer at the end, where `done` becomes True).
+
+        A bad line ends the reading: the steps before it are returned first, and the
+        SessionError naming it is raised by the next call."""
+        self.check()
+        session = self.session
+        steps: list[TokenStep] = []
+        try:
+            while len(steps) < limit:
+                record = self._next_record()
+                if record is None:
+                    self.done = True
+                    self.close()
+                    break
+                try:
+                    kind = record["type"]
+                    if kind == "step":
+                        step = _step_from(record)
+                        if step.lane not in ("a", "b"):
+                            raise ValueError(f"lane {step.lane!r} is not 'a' or 'b'")
+                        if step.index != len(session.steps[step.lane]):
+                            raise ValueError(f"step index {step.index} is out of order")
+                        session.steps[step.lane].append(step)
+                        session.order.append(step.lane)
+                        steps.append(step)
+                    elif kind == "footer":
+                        session.footer = record
+                    elif kind == "header":
+                        raise ValueError("a second header")
+                    else:
+                        raise ValueError(f"unknown record type {kind!r}")
+                except (ValueError, KeyError, TypeError, OverflowError, SpecdiffError) as error:
+                    raise SessionError(f"{self.path}:{self.number}: {_reason(error)}") from None
+        except SessionError as error:
+            self.close()
+            if not steps:
+                raise
+            self._pending = error
+        except BaseException:
+            self.close()
+            raise
+        return steps
+
+    def check(self) -> None:
+        """Raise the error that ended the reading, if a bad line did."""
+        if self._pending is not None:
+            raise self._pending
+
+    def close(self) -> None:
+        self.handle.close()
+
+    def __enter__(self) -> SessionStream:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
 
 
 def _reason(error: Exception) -> str:

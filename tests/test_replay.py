@@ -193,3 +193,85 @@ async def test_stepping_back_keeps_split_characters_whole() -> None:
             whole = b"".join(step.piece for step in state.steps).decode("utf-8", "replace")
             pending = state.decoder.decode(b"", final=True)
             assert "".join(state.texts) + pending == whole, lane_id
+
+
+def big_session(path: Path, steps: int, bad_line: int | None = None) -> Path:
+    """The recorded session's steps repeated and re-indexed (as the load benchmark does)."""
+    records = [json.loads(line) for line in SESSION.read_text(encoding="utf-8").splitlines()]
+    header, body = records[0], [r for r in records if r["type"] == "step"]
+    lines = [json.dumps(header)]
+    for number in range(steps):
+        record = dict(body[number % len(body)])
+        record["lane"] = "a" if number % 2 == 0 else "b"
+        record["index"] = number // 2
+        lines.append(json.dumps(record))
+    if bad_line is not None:
+        lines[bad_line - 1] = json.dumps(dict(body[0], index=-4))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+async def wait_until(pilot, condition, timeout: float = 30.0) -> None:
+    waited = 0.0
+    while not condition():
+        assert waited < timeout, "timed out"
+        await pilot.pause(0.05)
+        waited += 0.05
+
+
+def streamed_app(path: Path, speed: float | None):
+    from specdiff.cli import REPLAY_FIRST_STEPS, open_for_replay
+
+    session, stream = open_for_replay(path)
+    assert len(session.steps["a"]) + len(session.steps["b"]) == REPLAY_FIRST_STEPS
+    app = make_app(
+        presets(),
+        "ubatch",
+        session.prompt,
+        60,
+        session=session,
+        replay_speed=speed,
+        session_stream=stream,
+    )
+    return app, stream
+
+
+@pytest.mark.parametrize("speed", [None, 1000.0])
+def test_a_long_session_opens_after_its_first_steps_and_reads_the_rest(tmp_path, speed):
+    path = big_session(tmp_path / "big.jsonl", 6000)
+    whole = load_session(path)
+    app, stream = streamed_app(path, speed)
+
+    async def scenario() -> None:
+        async with app.run_test(size=(120, 36)) as pilot:
+            await wait_until(pilot, lambda: stream.done and shown(app) == 6000)
+            await pilot.pause(0.1)
+            assert app.load_error is None and not app.loading
+            for lane_id in ("a", "b"):
+                assert app.lanes[lane_id].steps == whole.steps[lane_id]
+            assert app.fork is not None and app.fork.index == whole.comparison().fork.index
+            assert "reading" not in app.query_one("#status").plain
+
+    asyncio.run(scenario())
+
+
+def test_a_bad_line_past_the_first_steps_is_reported_in_the_replay(tmp_path: Path) -> None:
+    path = big_session(tmp_path / "bad.jsonl", 3000, bad_line=2500)
+    app, stream = streamed_app(path, 1000.0)
+
+    async def scenario() -> None:
+        async with app.run_test(size=(120, 36)) as pilot:
+            await wait_until(pilot, lambda: app.load_error is not None)
+            await wait_until(pilot, lambda: app.playback.finished)
+            assert f"{path}:2500:" in app.load_error and "index" in app.load_error
+            assert shown(app) == 2498  # every good step before it still plays
+            assert "unreadable past this point" in app.query_one("#status").plain
+
+    asyncio.run(scenario())
+
+
+def test_a_bad_line_among_the_first_steps_stops_replay_before_it_opens(tmp_path, capsys):
+    path = big_session(tmp_path / "bad.jsonl", 600, bad_line=100)
+    assert main(["replay", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{path}:100:" in err and "index" in err and len(err.splitlines()) == 1

@@ -18,6 +18,7 @@ from textual import on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Button, Footer, Input, Select
@@ -29,9 +30,16 @@ from specdiff.errors import SpecdiffError
 from specdiff.lanes import Pair, apply_overrides, headline, parse_overrides
 from specdiff.pairrun import PairResult, PairRun
 from specdiff.replay import Playback
-from specdiff.session import Session, save_result
+from specdiff.session import Session, SessionError, SessionStream, save_result
 from specdiff.steps import TokenStep
-from specdiff.tui.messages import RunFailed, RunFinished, RunStarted, StepsArrived
+from specdiff.tui.messages import (
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    SessionLoaded,
+    SessionLoadFailed,
+    StepsArrived,
+)
 from specdiff.tui.themes import APP_VARIABLES, DEFAULT_THEME, load_themes
 from specdiff.tui.widgets import (
     HelpScreen,
@@ -44,6 +52,8 @@ from specdiff.tui.widgets import (
     render_panel,
 )
 
+READ_CHUNK = 2000
+"""Steps read per message while a replay reads the rest of its file."""
 REPLAY_TICK = 1 / 30
 """How often a replay draws the steps that became due."""
 SWITCH_INTERVAL = 0.0005
@@ -89,9 +99,11 @@ class SpecdiffApp(App[int]):
         sessions_dir: str | Path | None = None,
         theme_dirs: list[Path] | None = None,
         replay_speed: float | None = None,
+        session_stream: SessionStream | None = None,
     ) -> None:
         """`session` opens a recorded run: at once when `replay_speed` is None, else
-        played at the recorded pace times `replay_speed`."""
+        played at the recorded pace times `replay_speed`; `session_stream`, when given,
+        holds the rest of the session's file, read while the replay plays."""
         super().__init__()
         self.pairs = pairs
         self.pair_name = pair_name
@@ -123,6 +135,9 @@ class SpecdiffApp(App[int]):
         self._replay_fork: int | None = None
         self._replay_clock = 0.0
         self._replay_timer: Timer | None = None
+        self.session_stream = session_stream
+        self.load_error: str | None = None
+        self._recorded: dict[str, list[TokenStep]] = {"a": [], "b": []}
 
     # -- layout ---------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -294,21 +309,85 @@ class SpecdiffApp(App[int]):
             self.update_comparison(announce=False)
             self.render_lanes(follow=False)
             self.set_status(self.session_summary())
+            self.read_later()
             return
-        self.playback = Playback(session.recorded_steps(), self.replay_speed)
-        self._replay_fork = first_divergence(session.steps["a"], session.steps["b"])
+        first = session.recorded_steps()
+        self.playback = Playback(first, self.replay_speed)
+        self._recorded = {"a": list(session.steps["a"]), "b": list(session.steps["b"])}
+        self._replay_fork = first_divergence(self._recorded["a"], self._recorded["b"])
+        self.read_later()
         self._replay_clock = time.monotonic()
         self.render_lanes(follow=True)
         self._replay_timer = self.set_interval(REPLAY_TICK, self.replay_tick, name="replay")
         self.replay_status()
 
+    @property
+    def loading(self) -> bool:
+        stream = self.session_stream
+        return stream is not None and not stream.done and self.load_error is None
+
     def session_summary(self) -> str:
         assert self.session is not None
-        state = "partial session" if self.session.partial else "session"
+        if self.loading:
+            state = "session (reading…)"
+        elif self.load_error is not None:
+            state = "unreadable past this point:"
+        else:
+            state = "partial session" if self.session.partial else "session"
         fork = f"fork at token {self.fork.index}" if self.fork else "lanes identical"
         return f"{state} {self.session.path.name}: {fork}"
 
     # -- replay ---------------------------------------------------------------------
+    @work(thread=True, exclusive=True, group="session-read", exit_on_error=False)
+    def read_rest(self, stream: SessionStream) -> None:
+        """Read the session's remaining steps while the first ones play."""
+        worker = get_current_worker()
+        try:
+            while not stream.done and not worker.is_cancelled:
+                steps = stream.read(READ_CHUNK)
+                self.post_message(SessionLoaded(steps, stream.done))
+        except SessionError as error:
+            self.post_message(SessionLoadFailed(str(error)))
+
+    def read_later(self) -> None:
+        if self.session_stream is not None and not self.session_stream.done:
+            # after the first frame: a reader thread started now would take half the
+            # interpreter's time from the app's start-up
+            self.call_after_refresh(self.read_rest, self.session_stream)
+
+    def on_session_loaded(self, message: SessionLoaded) -> None:
+        if self.playback is None:  # --instant: show what was read at once
+            try:
+                for step in message.steps:
+                    self.lanes[step.lane].extend((step,))
+                if message.done:
+                    self.update_comparison(announce=False)
+                else:
+                    self.find_fork(announce=False)
+                self.render_lanes(follow=False)
+                self.set_status(self.session_summary())
+            except NoMatches:
+                pass  # the app is closing
+            return
+        for step in message.steps:
+            self._recorded[step.lane].append(step)
+        self.playback.extend(message.steps)
+        if self._replay_fork is None:
+            self._replay_fork = first_divergence(self._recorded["a"], self._recorded["b"])
+        try:
+            if message.done and self.playback is not None and self.playback.finished:
+                self.show_replayed([])
+            self.replay_status()
+        except NoMatches:
+            pass  # the app is closing
+
+    def on_session_load_failed(self, message: SessionLoadFailed) -> None:
+        self.load_error = message.error
+        self.notify(message.error, severity="error", timeout=15)
+        if self.playback is None:
+            self.set_status(f"{self.session_summary()} {self.load_error}")
+        self.replay_status()
+
     def replay_tick(self) -> None:
         now = time.monotonic()
         elapsed, self._replay_clock = now - self._replay_clock, now
@@ -316,12 +395,15 @@ class SpecdiffApp(App[int]):
             return
         due = self.playback.advance(elapsed)
         if due:
-            self.show_replayed(due)
+            try:
+                self.show_replayed(due)
+            except NoMatches:
+                self.stop_playback()  # the app is closing: its panes are gone
 
     def show_replayed(self, steps: list[TokenStep]) -> None:
         for step in steps:
             self.lanes[step.lane].extend((step,))
-        if self.playback is not None and self.playback.finished:
+        if self.playback is not None and self.playback.finished and not self.loading:
             self.update_comparison(announce=self.fork is None)
             self.render_lanes(follow=self.follow)
         else:
@@ -333,7 +415,11 @@ class SpecdiffApp(App[int]):
         if playback is None:
             return
         shown, total = playback.position, len(playback.steps)
-        if playback.finished and not playback.paused:
+        total_text = f"{total}+" if self.loading else str(total)
+        if playback.finished and not playback.paused and self.loading:
+            state = "waiting for the file"
+            keys = "space pauses"
+        elif playback.finished and not playback.paused:
             state = "replayed"
             keys = "space plays it again · d jumps to the fork"
         elif playback.paused:
@@ -342,7 +428,10 @@ class SpecdiffApp(App[int]):
         else:
             state = f"replaying at {playback.speed:g}x"
             keys = "space pauses · d jumps to the fork"
-        self.set_status(f"{state}: {shown}/{total} steps of {self.session_summary()} · {keys}")
+        summary = self.session_summary()
+        if self.load_error is not None:
+            summary = f"{summary} {self.load_error}"
+        self.set_status(f"{state}: {shown}/{total_text} steps of {summary} · {keys}")
 
     def stop_playback(self) -> None:
         self.playback = None
@@ -676,6 +765,7 @@ class SpecdiffApp(App[int]):
         self.exit(0)
 
     def on_unmount(self) -> None:
+        self.stop_playback()
         self.cancel.set()
         if self._runner is not None and not self.running:
             self._runner.close()

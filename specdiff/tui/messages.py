@@ -45,3 +45,18 @@ class Status(Message):
     """A progress line from loading (model assembly, variants, ...)."""
 
     text: str
+
+
+@dataclass
+class SessionLoaded(Message):
+    """More steps of a session being replayed were read from its file."""
+
+    steps: list[TokenStep]
+    done: bool
+
+
+@dataclass
+class SessionLoadFailed(Message):
+    """The rest of a replayed session's file is unreadable (one line naming file, line)."""
+
+    error: str
