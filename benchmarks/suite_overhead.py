@@ -1,0 +1,78 @@
+"""What a suite costs beyond generating: wall time vs the lanes' own generation time.
+
+Runs `specdiff suite`'s runner on 50 bundled prompts (coding, then questions) with one
+pair and writes the reports, as the command does. Prints the total wall time over the
+sum of every lane's generation time (prompt decode included; target <= 1.05) and the
+resident memory after the first and after the last prompt (flat: no leak).
+
+    python benchmarks/suite_overhead.py [--prompts 50] [--max-tokens 48] [--pair ubatch]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from specdiff.lanes import presets
+from specdiff.suite import (
+    Progress,
+    SuiteRun,
+    SuiteSettings,
+    load_suite_prompts,
+    outcome_json,
+    write_settings,
+)
+from specdiff.suite_report import write_reports
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm", encoding="ascii") as handle:
+        resident_pages = int(handle.read().split()[1])
+    return resident_pages * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--prompts", type=int, default=50)
+    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--pair", default="ubatch")
+    args = parser.parse_args()
+    prompts = (load_suite_prompts("coding")[0] + load_suite_prompts("questions")[0])[
+        : args.prompts
+    ]
+    settings = SuiteSettings("coding+questions", (presets()[args.pair],), args.max_tokens)
+    samples: dict[int, float] = {}
+
+    def on_progress(progress: Progress) -> None:
+        job = progress.job
+        if job not in samples:
+            samples[job] = rss_mb()  # taken while job `job` runs: after `job` finished
+
+    with tempfile.TemporaryDirectory() as folder:
+        report = Path(folder) / "report"
+        report.mkdir()
+        began = time.perf_counter()
+        write_settings(report, settings, prompts)
+        outcome = SuiteRun(settings, prompts, report, on_progress=on_progress).run()
+        write_reports(report, outcome_json(outcome))
+        wall = time.perf_counter() - began
+    generation = sum(record.generation_seconds for record in outcome.records)
+    first, last = samples[min(samples)], samples[max(samples)]
+    print(
+        f"{len(outcome.records)} prompts x {args.pair}, up to {args.max_tokens} tokens per lane"
+    )
+    print(f"wall {wall:.1f} s, lanes' generation {generation:.1f} s")
+    print(f"ratio wall / generation: {wall / generation:.3f} (target <= 1.05)")
+    print(
+        f"RSS during prompt {min(samples) + 1}: {first:.0f} MB, during prompt "
+        f"{max(samples) + 1}: {last:.0f} MB ({last - first:+.0f} MB)"
+    )
+    marks = sorted(samples)[:: max(1, len(samples) // 5)]
+    print("RSS along the way: " + ", ".join(f"#{j + 1} {samples[j]:.0f}" for j in marks))
+
+
+if __name__ == "__main__":
+    main()
