@@ -245,6 +245,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     suite.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
+    repeat = commands.add_parser(
+        "repeat", help="one prompt N times on one lane, beside other sequences in the batch"
+    )
+    source = repeat.add_mutually_exclusive_group()
+    source.add_argument("--prompt", help="the prompt text")
+    source.add_argument("--prompt-file", metavar="FILE", help="read the prompt from FILE")
+    repeat.add_argument("-n", "--runs", type=int, default=8, help="how many runs (default 8)")
+    repeat.add_argument(
+        "--companions",
+        type=int,
+        default=3,
+        help="run r shares its batches with r mod (K+1) other sequences (default K=3)",
+    )
+    repeat.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
+    repeat.add_argument("--model", help="GGUF path (default: the bundled model)")
+    repeat.add_argument(
+        "--lane", action="append", default=[], metavar="KEY=VALUE", help="lane setting"
+    )
+    repeat.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    repeat.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
     models = commands.add_parser("models", help="list known models, or make variants")
     model_commands = models.add_subparsers(dest="models_command", parser_class=_Parser)
     model_commands.add_parser("list", help="list known models (the default)")
@@ -271,9 +292,7 @@ def known_pairs(args: argparse.Namespace) -> dict[str, Pair]:
     return known
 
 
-def resolve_pair(
-    args: argparse.Namespace, known: dict[str, Pair], name: str | None = None
-) -> Pair:
+def resolve_pair(args: argparse.Namespace, known: dict[str, Pair], name: str | None = None) -> Pair:
     name = name or args.pair
     if name not in known:
         raise unknown_pair(name, known)
@@ -599,9 +618,7 @@ def command_sessions(args: argparse.Namespace) -> int:
             print(json.dumps(_session_json(info), ensure_ascii=False))
         return EXIT_SAME
     if not infos:
-        print(
-            f"no sessions in {directory} (save one with `specdiff run --save` or `s` in the TUI)"
-        )
+        print(f"no sessions in {directory} (save one with `specdiff run --save` or `s` in the TUI)")
         return EXIT_SAME
     print(f"sessions in {directory}:")
     print(f"{'#':>3}  {'date (UTC)':<16}  {'pair':<16}  {'diverged at':<12}  {'tokens':>9}  prompt")
@@ -684,9 +701,10 @@ def command_suite(args: argparse.Namespace) -> int:
     settings = prepare_report_dir(report_dir, given, prompts, args.resume, args.force)
     if prompts is None:
         prompts, skipped = load_suite_prompts(settings.source, args.skip_bad)
-        if settings.as_json(prompts)["prompts_sha256"] != json.loads(
-            (report_dir / "suite.json").read_text(encoding="utf-8")
-        )["prompts_sha256"]:
+        if (
+            settings.as_json(prompts)["prompts_sha256"]
+            != json.loads((report_dir / "suite.json").read_text(encoding="utf-8"))["prompts_sha256"]
+        ):
             raise SuiteError(
                 f"the prompts in {settings.source} changed since the suite in {report_dir} "
                 "started; restore them or start a new report folder"
@@ -743,6 +761,51 @@ def command_suite(args: argparse.Namespace) -> int:
     return EXIT_DIFFERENT if failed else EXIT_SAME
 
 
+def command_repeat(args: argparse.Namespace) -> int:
+    """Exit 0 when every run gave the same tokens, 1 when they split, 130 when stopped."""
+    from specdiff.lanes import Lane
+    from specdiff.repeat import format_summary, repeat, summary
+
+    settings = parse_overrides(args.lane)
+    if args.model:
+        settings.setdefault("model", args.model)
+    lane = apply_overrides(Lane(), settings)
+    prompt = read_prompt(args)
+    status = Status(sys.stderr, not args.quiet)
+    cancel = threading.Event()
+    status.message(
+        f"repeat: {args.runs} runs of a plain lane, each beside 0..{args.companions} other "
+        "sequences"
+    )
+
+    def on_run(number: int, run: Any) -> None:
+        status.message(
+            f"run {number + 1}/{args.runs}: {len(run.steps)} tokens beside "
+            f"{run.companions} other sequence{'s' if run.companions != 1 else ''}"
+        )
+
+    with _interrupt_sets(cancel):
+        result = repeat(
+            lane,
+            prompt,
+            args.runs,
+            args.companions,
+            args.max_tokens,
+            on_run,
+            status.message,
+            cancel,
+        )
+    data = summary(result)
+    if args.json:
+        json.dump(data, sys.stdout, indent=1, ensure_ascii=False)
+        sys.stdout.write("\n")
+    else:
+        print(format_summary(data))
+    if result.cancelled:
+        return EXIT_INTERRUPTED
+    return EXIT_SAME if data["unique"] <= 1 else EXIT_DIFFERENT
+
+
 def command_export(args: argparse.Namespace) -> int:
     """Exit 0 once the report is written; it describes the session, it does not judge it."""
     from specdiff.export import check_output, export_session, report_format, write_report
@@ -796,6 +859,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return command_sessions(args)
         if args.command == "suite":
             return command_suite(args)
+        if args.command == "repeat":
+            return command_repeat(args)
         parser.print_help()
         return EXIT_BAD_INPUT
     except SpecdiffError as error:

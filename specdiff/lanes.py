@@ -10,7 +10,9 @@ comparisons the field argues about. Users override any field from the CLI
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import re
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -27,7 +29,8 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 KV_TYPES = ("f16", "f32", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")
 QUANT_TYPES = ("", "f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q4_k_m", "q4_0")
 CHOICES: dict[str, tuple[str, ...]] = {
-    "backend": ("local",),
+    "backend": ("local", "server"),
+    "api": ("completions", "chat", "llama-server"),
     "flash_attn": ("off", "on", "auto"),
     "type_k": KV_TYPES,
     "type_v": KV_TYPES,
@@ -48,7 +51,10 @@ BOUNDS: dict[str, tuple[int, int]] = {
     "spec_align": (1, 64),
     "prefix_tokens": (0, 1 << 20),
     "top_k": (2, 1024),
+    "timeout": (1, 3600),
+    "retries": (0, 10),
 }
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def default_threads() -> int:
@@ -100,6 +106,22 @@ class Lane:
     prefix_text: str = ""
     """cached: decode this text (a prefix of the prompt) in the earlier call instead."""
     top_k: int = 8
+    endpoint: str = ""
+    """backend=server: the server's base URL, e.g. http://127.0.0.1:8080."""
+    api: str = "completions"
+    """backend=server: completions (/v1/completions), chat (/v1/chat/completions) or
+    llama-server (its own /completion, which also gives token ids and draft counts)."""
+    api_model: str = ""
+    """backend=server: the model name sent in requests ("" = the server's first model)."""
+    api_key_env: str = ""
+    """backend=server: the environment variable holding the API key (the key itself is
+    never stored)."""
+    request: str = ""
+    """backend=server: extra request fields as a JSON object, e.g. {"cache_prompt": true}."""
+    timeout: int = 60
+    """backend=server: seconds without a byte from the server before the lane fails."""
+    retries: int = 2
+    """backend=server: how often a refused or failed connection is tried again."""
 
     def __post_init__(self) -> None:
         for item in fields(self):
@@ -139,6 +161,35 @@ class Lane:
             )
         if self.prefix_text and self.prefix_tokens:
             raise LaneConfigError("set prefix_tokens or prefix_text, not both")
+        if self.backend == "server":
+            if not self.endpoint.startswith(("http://", "https://")):
+                raise LaneConfigError(
+                    "a server lane needs endpoint=http://HOST:PORT (the server's base URL)"
+                )
+            if self.speculative:
+                raise LaneConfigError(
+                    "a server lane's speculation is the server's own setting (start it so, "
+                    "e.g. llama-server --spec-type ngram-simple); keep speculation=none"
+                )
+            if self.prefix == "cached" and self.api != "llama-server":
+                raise LaneConfigError(
+                    "prefix=cached on a server lane primes llama-server's prompt cache: "
+                    "set api=llama-server"
+                )
+        if self.api_key_env and not ENV_NAME.fullmatch(self.api_key_env):
+            raise LaneConfigError(
+                f"api_key_env must name an environment variable, got {self.api_key_env!r}"
+            )
+        if self.request:
+            try:
+                extra = json.loads(self.request)
+            except ValueError:
+                extra = None
+            if not isinstance(extra, dict):
+                raise LaneConfigError(
+                    'request must be a JSON object of extra request fields, e.g. '
+                    '{"cache_prompt": true}'
+                )
 
     @property
     def speculative(self) -> bool:
@@ -155,6 +206,8 @@ class Lane:
             return f"speculative · draft {draft} · {self.spec_drafts} drafts"
         if self.prefix == "cached":
             return "prefix cached"
+        if self.backend == "server":
+            return f"server {self.endpoint}"
         return "plain"
 
     def as_dict(self) -> dict[str, Any]:
@@ -209,6 +262,10 @@ def _lane(**overrides: Any) -> Lane:
     return Lane(**overrides)
 
 
+SERVER_A = "http://127.0.0.1:8080"
+SERVER_B = "http://127.0.0.1:8081"
+
+
 def presets() -> dict[str, Pair]:
     """The built-in pairs. Built on call so that each takes the current default threads."""
     return {
@@ -247,6 +304,20 @@ def presets() -> dict[str, Pair]:
             _lane(threads=1, threads_batch=1),
             _lane(threads=2, threads_batch=2),
             "1 thread vs 2 threads",
+        ),
+        "servers": Pair(
+            "servers",
+            _lane(backend="server", endpoint=SERVER_A),
+            _lane(backend="server", endpoint=SERVER_B),
+            "two OpenAI-compatible servers (set them: --lane-a endpoint=URL --lane-b "
+            "endpoint=URL)",
+        ),
+        "server-cache-vs-fresh": Pair(
+            "server-cache-vs-fresh",
+            _lane(backend="server", api="llama-server", endpoint=SERVER_A, prefix="cached"),
+            _lane(backend="server", api="llama-server", endpoint=SERVER_A),
+            "one llama-server: cache_prompt after a priming request with half the prompt vs "
+            "no prompt cache",
         ),
     }
 

@@ -105,11 +105,17 @@ class PairRun:
         self.pair = pair
         self.cancel = cancel or threading.Event()
         self.pool = ModelPool()
-        self.lanes: dict[str, LocalLane] = {}
+        self.lanes: dict[str, Any] = {}
+        """LocalLane, or ServerLane for backend=server: the same interface."""
         try:
             for lane_id, lane in (("a", pair.a), ("b", pair.b)):
                 progress(f"loading lane {lane_id}: {lane.describe()}")
-                self.lanes[lane_id] = LocalLane(lane, lane_id, self.pool, progress, self.cancel)
+                kind: Any = LocalLane
+                if lane.backend == "server":
+                    from specdiff.engine.openai_http import ServerLane
+
+                    kind = ServerLane
+                self.lanes[lane_id] = kind(lane, lane_id, self.pool, progress, self.cancel)
         except BaseException:
             self.close()
             raise
@@ -165,7 +171,10 @@ class PairRun:
             # a lane whose loop never starts (cancelled first) must not show the last run's
             local.generation = Generation(prompt_tokens=len(tokens))
         generators = {
-            lane_id: local.generate(tokens, max_tokens, stop_bytes)
+            # a server lane is sent the prompt's text, as any client sends it
+            lane_id: local.generate(
+                prompt if local.lane.backend == "server" else tokens, max_tokens, stop_bytes
+            )
             for lane_id, local in self.lanes.items()
             if not (teacher_forced and lane_id == "b")
         }

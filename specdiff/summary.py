@@ -99,6 +99,15 @@ def format_result(result: PairResult) -> str:
     out.append(f"  {build.get('system_info')}")
     for outcome in (a, b):
         ex = outcome.executed
+        if ex.get("backend") == "server":
+            server = ex.get("server", {})
+            name = ", ".join(str(m) for m in server.get("models", [])) or "model not reported"
+            build_info = f" · build {server['build_info']}" if "build_info" in server else ""
+            out.append(
+                f"  lane {outcome.lane_id}: server {ex.get('endpoint')} ({ex.get('api')} API)"
+                f" · {name}{build_info}"
+            )
+            continue
         out.append(
             f"  lane {outcome.lane_id}: {ex.get('quantization')} {ex.get('model_path')} "
             f"sha256 {str(ex.get('model_sha256'))[:12]} · threads {ex.get('threads')}/"

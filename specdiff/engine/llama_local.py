@@ -92,16 +92,21 @@ class LoadedModel:
             self._sha256 = sha256_file(self.path)
         return self._sha256
 
-    def tokenize(self, text: str) -> list[int]:
+    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
+        """Token ids of `text`; `add_special` puts the BOS token first, as for a prompt."""
         lib = llama()
         data = text.encode("utf-8")
         capacity = len(data) + 8
         buffer = (lib.llama_token * capacity)()
-        count = lib.llama_tokenize(self.vocab, data, len(data), buffer, capacity, True, True)
+        count = lib.llama_tokenize(
+            self.vocab, data, len(data), buffer, capacity, add_special, True
+        )
         if count < 0:
             capacity = -count
             buffer = (lib.llama_token * capacity)()
-            count = lib.llama_tokenize(self.vocab, data, len(data), buffer, capacity, True, True)
+            count = lib.llama_tokenize(
+                self.vocab, data, len(data), buffer, capacity, add_special, True
+            )
         if count < 0:
             raise EngineError(f"tokenization failed ({count})")
         return list(buffer[:count])

@@ -1,0 +1,543 @@
+"""A lane served over HTTP: OpenAI-compatible servers and llama-server's own API.
+
+Each streamed token becomes a TokenStep: the token id where the server gives it (else
+looked up in the lane's tokenizer vocabulary by its exact bytes or text), its bytes, the
+top-k candidates with their log-probabilities as logits (a difference of two
+log-probabilities equals the difference of the logits, so margins mean the same thing),
+and the time it arrived.
+
+APIs (lane key `api`):
+- `completions`: POST /v1/completions with `logprobs: k` (OpenAI's legacy API; vLLM,
+  SGLang, llama-cpp-python's server);
+- `chat`: POST /v1/chat/completions with `logprobs: true, top_logprobs: k`;
+- `llama-server`: POST /completion with `n_probs: k` and `return_tokens` (token ids,
+  bytes, and the server's draft counts and timings).
+
+The API key is read from the environment variable the lane names, sent as a bearer
+token, and never written anywhere: error messages have it masked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from specdiff.engine.llama_local import Cancelled, EngineError, Generation, ModelPool
+from specdiff.engine.models import Progress, resolve_model
+from specdiff.errors import LaneConfigError, PromptError
+from specdiff.lanes import Lane
+from specdiff.steps import Candidate, TokenStep
+
+UNKNOWN_TOKEN = (1 << 31) - 1
+"""The id given to a token whose text the tokenizer vocabulary does not hold."""
+
+
+class ServerError(EngineError):
+    """The server could not be reached, refused, or answered what specdiff cannot use."""
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Token:
+    """One token as a server reports it; id and bytes where it gives them."""
+
+    text: str
+    logprob: float
+    token_id: int | None = None
+    data: bytes | None = None
+
+
+@dataclass
+class Event:
+    tokens: list[tuple[Token, list[Token]]]
+    finish: str | None = None
+    timings: dict[str, Any] | None = None
+
+
+class ServerLane:
+    """A lane whose tokens come from a server; the interface PairRun uses of LocalLane."""
+
+    def __init__(
+        self,
+        lane: Lane,
+        lane_id: str = "a",
+        pool: ModelPool | None = None,
+        progress: Progress = _quiet,
+        cancel: threading.Event | None = None,
+    ) -> None:
+        import httpx
+
+        self.lane = lane
+        self.lane_id = lane_id
+        self.cancel = cancel or threading.Event()
+        self.key = ""
+        if lane.api_key_env:
+            self.key = os.environ.get(lane.api_key_env, "")
+            if not self.key:
+                raise LaneConfigError(
+                    f"lane {lane_id}: the environment variable {lane.api_key_env} "
+                    "(api_key_env) is not set; export the API key there"
+                )
+        self.extra: dict[str, Any] = json.loads(lane.request) if lane.request else {}
+        headers = {"Authorization": f"Bearer {self.key}"} if self.key else {}
+        self.client = httpx.Client(
+            base_url=lane.endpoint.rstrip("/"),
+            headers=headers,
+            timeout=httpx.Timeout(lane.timeout),
+        )
+        self._own_pool = pool is None
+        self.pool = pool or ModelPool()
+        try:
+            # The tokenizer: prompt token ids for the session, and ids for servers that
+            # report tokens only as text.
+            self.model_path = resolve_model(lane.model, lane.quant, lane.threads, progress)
+            self.model = self.pool.get(self.model_path, lane.repack)
+            progress(f"lane {lane_id}: asking {lane.endpoint} who it is")
+            self.identity = self._identity()
+        except BaseException:
+            self.close()
+            raise
+        self.generation = Generation()
+        self._by_text: dict[str, int] | None = None
+        self._by_bytes: dict[bytes, int] | None = None
+        self._text_ids: dict[str, int] = {}
+
+    # -- the server ----------------------------------------------------------------
+    def _mask(self, text: str) -> str:
+        return text.replace(self.key, "***") if self.key else text
+
+    def _fail(self, what: str) -> ServerError:
+        return ServerError(self._mask(f"lane {self.lane_id} ({self.lane.endpoint}): {what}"))
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        """One request with retries on refused connections; returns the response."""
+        import httpx
+
+        attempt = 0
+        while True:
+            try:
+                return self.client.request(method, path, **kwargs)
+            except httpx.ConnectError as error:
+                if attempt >= self.lane.retries:
+                    raise self._fail(
+                        f"cannot connect ({_reason(error)}); is the server running?"
+                    ) from None
+            except httpx.TimeoutException:
+                if attempt >= self.lane.retries:
+                    raise self._fail(
+                        f"no answer within {self.lane.timeout} s (timeout=SECONDS)"
+                    ) from None
+            attempt += 1
+            time.sleep(0.5 * attempt)
+
+    def _check_status(self, response: Any) -> None:
+        if response.status_code == 200:
+            return
+        body = response.read().decode("utf-8", "replace")[:300]
+        try:
+            message = json.loads(body).get("error", body)
+            if isinstance(message, dict):
+                message = message.get("message", body)
+        except (ValueError, AttributeError):
+            message = body
+        message = " ".join(str(message).split())
+        if response.status_code in (401, 403):
+            where = f"${self.lane.api_key_env}" if self.lane.api_key_env else "api_key_env"
+            raise self._fail(
+                f"the server refused the API key (HTTP {response.status_code}); check {where}"
+            )
+        raise self._fail(f"HTTP {response.status_code}: {message or 'no details'}")
+
+    def _identity(self) -> dict[str, Any]:
+        identity: dict[str, Any] = {}
+        response = self._request("GET", "/v1/models")
+        if response.status_code == 200:
+            try:
+                identity["models"] = [m.get("id") for m in response.json().get("data", [])]
+            except (ValueError, AttributeError):
+                identity["models"] = []
+        elif response.status_code in (401, 403):
+            self._check_status(response)
+        props = self._request("GET", "/props")
+        if props.status_code == 200:
+            try:
+                data = props.json()
+            except ValueError:
+                data = {}
+            for key in ("build_info", "model_path", "total_slots", "n_ctx"):
+                if key in data:
+                    identity[key] = data[key]
+            settings = data.get("default_generation_settings", {})
+            if "n_ctx" in settings:
+                identity["n_ctx"] = settings["n_ctx"]
+        return identity
+
+    # -- what PairRun asks of a lane -------------------------------------------------
+    @property
+    def vocab_digest(self) -> str:
+        return self.model.info.vocab_digest
+
+    def tokenize(self, text: str) -> list[int]:
+        return self.model.tokenize(text)
+
+    def check_prompt(self, prompt: Sequence[int], max_tokens: int) -> None:
+        if max_tokens < 1:
+            raise PromptError(f"--max-tokens must be at least 1, got {max_tokens}")
+
+    def prefix_length(self, prompt: Sequence[int]) -> int:
+        return 0  # checked when the priming request is built
+
+    def probe(self, index: int, token_ids: Sequence[int]) -> tuple[Any, ...]:
+        return ()  # a server reports its top-k only
+
+    def normalizer(self, index: int) -> float | None:
+        return None
+
+    def executed(self) -> dict[str, Any]:
+        return {
+            "backend": "server",
+            "endpoint": self.lane.endpoint,
+            "api": self.lane.api,
+            "server": self.identity,
+            "tokenizer_path": str(self.model_path),
+            "tokenizer_sha256": self.model.sha256,
+            "request": self.extra,
+        }
+
+    def close(self) -> None:
+        client = getattr(self, "client", None)
+        if client is not None:
+            client.close()
+        if getattr(self, "_own_pool", False):
+            self.pool.close()
+
+    # -- generating ----------------------------------------------------------------
+    def _body(self, prompt: str, max_tokens: int, stop: Sequence[str]) -> tuple[str, dict]:
+        k = self.lane.top_k
+        api = self.lane.api
+        if api == "llama-server":
+            body: dict[str, Any] = {
+                "prompt": prompt,
+                "n_predict": max_tokens,
+                "temperature": 0,
+                "n_probs": k,
+                "stream": True,
+                "return_tokens": True,
+                "cache_prompt": False,
+            }
+            path = "/completion"
+            if self.lane.prefix == "cached":
+                # the same slot as the priming request, so the cached prefix is found
+                body["cache_prompt"] = True
+                body["id_slot"] = 0
+        elif api == "chat":
+            body = {
+                "messages": [{"role": "user", "content": prompt}],
+                "max_tokens": max_tokens,
+                "temperature": 0,
+                "logprobs": True,
+                "top_logprobs": k,
+                "stream": True,
+            }
+            path = "/v1/chat/completions"
+        else:
+            body = {
+                "prompt": prompt,
+                "max_tokens": max_tokens,
+                "temperature": 0,
+                "logprobs": k,
+                "stream": True,
+            }
+            path = "/v1/completions"
+        # Greedy means the argmax of the model's own distribution: llama-cpp-python's
+        # server penalizes repeats by default (1.1), which changes picks. `request`
+        # overrides this for a server that rejects the field.
+        body["repeat_penalty"] = 1.0
+        if self.lane.api_model:
+            body["model"] = self.lane.api_model
+        if stop:
+            body["stop"] = list(stop)
+        body.update(self.extra)
+        return path, body
+
+    def generate(
+        self,
+        prompt: Sequence[int] | str,
+        max_tokens: int,
+        stop: Sequence[bytes] = (),
+        forced: Sequence[int] | None = None,
+    ) -> Iterator[TokenStep]:
+        """Stream the server's greedy completion of the prompt (text, or token ids that
+        are turned back into text), one TokenStep per token."""
+        import httpx
+
+        if forced is not None:
+            raise LaneConfigError("teacher forcing needs an in-process lane (backend=local)")
+        text = prompt if isinstance(prompt, str) else self._detokenize(prompt)
+        count = len(self.tokenize(prompt)) if isinstance(prompt, str) else len(prompt)
+        self.generation = generation = Generation(prompt_tokens=count)
+        path, body = self._body(text, max_tokens, [s.decode("utf-8", "replace") for s in stop])
+        if self.lane.prefix == "cached":
+            self._prime(text)
+        emitted = 0
+        attempt = 0
+        while True:
+            self._ended = False
+            try:
+                with self.client.stream("POST", path, json=body) as response:
+                    self._check_status(response)
+                    for event in self._events(response.iter_lines()):
+                        for token, top in event.tokens:
+                            if self.cancel.is_set():
+                                raise Cancelled("cancelled")
+                            yield self._step(emitted, token, top)
+                            emitted += 1
+                        if event.timings:
+                            generation.drafted = int(event.timings.get("draft_n", 0) or 0)
+                            generation.accepted = int(
+                                event.timings.get("draft_n_accepted", 0) or 0
+                            )
+                        if event.finish:
+                            generation.stop_reason = event.finish
+                        if event.finish and self.lane.api == "llama-server":
+                            self._ended = True  # its last event says stop; no [DONE]
+                if not self._ended:
+                    raise self._fail(
+                        f"the stream ended after {emitted} tokens without its end marker "
+                        "(did the server stop?)"
+                    )
+                if not generation.stop_reason:
+                    generation.stop_reason = "length" if emitted >= max_tokens else "eos"
+                return
+            except httpx.ConnectError as error:
+                if emitted or attempt >= self.lane.retries:
+                    raise self._fail(
+                        f"cannot connect ({_reason(error)}); is the server running?"
+                    ) from None
+                attempt += 1
+                time.sleep(0.5 * attempt)
+            except httpx.TimeoutException:
+                raise self._fail(
+                    f"no data for {self.lane.timeout} s after {emitted} tokens "
+                    "(raise timeout=SECONDS for a slow server)"
+                ) from None
+            except (httpx.RemoteProtocolError, httpx.ReadError) as error:
+                raise self._fail(
+                    f"the connection broke after {emitted} tokens ({_reason(error)})"
+                ) from None
+
+    def _prime(self, prompt: str) -> None:
+        """Fill llama-server's prompt cache with the prompt's prefix (half of it unless
+        prefix_tokens / prefix_text say otherwise), as an earlier turn would."""
+        tokens = self.tokenize(prompt)
+        if self.lane.prefix_text:
+            if not prompt.startswith(self.lane.prefix_text):
+                raise PromptError("prefix_text must be the beginning of the prompt")
+            prefix = self.lane.prefix_text
+        else:
+            count = self.lane.prefix_tokens or len(tokens) // 2
+            if not 1 < count < len(tokens):
+                raise PromptError(
+                    f"the cached prefix must be shorter than the {len(tokens)}-token prompt"
+                )
+            prefix = self._detokenize(tokens[:count])
+        body = {
+            "prompt": prefix,
+            "n_predict": 1,
+            "temperature": 0,
+            "cache_prompt": True,
+            "id_slot": 0,
+            **self.extra,
+        }
+        response = self._request("POST", "/completion", json=body)
+        self._check_status(response)
+        self.generation.prefix_tokens = len(self.tokenize(prefix)) - 1
+
+    def _detokenize(self, tokens: Sequence[int]) -> str:
+        data = b"".join(self.model.piece(t) for t in tokens if t != self._bos())
+        return data.decode("utf-8", "replace")
+
+    def _bos(self) -> int:
+        from specdiff.engine.runtime import llama
+
+        return int(llama().llama_vocab_bos(self.model.vocab))
+
+    def _events(self, lines: Iterator[str]) -> Iterator[Event]:
+        for line in lines:
+            if not line or line.startswith(":"):
+                continue  # keep-alive comments and event separators
+            if line.startswith(("event:", "id:", "retry:")):
+                continue
+            if not line.startswith("data:"):
+                raise self._fail(f"malformed server-sent event line: {line[:80]!r}")
+            payload = line[5:].strip()
+            if payload == "[DONE]":
+                self._ended = True
+                return
+            try:
+                data = json.loads(payload)
+            except ValueError:
+                raise self._fail(f"malformed JSON in an event: {payload[:80]!r}") from None
+            if not isinstance(data, dict):
+                raise self._fail(f"unexpected event: {payload[:80]!r}")
+            if "error" in data:
+                error = data["error"]
+                message = error.get("message") if isinstance(error, dict) else error
+                raise self._fail(f"the server reported an error: {message}")
+            yield self._parse(data)
+
+    def _parse(self, data: dict[str, Any]) -> Event:
+        api = self.lane.api
+        if api == "llama-server":
+            return self._parse_llama_server(data)
+        choices = data.get("choices") or []
+        if not choices:
+            return Event([])
+        choice = choices[0]
+        finish = _finish(choice.get("finish_reason"))
+        logprobs = choice.get("logprobs")
+        produced = choice.get("text") if api == "completions" else (
+            (choice.get("delta") or {}).get("content")
+        )
+        if logprobs is None:
+            if produced:
+                raise self._no_logprobs()
+            return Event([], finish)
+        if api == "chat":
+            tokens = []
+            for entry in logprobs.get("content") or []:
+                chosen = _token(entry)
+                tokens.append((chosen, [_token(t) for t in entry.get("top_logprobs") or []]))
+            return Event(tokens, finish)
+        texts = logprobs.get("tokens") or []
+        values = logprobs.get("token_logprobs") or []
+        tops = logprobs.get("top_logprobs") or []
+        tokens = []
+        for index, text in enumerate(texts):
+            top = tops[index] if index < len(tops) and tops[index] else {}
+            if not top:
+                raise self._no_logprobs()
+            candidates = [Token(t, float(v)) for t, v in top.items()]
+            tokens.append((Token(text, float(values[index])), candidates))
+        return Event(tokens, finish)
+
+    def _parse_llama_server(self, data: dict[str, Any]) -> Event:
+        probabilities = data.get("completion_probabilities")
+        tokens = []
+        if probabilities is None and data.get("content"):
+            raise self._no_logprobs()
+        for entry in probabilities or []:
+            chosen = _token(entry)
+            tokens.append((chosen, [_token(t) for t in entry.get("top_logprobs") or []]))
+        finish = None
+        if data.get("stop"):
+            kind = data.get("stop_type", "")
+            finish = {"eos": "eos", "limit": "length", "word": "stop"}.get(kind, kind or "eos")
+        return Event(tokens, finish, data.get("timings"))
+
+    def _no_logprobs(self) -> ServerError:
+        return self._fail(
+            "the server sent tokens without log-probabilities, so there are no margins; "
+            "enable them (llama-cpp-python's server: --logits_all true) or use a server "
+            "that reports them"
+        )
+
+    def _token_id(self, token: Token) -> int:
+        if token.token_id is not None:
+            return token.token_id
+        if token.data is not None:
+            if self._by_bytes is None:
+                self._build_maps()
+            assert self._by_bytes is not None
+            found = self._by_bytes.get(token.data)
+            if found is not None:
+                return found
+        # Text only (OpenAI's legacy API): the id the tokenizer gives that text when it is
+        # one token, else the lowest id whose piece reads so.
+        cached = self._text_ids.get(token.text)
+        if cached is not None:
+            return cached
+        ids = self.model.tokenize(token.text, add_special=False) if token.text else []
+        if len(ids) == 1:
+            found = ids[0]
+        else:
+            if self._by_text is None:
+                self._build_maps()
+            assert self._by_text is not None
+            found = self._by_text.get(token.text, UNKNOWN_TOKEN)
+        self._text_ids[token.text] = found
+        return found
+
+    def _build_maps(self) -> None:
+        by_text: dict[str, int] = {}
+        by_bytes: dict[bytes, int] = {}
+        piece = self.model.piece
+        for token_id in range(self.model.n_vocab):
+            data = piece(token_id)
+            by_bytes.setdefault(data, token_id)
+            by_text.setdefault(data.decode("utf-8", "ignore"), token_id)
+        self._by_text, self._by_bytes = by_text, by_bytes
+
+    def _bytes_of(self, token: Token, token_id: int) -> bytes:
+        if token.data is not None:
+            return token.data
+        if token_id != UNKNOWN_TOKEN:
+            return self.model.piece(token_id)
+        return token.text.encode("utf-8")
+
+    def _step(self, index: int, token: Token, top: list[Token]) -> TokenStep:
+        chosen_id = self._token_id(token)
+        candidates: dict[int, Candidate] = {}
+        for entry in top:
+            entry_id = self._token_id(entry)
+            if entry_id not in candidates:
+                candidates[entry_id] = Candidate(
+                    entry_id, entry.logprob, self._bytes_of(entry, entry_id)
+                )
+        if chosen_id not in candidates:
+            candidates[chosen_id] = Candidate(
+                chosen_id, token.logprob, self._bytes_of(token, chosen_id)
+            )
+        ordered = sorted(candidates.values(), key=lambda c: (-c.logit, c.token_id))
+        return TokenStep(
+            lane=self.lane_id,
+            index=index,
+            token_id=chosen_id,
+            piece=self._bytes_of(token, chosen_id),
+            top=tuple(ordered[: max(self.lane.top_k, 1)]),
+            drafted=False,
+            verify_width=1,
+            timestamp=time.perf_counter(),
+        )
+
+
+def _token(entry: dict[str, Any]) -> Token:
+    data = entry.get("bytes")
+    token_id = entry.get("id")
+    return Token(
+        text=str(entry.get("token", "")),
+        logprob=float(entry.get("logprob", 0.0)),
+        token_id=token_id if isinstance(token_id, int) else None,
+        data=bytes(data) if isinstance(data, list) else None,
+    )
+
+
+def _finish(reason: object) -> str | None:
+    if reason is None:
+        return None
+    return {"length": "length", "stop": "eos"}.get(str(reason), str(reason))
+
+
+def _reason(error: BaseException) -> str:
+    text = str(error) or type(error).__name__
+    if "Connection refused" in text:
+        return "connection refused"
+    return text.split("\n")[0][:120]

@@ -1,0 +1,180 @@
+"""Repeat mode: one prompt, one lane, N runs that differ only in what shares the batch.
+
+Run r decodes the prompt beside r mod (K + 1) other sequences, taken in turn from the
+bundled `open` prompts, so both the batch's size and its neighbours change from run to
+run. A greedy decode that depended on nothing but the prompt would give one completion;
+the report says how many there are, how many runs share each, and the token where they
+first split, with each completion's margin there.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from specdiff.engine.batched import BatchedLane, BatchedRun
+from specdiff.engine.llama_local import Cancelled
+from specdiff.errors import PromptError
+from specdiff.lanes import Lane
+from specdiff.prompts import load as load_prompts
+from specdiff.steps import text_of
+
+COMPANION_SET = "open"
+
+
+@dataclass
+class RepeatResult:
+    lane: Lane
+    prompt: str
+    max_tokens: int
+    max_companions: int
+    runs: list[BatchedRun]
+    companion_ids: list[list[str]]
+    cancelled: bool = False
+
+
+def companions_for(run: int, max_companions: int, pool_size: int) -> list[int]:
+    """Indices into the companion pool for run `run`."""
+    count = run % (max_companions + 1)
+    return [(run + j) % pool_size for j in range(count)]
+
+
+def repeat(
+    lane: Lane,
+    prompt: str,
+    runs: int,
+    max_companions: int,
+    max_tokens: int,
+    on_run: Callable[[int, BatchedRun], None] | None = None,
+    progress: Callable[[str], None] | None = None,
+    cancel: threading.Event | None = None,
+) -> RepeatResult:
+    if runs < 1:
+        raise PromptError(f"-n must be at least 1, got {runs}")
+    if max_companions < 0:
+        raise PromptError(f"--companions must be 0 or more, got {max_companions}")
+    if max_tokens < 1:
+        raise PromptError(f"--max-tokens must be at least 1, got {max_tokens}")
+    if not prompt.strip():
+        raise PromptError("the prompt is empty; give some text (--prompt or --prompt-file)")
+    pool = load_prompts(COMPANION_SET)
+    cancel = cancel or threading.Event()
+    result = RepeatResult(lane, prompt, max_tokens, max_companions, [], [])
+    kwargs: dict[str, Any] = {"cancel": cancel}
+    if progress is not None:
+        kwargs["progress"] = progress
+    with BatchedLane(lane, max_companions, **kwargs) as batched:
+        tokens = batched.tokenize(prompt)
+        companion_tokens = [batched.tokenize(item["prompt"]) for item in pool]
+        for number in range(runs):
+            if cancel.is_set():
+                result.cancelled = True
+                break
+            chosen = companions_for(number, max_companions, len(pool))
+            try:
+                outcome = batched.run(tokens, [companion_tokens[i] for i in chosen], max_tokens)
+            except Cancelled:
+                result.cancelled = True
+                break
+            result.runs.append(outcome)
+            result.companion_ids.append([pool[i]["id"] for i in chosen])
+            if on_run is not None:
+                on_run(number, outcome)
+    return result
+
+
+def first_split(completions: list[list[int]]) -> int | None:
+    """The first index at which any two completions differ (a shorter one that is a
+    prefix of a longer one splits where it ends); None when all are equal."""
+    if len({tuple(c) for c in completions}) <= 1:
+        return None
+    index = 0
+    while True:
+        tokens = {c[index] if index < len(c) else None for c in completions}
+        if len(tokens) > 1:
+            return index
+        index += 1
+
+
+def summary(result: RepeatResult) -> dict[str, Any]:
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for number, run in enumerate(result.runs):
+        groups.setdefault(tuple(run.token_ids), []).append(number)
+    ordered = sorted(groups.items(), key=lambda item: (-len(item[1]), item[1][0]))
+    split = first_split([list(tokens) for tokens in groups])
+    group_json = []
+    for tokens, members in ordered:
+        first = result.runs[members[0]]
+        entry: dict[str, Any] = {
+            "runs": members,
+            "count": len(members),
+            "companions": sorted({result.runs[m].companions for m in members}),
+            "tokens": len(tokens),
+            "text": text_of(first.steps),
+        }
+        if split is not None and split < len(first.steps):
+            step = first.steps[split]
+            entry["at_split"] = {
+                "token_id": step.token_id,
+                "piece": step.piece.decode("utf-8", "replace"),
+                "margin": step.margin,
+                "top": [
+                    [c.token_id, c.piece.decode("utf-8", "replace"), c.logit] for c in step.top[:4]
+                ],
+            }
+        group_json.append(entry)
+    return {
+        "prompt": result.prompt,
+        "lane": result.lane.as_dict(),
+        "runs": len(result.runs),
+        "max_companions": result.max_companions,
+        "max_tokens": result.max_tokens,
+        "cancelled": result.cancelled,
+        "unique": len(groups),
+        "first_split": split,
+        "groups": group_json,
+        "per_run": [
+            {
+                "run": number,
+                "companions": result.companion_ids[number],
+                "group": next(i for i, (_, m) in enumerate(ordered) if number in m),
+                "tokens_per_second": (
+                    (len(run.steps) - 1) / run.seconds if run.seconds and run.steps else 0.0
+                ),
+            }
+            for number, run in enumerate(result.runs)
+        ],
+    }
+
+
+def format_summary(data: dict[str, Any]) -> str:
+    lines = [
+        f"repeat: {data['runs']} runs of one prompt, each decoded beside 0 to "
+        f"{data['max_companions']} other sequences, up to {data['max_tokens']} tokens",
+        f"unique completions: {data['unique']} of {data['runs']} runs",
+    ]
+    for number, group in enumerate(data["groups"], 1):
+        text = " ".join(group["text"].split())
+        text = text if len(text) <= 60 else text[:59] + "…"
+        companions = ", ".join(str(c) for c in group["companions"])
+        lines.append(
+            f"  #{number}: {group['count']} run{'s' if group['count'] > 1 else ''} "
+            f"(companions {companions}), {group['tokens']} tokens: {text!r}"
+        )
+    split = data["first_split"]
+    if split is None:
+        lines.append("every run produced the same tokens")
+    else:
+        picks = []
+        for number, group in enumerate(data["groups"], 1):
+            at = group.get("at_split")
+            if at is None:
+                picks.append(f"#{number} ended")
+            else:
+                picks.append(f"#{number} {at['piece']!r} (margin {at['margin']:.4f})")
+        lines.append(f"first split at token {split}: " + ", ".join(picks))
+    if data["cancelled"]:
+        lines.append("stopped: the counts cover the runs that finished")
+    return "\n".join(lines)
