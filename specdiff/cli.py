@@ -259,6 +259,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="run r shares its batches with r mod (K+1) other sequences (default K=3)",
     )
     repeat.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
+    repeat.add_argument(
+        "--endpoint",
+        metavar="URL",
+        help="repeat against a server (OpenAI-compatible, or --lane api=llama-server)",
+    )
+    repeat.add_argument(
+        "--concurrency",
+        type=int,
+        default=4,
+        help="with --endpoint: requests in flight at once (default 4)",
+    )
     repeat.add_argument("--model", help="GGUF path (default: the bundled model)")
     repeat.add_argument(
         "--lane", action="append", default=[], metavar="KEY=VALUE", help="lane setting"
@@ -764,38 +775,52 @@ def command_suite(args: argparse.Namespace) -> int:
 def command_repeat(args: argparse.Namespace) -> int:
     """Exit 0 when every run gave the same tokens, 1 when they split, 130 when stopped."""
     from specdiff.lanes import Lane
-    from specdiff.repeat import format_summary, repeat, summary
+    from specdiff.repeat import format_summary, repeat, repeat_server, summary
 
     settings = parse_overrides(args.lane)
     if args.model:
         settings.setdefault("model", args.model)
+    if args.endpoint:
+        settings.update(backend="server", endpoint=args.endpoint)
     lane = apply_overrides(Lane(), settings)
     prompt = read_prompt(args)
     status = Status(sys.stderr, not args.quiet)
     cancel = threading.Event()
-    status.message(
-        f"repeat: {args.runs} runs of a plain lane, each beside 0..{args.companions} other "
-        "sequences"
-    )
-
-    def on_run(number: int, run: Any) -> None:
+    served = lane.backend == "server"
+    if served:
         status.message(
-            f"run {number + 1}/{args.runs}: {len(run.steps)} tokens beside "
-            f"{run.companions} other sequence{'s' if run.companions != 1 else ''}"
+            f"repeat: {args.runs} requests to {lane.endpoint}, {args.concurrency} at a time"
+        )
+    else:
+        status.message(
+            f"repeat: {args.runs} runs of a plain lane, each beside 0..{args.companions} "
+            "other sequences"
         )
 
+    def on_run(number: int, run: Any) -> None:
+        beside = (
+            f"{args.concurrency} in flight"
+            if served
+            else f"beside {run.companions} other sequence{'s' if run.companions != 1 else ''}"
+        )
+        status.message(f"run {number + 1}/{args.runs}: {len(run.steps)} tokens, {beside}")
+
+    how = repeat_server if served else repeat
     with _interrupt_sets(cancel):
-        result = repeat(
+        result = how(
             lane,
             prompt,
             args.runs,
-            args.companions,
+            args.concurrency if served else args.companions,
             args.max_tokens,
             on_run,
             status.message,
             cancel,
         )
     data = summary(result)
+    if served:
+        data["endpoint"] = lane.endpoint
+        data["concurrency"] = args.concurrency
     if args.json:
         json.dump(data, sys.stdout, indent=1, ensure_ascii=False)
         sys.stdout.write("\n")

@@ -10,6 +10,7 @@ first split, with each completion's margin there.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -85,6 +86,73 @@ def repeat(
     return result
 
 
+def repeat_server(
+    lane: Lane,
+    prompt: str,
+    runs: int,
+    concurrency: int,
+    max_tokens: int,
+    on_run: Callable[[int, BatchedRun], None] | None = None,
+    progress: Callable[[str], None] | None = None,
+    cancel: threading.Event | None = None,
+) -> RepeatResult:
+    """The same request `runs` times, `concurrency` at a time, to a server lane: the
+    server batches them with each other as it would any concurrent clients."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from specdiff.engine.llama_local import ModelPool
+    from specdiff.engine.openai_http import ServerLane
+
+    if runs < 1:
+        raise PromptError(f"-n must be at least 1, got {runs}")
+    if concurrency < 1:
+        raise PromptError(f"--concurrency must be at least 1, got {concurrency}")
+    if not prompt.strip():
+        raise PromptError("the prompt is empty; give some text (--prompt or --prompt-file)")
+    cancel = cancel or threading.Event()
+    result = RepeatResult(lane, prompt, max_tokens, concurrency - 1, [], [])
+    pool = ModelPool()
+    lanes: list[ServerLane] = []
+    try:
+        for _ in range(min(concurrency, runs)):
+            lanes.append(ServerLane(lane, "a", pool, progress or (lambda _: None), cancel))
+        free = list(lanes)
+        guard = threading.Lock()
+        outcomes: dict[int, BatchedRun] = {}
+
+        def one(number: int) -> None:
+            with guard:
+                client = free.pop()
+            try:
+                began = time.perf_counter()
+                outcome = BatchedRun(concurrency - 1)
+                outcome.steps = list(client.generate(prompt, max_tokens))
+                outcome.seconds = time.perf_counter() - began
+                outcomes[number] = outcome
+                if on_run is not None:
+                    with guard:
+                        on_run(number, outcome)
+            finally:
+                with guard:
+                    free.append(client)
+
+        with ThreadPoolExecutor(max_workers=len(lanes)) as executor:
+            futures = [executor.submit(one, number) for number in range(runs)]
+            for future in futures:
+                try:
+                    future.result()
+                except Cancelled:
+                    result.cancelled = True
+    finally:
+        for client in lanes:
+            client.close()
+        pool.close()
+    for number in sorted(outcomes):
+        result.runs.append(outcomes[number])
+        result.companion_ids.append([f"{concurrency - 1} concurrent requests"])
+    return result
+
+
 def first_split(completions: list[list[int]]) -> int | None:
     """The first index at which any two completions differ (a shorter one that is a
     prefix of a longer one splits where it ends); None when all are equal."""
@@ -150,18 +218,27 @@ def summary(result: RepeatResult) -> dict[str, Any]:
 
 
 def format_summary(data: dict[str, Any]) -> str:
+    if "endpoint" in data:
+        how = f"sent to {data['endpoint']}, {data['concurrency']} at a time"
+    else:
+        how = f"each decoded beside 0 to {data['max_companions']} other sequences"
     lines = [
-        f"repeat: {data['runs']} runs of one prompt, each decoded beside 0 to "
-        f"{data['max_companions']} other sequences, up to {data['max_tokens']} tokens",
+        f"repeat: {data['runs']} runs of one prompt, {how}, up to {data['max_tokens']} tokens",
         f"unique completions: {data['unique']} of {data['runs']} runs",
     ]
     for number, group in enumerate(data["groups"], 1):
         text = " ".join(group["text"].split())
         text = text if len(text) <= 60 else text[:59] + "…"
-        companions = ", ".join(str(c) for c in group["companions"])
+        runs = ", ".join(str(r) for r in group["runs"][:8])
+        more = "…" if len(group["runs"]) > 8 else ""
+        beside = (
+            ""
+            if "endpoint" in data
+            else f"; companions {', '.join(str(c) for c in group['companions'])}"
+        )
         lines.append(
             f"  #{number}: {group['count']} run{'s' if group['count'] > 1 else ''} "
-            f"(companions {companions}), {group['tokens']} tokens: {text!r}"
+            f"(runs {runs}{more}{beside}), {group['tokens']} tokens: {text!r}"
         )
     split = data["first_split"]
     if split is None:

@@ -59,6 +59,9 @@ def llama_cpp_server(model: Path, *extra: str) -> Iterator[tuple[str, subprocess
             "1",
             "--verbose",
             "false",
+            # a new request must not cut the one streaming (repeat sends them concurrently)
+            "--interrupt_requests",
+            "false",
             *extra,
         ],
         stdout=subprocess.DEVNULL,

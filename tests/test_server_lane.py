@@ -267,3 +267,28 @@ def test_an_unset_key_variable_is_named(capsys, monkeypatch) -> None:
         ),
     )
     assert "SPECDIFF_MISSING_KEY (api_key_env) is not set" in err
+
+
+def test_repeat_against_a_server_counts_completions(server: str, capsys) -> None:
+    code = main(
+        [
+            "repeat",
+            "--endpoint",
+            server,
+            "-n",
+            "3",
+            "--concurrency",
+            "2",
+            "--max-tokens",
+            "16",
+            "--json",
+            "--quiet",
+        ]
+    )
+    data = json.loads(capsys.readouterr().out)
+    assert data["runs"] == 3 and data["endpoint"] == server and data["concurrency"] == 2
+    assert sum(group["count"] for group in data["groups"]) == 3
+    assert all(group["tokens"] == 16 for group in data["groups"])
+    assert code == (0 if data["unique"] == 1 else 1)
+    with capsys.disabled():
+        print(f"\nrepeat x3 against llama-cpp-python's server: {data['unique']} unique")

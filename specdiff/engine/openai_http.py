@@ -315,7 +315,8 @@ class ServerLane:
                         "(did the server stop?)"
                     )
                 if not generation.stop_reason:
-                    generation.stop_reason = "length" if emitted >= max_tokens else "eos"
+                    # no finish reason given: "ended" unless the budget explains it
+                    generation.stop_reason = "length" if emitted >= max_tokens else "ended"
                 return
             except httpx.ConnectError as error:
                 if emitted or attempt >= self.lane.retries:
