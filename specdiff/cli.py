@@ -277,6 +277,36 @@ def build_parser() -> argparse.ArgumentParser:
     repeat.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     repeat.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
+    serve = commands.add_parser(
+        "serve-pair",
+        help="start two local llama-servers (speculative vs plain), run a command on them, "
+        "stop them",
+    )
+    serve.add_argument("--model", help="GGUF path (default: the bundled model)")
+    serve.add_argument("--llama-server", metavar="PATH", help="the llama-server binary")
+    serve.add_argument(
+        "--spec-type",
+        default="ngram-simple",
+        help="server a's speculation, llama-server's --spec-type (default ngram-simple)",
+    )
+    serve.add_argument("--ctx-size", type=int, default=4096, help="each server's context")
+    serve.add_argument(
+        "--threads", type=int, default=0, help="threads per server (default: half the cores)"
+    )
+    serve.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="one more argument for both servers (repeatable)",
+    )
+    serve.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        metavar="COMMAND ...",
+        help="run (default), live or suite, with their options; the lanes point at the servers",
+    )
+
     models = commands.add_parser("models", help="list known models, or make variants")
     model_commands = models.add_subparsers(dest="models_command", parser_class=_Parser)
     model_commands.add_parser("list", help="list known models (the default)")
@@ -831,6 +861,49 @@ def command_repeat(args: argparse.Namespace) -> int:
     return EXIT_SAME if data["unique"] <= 1 else EXIT_DIFFERENT
 
 
+SERVE_PAIR_COMMANDS = ("run", "live", "suite")
+
+
+def command_serve_pair(args: argparse.Namespace) -> int:
+    """Start server a (speculative) and server b (plain) on loopback, run the command with
+    `--pair servers` pointed at them, and stop both whatever happens."""
+    from specdiff.engine.models import base_model_path
+    from specdiff.engine.serverproc import LlamaServer, find_llama_server
+
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command or command[0].startswith("-"):
+        command = ["run", *command]
+    if command[0] not in SERVE_PAIR_COMMANDS:
+        raise ArgumentError(
+            f"serve-pair runs one of {', '.join(SERVE_PAIR_COMMANDS)}, not {command[0]!r}"
+        )
+    binary = find_llama_server(args.llama_server)
+    status = Status(sys.stderr, True)
+    model = base_model_path(args.model or "default", status.message)
+    threads = args.threads or max(1, (os.cpu_count() or 2) // 2)
+    common = ["--ctx-size", str(args.ctx_size), "--threads", str(threads), "--parallel", "1"]
+    common += args.server_arg
+    speculative = LlamaServer(binary, model, [*common, "--spec-type", args.spec_type])
+    plain = LlamaServer(binary, model, common)
+    try:
+        for name, server in (("a", speculative), ("b", plain)):
+            status.message(f"starting llama-server {name} on {server.url}")
+            server.start()
+        lanes = [
+            "--pair", "servers",
+            "--lane-a", f"endpoint={speculative.url}", "--lane-a", "api=llama-server",
+            "--lane-a", f"label=llama-server --spec-type {args.spec_type}",
+            "--lane-b", f"endpoint={plain.url}", "--lane-b", "api=llama-server",
+            "--lane-b", "label=llama-server plain",
+        ]  # fmt: skip
+        return main([command[0], *lanes, *command[1:]])
+    finally:
+        for server in (speculative, plain):
+            server.stop()
+
+
 def command_export(args: argparse.Namespace) -> int:
     """Exit 0 once the report is written; it describes the session, it does not judge it."""
     from specdiff.export import check_output, export_session, report_format, write_report
@@ -886,6 +959,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return command_suite(args)
         if args.command == "repeat":
             return command_repeat(args)
+        if args.command == "serve-pair":
+            return command_serve_pair(args)
         parser.print_help()
         return EXIT_BAD_INPUT
     except SpecdiffError as error:

@@ -49,10 +49,15 @@ class LaneOutcome:
     verify_calls: int = 0
     prefix_tokens: int = 0
     executed: dict[str, Any] = field(default_factory=dict)
+    reported_tokens_per_second: float | None = None
+    """A server lane's speed: the server's own count, or the rate its tokens arrived at
+    (the time spent waiting on it in lockstep with the other lane says nothing)."""
 
     @property
     def tokens_per_second(self) -> float:
         """Generation speed after the first token (prompt decode excluded)."""
+        if self.reported_tokens_per_second is not None:
+            return self.reported_tokens_per_second
         decode_seconds = self.seconds - self.first_token_seconds
         if len(self.steps) < 2 or decode_seconds <= 0:
             return 0.0
@@ -229,6 +234,8 @@ class PairRun:
             outcome.verify_calls = generation.verify_calls
             outcome.prefix_tokens = generation.prefix_tokens
             outcome.executed = local.executed()
+            if local.lane.backend == "server":
+                outcome.reported_tokens_per_second = local.tokens_per_second(outcome.steps)
         self.result = PairResult(
             pair=self.pair,
             prompt=prompt,
@@ -251,7 +258,9 @@ class PairRun:
         """Per lane, while a run streams: (tokens/s so far, drafted, accepted)."""
         return {
             lane_id: (
-                outcome.tokens_per_second,
+                self.lanes[lane_id].tokens_per_second(outcome.steps)
+                if self.lanes[lane_id].lane.backend == "server"
+                else outcome.tokens_per_second,
                 self.lanes[lane_id].generation.drafted,
                 self.lanes[lane_id].generation.accepted,
             )

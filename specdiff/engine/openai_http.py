@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -109,6 +110,8 @@ class ServerLane:
         self._by_text: dict[str, int] | None = None
         self._by_bytes: dict[bytes, int] | None = None
         self._text_ids: dict[str, int] = {}
+        self.timings: dict[str, Any] = {}
+        """llama-server's own timings of the last request (predicted_per_second, ...)."""
 
     # -- the server ----------------------------------------------------------------
     def _mask(self, text: str) -> str:
@@ -276,17 +279,51 @@ class ServerLane:
         forced: Sequence[int] | None = None,
     ) -> Iterator[TokenStep]:
         """Stream the server's greedy completion of the prompt (text, or token ids that
-        are turned back into text), one TokenStep per token."""
-        import httpx
+        are turned back into text), one TokenStep per token.
 
+        A thread reads the stream as it comes, so each step is stamped when it arrived
+        even while the caller is busy with another lane; the steps wait in a queue."""
         if forced is not None:
             raise LaneConfigError("teacher forcing needs an in-process lane (backend=local)")
         text = prompt if isinstance(prompt, str) else self._detokenize(prompt)
         count = len(self.tokenize(prompt)) if isinstance(prompt, str) else len(prompt)
-        self.generation = generation = Generation(prompt_tokens=count)
-        path, body = self._body(text, max_tokens, [s.decode("utf-8", "replace") for s in stop])
+        self.generation = Generation(prompt_tokens=count)
+        self.timings = {}
         if self.lane.prefix == "cached":
             self._prime(text)
+        arrived: queue.Queue[TokenStep | BaseException | None] = queue.Queue()
+        stopped = threading.Event()
+
+        def read() -> None:
+            try:
+                for step in self._stream(text, max_tokens, stop, stopped):
+                    arrived.put(step)
+                arrived.put(None)
+            except BaseException as error:  # handed to the consumer, raised there
+                arrived.put(error)
+
+        reader = threading.Thread(target=read, name=f"lane-{self.lane_id}-stream", daemon=True)
+        reader.start()
+        try:
+            while True:
+                item = arrived.get()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                if self.cancel.is_set():
+                    raise Cancelled("cancelled")
+                yield item
+        finally:
+            stopped.set()
+
+    def _stream(
+        self, text: str, max_tokens: int, stop: Sequence[bytes], stopped: threading.Event
+    ) -> Iterator[TokenStep]:
+        import httpx
+
+        generation = self.generation
+        path, body = self._body(text, max_tokens, [s.decode("utf-8", "replace") for s in stop])
         emitted = 0
         attempt = 0
         while True:
@@ -296,11 +333,12 @@ class ServerLane:
                     self._check_status(response)
                     for event in self._events(response.iter_lines()):
                         for token, top in event.tokens:
-                            if self.cancel.is_set():
-                                raise Cancelled("cancelled")
+                            if stopped.is_set() or self.cancel.is_set():
+                                return  # the consumer left: close the stream
                             yield self._step(emitted, token, top)
                             emitted += 1
                         if event.timings:
+                            self.timings = event.timings
                             generation.drafted = int(event.timings.get("draft_n", 0) or 0)
                             generation.accepted = int(
                                 event.timings.get("draft_n_accepted", 0) or 0
@@ -334,6 +372,16 @@ class ServerLane:
                 raise self._fail(
                     f"the connection broke after {emitted} tokens ({_reason(error)})"
                 ) from None
+
+    def tokens_per_second(self, steps: Sequence[TokenStep]) -> float:
+        """The server's own count where it reports one (llama-server), else the rate the
+        tokens arrived at, first to last."""
+        reported = self.timings.get("predicted_per_second")
+        if isinstance(reported, (int, float)) and reported > 0:
+            return float(reported)
+        if len(steps) < 2 or steps[-1].timestamp <= steps[0].timestamp:
+            return 0.0
+        return (len(steps) - 1) / (steps[-1].timestamp - steps[0].timestamp)
 
     def _prime(self, prompt: str) -> None:
         """Fill llama-server's prompt cache with the prompt's prefix (half of it unless
