@@ -12,8 +12,24 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import httpx
+
+
+def report_agreement(result: Any, server: str, capsys: Any) -> Any:
+    """Print whether a server lane (a) and the in-process lane (b) agreed, and where not,
+    the first difference and both margins there; returns the fork."""
+    fork = result.comparison.fork
+    with capsys.disabled():
+        if fork is None:
+            print(f"\n{server} == in-process lane over {result.comparison.length_a} tokens")
+        else:
+            print(
+                f"\n{server} differs from the in-process lane at token {fork.index}: "
+                f"margins {fork.a.margin:.4f} / {fork.b.margin:.4f}"
+            )
+    return fork
 
 
 def free_port() -> int:

