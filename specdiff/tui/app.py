@@ -10,12 +10,13 @@ import sys
 import threading
 import time
 from collections.abc import Iterable
+from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from textual import on, work
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import App, ComposeResult, ScreenStackError, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.css.query import NoMatches
@@ -78,7 +79,7 @@ class SpecdiffApp(App[int]):
         Binding("p", "previous_tie", "prev tie"),
         Binding("left", "move(-1)", "←", show=False),
         Binding("right", "move(1)", "→", show=False),
-        Binding("space", "toggle_pause", "pause", show=False),
+        Binding("space", "toggle_pause", "pause"),
         Binding("l", "switch_lane", "lane"),
         Binding("s", "save", "save"),
         Binding("t", "next_theme", "theme"),
@@ -192,6 +193,12 @@ class SpecdiffApp(App[int]):
         elif self.autostart:
             self.action_run()
         self.query_one("#lanes").focus()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # space belongs to replays: hidden from the footer while there is none
+        if action == "toggle_pause":
+            return self.playback is not None
+        return True
 
     def on_resize(self) -> None:
         self.set_class(self.size.height < 30, "short")
@@ -319,6 +326,7 @@ class SpecdiffApp(App[int]):
         self._replay_clock = time.monotonic()
         self.render_lanes(follow=True)
         self._replay_timer = self.set_interval(REPLAY_TICK, self.replay_tick, name="replay")
+        self.refresh_bindings()
         self.replay_status()
 
     @property
@@ -434,7 +442,10 @@ class SpecdiffApp(App[int]):
         self.set_status(f"{state}: {shown}/{total_text} steps of {summary} · {keys}")
 
     def stop_playback(self) -> None:
-        self.playback = None
+        if self.playback is not None:
+            self.playback = None
+            with suppress(ScreenStackError):  # closing: no screen left to show keys on
+                self.refresh_bindings()
         if self._replay_timer is not None:
             self._replay_timer.stop()
             self._replay_timer = None

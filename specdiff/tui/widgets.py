@@ -455,6 +455,8 @@ HELP_ROWS = (
     ("d", "jump to the fork (both panes)"),
     ("n / p", "next / previous near tie in the current lane"),
     ("← / →", "previous / next token"),
+    ("space (replay)", "pause / resume; at the end, play it again"),
+    ("← / → (replay, paused)", "hide / show one token; the panel follows it"),
     ("l", "switch the current lane (a / b)"),
     ("click a token", "select it: the panel shows its top-k in both lanes"),
     ("s", "save the run as a session file"),
