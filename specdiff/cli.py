@@ -301,7 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="one more argument for both servers (repeatable)",
     )
     serve.add_argument(
-        "command",
+        "inner",
         nargs=argparse.REMAINDER,
         metavar="COMMAND ...",
         help="run (default), live or suite, with their options; the lanes point at the servers",
@@ -870,7 +870,7 @@ def command_serve_pair(args: argparse.Namespace) -> int:
     from specdiff.engine.models import base_model_path
     from specdiff.engine.serverproc import LlamaServer, find_llama_server
 
-    command = list(args.command)
+    command = list(args.inner)
     if command[:1] == ["--"]:
         command = command[1:]
     if not command or command[0].startswith("-"):

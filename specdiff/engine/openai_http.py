@@ -54,6 +54,8 @@ class Token:
     logprob: float
     token_id: int | None = None
     data: bytes | None = None
+    unscored: bool = False
+    """The server gave this token without probabilities (an accepted draft)."""
 
 
 @dataclass
@@ -103,6 +105,9 @@ class ServerLane:
             self.model = self.pool.get(self.model_path, lane.repack)
             progress(f"lane {lane_id}: asking {lane.endpoint} who it is")
             self.identity = self._identity()
+        except ServerError as error:
+            self.close()
+            raise ServerError(f"lane {lane_id}: {error}") from None
         except BaseException:
             self.close()
             raise
@@ -110,6 +115,7 @@ class ServerLane:
         self._by_text: dict[str, int] | None = None
         self._by_bytes: dict[bytes, int] | None = None
         self._text_ids: dict[str, int] = {}
+        self._seen_probs = False
         self.timings: dict[str, Any] = {}
         """llama-server's own timings of the last request (predicted_per_second, ...)."""
 
@@ -118,7 +124,7 @@ class ServerLane:
         return text.replace(self.key, "***") if self.key else text
 
     def _fail(self, what: str) -> ServerError:
-        return ServerError(self._mask(f"lane {self.lane_id} ({self.lane.endpoint}): {what}"))
+        return ServerError(self._mask(f"{self.lane.endpoint}: {what}"))
 
     def _request(self, method: str, path: str, **kwargs: Any) -> Any:
         """One request with retries on refused connections; returns the response."""
@@ -328,6 +334,7 @@ class ServerLane:
         attempt = 0
         while True:
             self._ended = False
+            self._seen_probs = False
             try:
                 with self.client.stream("POST", path, json=body) as response:
                     self._check_status(response)
@@ -340,9 +347,7 @@ class ServerLane:
                         if event.timings:
                             self.timings = event.timings
                             generation.drafted = int(event.timings.get("draft_n", 0) or 0)
-                            generation.accepted = int(
-                                event.timings.get("draft_n_accepted", 0) or 0
-                            )
+                            generation.accepted = int(event.timings.get("draft_n_accepted", 0) or 0)
                         if event.finish:
                             generation.stop_reason = event.finish
                         if event.finish and self.lane.api == "llama-server":
@@ -453,8 +458,10 @@ class ServerLane:
         choice = choices[0]
         finish = _finish(choice.get("finish_reason"))
         logprobs = choice.get("logprobs")
-        produced = choice.get("text") if api == "completions" else (
-            (choice.get("delta") or {}).get("content")
+        produced = (
+            choice.get("text")
+            if api == "completions"
+            else ((choice.get("delta") or {}).get("content"))
         )
         if logprobs is None:
             if produced:
@@ -479,13 +486,25 @@ class ServerLane:
         return Event(tokens, finish)
 
     def _parse_llama_server(self, data: dict[str, Any]) -> Event:
-        probabilities = data.get("completion_probabilities")
-        tokens = []
-        if probabilities is None and data.get("content"):
+        probabilities = list(data.get("completion_probabilities") or [])
+        ids = [t for t in data.get("tokens") or [] if isinstance(t, int)]
+        if not probabilities and data.get("content") and (not ids or not self._seen_probs):
             raise self._no_logprobs()
-        for entry in probabilities or []:
-            chosen = _token(entry)
-            tokens.append((chosen, [_token(t) for t in entry.get("top_logprobs") or []]))
+        self._seen_probs = self._seen_probs or bool(probabilities)
+        tokens: list[tuple[Token, list[Token]]] = []
+        if not ids:
+            ids = [entry.get("id") for entry in probabilities]
+        for token_id in ids:
+            if probabilities and probabilities[0].get("id") == token_id:
+                entry = probabilities.pop(0)
+                tokens.append((_token(entry), [_token(t) for t in entry.get("top_logprobs") or []]))
+            else:
+                # llama-server reports no probabilities for the draft tokens it accepted:
+                # such a step holds the token alone (no margin) and is marked drafted
+                piece = self.model.piece(token_id)
+                tokens.append(
+                    (Token(piece.decode("utf-8", "replace"), 0.0, token_id, piece, True), [])
+                )
         finish = None
         if data.get("stop"):
             kind = data.get("stop_type", "")
@@ -555,6 +574,8 @@ class ServerLane:
             candidates[chosen_id] = Candidate(
                 chosen_id, token.logprob, self._bytes_of(token, chosen_id)
             )
+        if token.unscored:
+            candidates = {chosen_id: candidates[chosen_id]}
         ordered = sorted(candidates.values(), key=lambda c: (-c.logit, c.token_id))
         return TokenStep(
             lane=self.lane_id,
@@ -562,7 +583,7 @@ class ServerLane:
             token_id=chosen_id,
             piece=self._bytes_of(token, chosen_id),
             top=tuple(ordered[: max(self.lane.top_k, 1)]),
-            drafted=False,
+            drafted=token.unscored,
             verify_width=1,
             timestamp=time.perf_counter(),
         )
