@@ -114,3 +114,57 @@ def test_repeat_with_concurrent_requests(plain_server: str, capsys) -> None:
             f"\nllama-server, 8 requests 4 at a time: {data['unique']} unique, first split "
             f"{data['first_split']}"
         )
+
+
+def test_a_chat_lane_streams_ids_bytes_and_top_k(plain_server: str) -> None:
+    from specdiff.engine.openai_http import ServerLane
+
+    lane = ServerLane(Lane(backend="server", api="chat", endpoint=plain_server, top_k=4), "a")
+    try:
+        steps = list(lane.generate("Tell me about Rome.", 16))
+    finally:
+        lane.close()
+    assert 0 < len(steps) <= 16
+    for step in steps:
+        assert len(step.top) == 4 and step.top[0].token_id == step.token_id
+        assert step.piece == lane.model.piece(step.token_id)  # the server's bytes, its id
+
+
+def test_a_server_killed_while_saving_keeps_the_session(
+    binary: Path, model_path: Path, tmp_path: Path, capsys
+) -> None:
+    import threading
+    import time
+
+    from specdiff.session import load_session
+
+    server = LlamaServer(binary, model_path, ["--threads", "1", "--parallel", "1"])
+    server.start()
+
+    def kill_when_streaming() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            for partial in tmp_path.glob("*.partial"):
+                if partial.read_text(encoding="utf-8").count('"lane":"a"') >= 10:
+                    server.stop()
+                    return
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=kill_when_streaming)
+    watcher.start()
+    try:
+        code = main(
+            ["run", "--pair", "spec-vs-plain", "--lane-a", "backend=server",
+             "--lane-a", "speculation=none", "--lane-a", "api=llama-server",
+             "--lane-a", f"endpoint={server.url}", "--max-tokens", "300", "--save",
+             "--sessions-dir", str(tmp_path), "--quiet"]
+        )  # fmt: skip
+    finally:
+        watcher.join()
+        server.stop()
+    err = capsys.readouterr().err
+    assert code == 2 and "lane a:" in err and server.url in err
+    (saved,) = tmp_path.glob("*.jsonl")
+    session = load_session(saved)
+    assert 10 <= len(session.steps["a"]) < 300 and len(session.steps["b"]) == 300
+    assert session.footer is not None and session.footer["errors"][0]
