@@ -24,6 +24,8 @@ def test_each_preset_differs_in_the_one_thing_it_names() -> None:
         "ubatch": ["n_batch", "n_ubatch"],
         "quant": ["quant"],
         "threads": ["threads", "threads_batch"],
+        "servers": ["endpoint"],
+        "server-cache-vs-fresh": ["prefix"],
     }
     pairs = presets()
     assert set(pairs) == set(expected)
@@ -126,3 +128,42 @@ def test_bad_pairs_files(tmp_path: Path, text: str, message: str) -> None:
 def test_missing_pairs_file(tmp_path: Path) -> None:
     with pytest.raises(LaneConfigError, match="pairs file not found"):
         load_pairs_file(tmp_path / "absent.toml")
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"backend": "server"}, "a server lane needs endpoint=http://HOST:PORT"),
+        ({"backend": "server", "endpoint": "localhost:8080"}, "needs endpoint=http"),
+        (
+            {"backend": "server", "endpoint": "http://h:1", "speculation": "ngram"},
+            "speculation is the server's own setting",
+        ),
+        (
+            {"backend": "server", "endpoint": "http://h:1", "prefix": "cached"},
+            "set api=llama-server",
+        ),
+        ({"api_key_env": "MY KEY"}, "api_key_env must name an environment variable"),
+        ({"request": "[1, 2]"}, "request must be a JSON object"),
+        ({"request": "{oops"}, "request must be a JSON object"),
+        ({"api": "grpc"}, "lane key 'api' cannot be 'grpc'"),
+        ({"timeout": 0}, "lane key 'timeout' must be between 1 and 3600"),
+    ],
+)
+def test_server_lane_settings_are_checked(settings: dict, message: str) -> None:
+    with pytest.raises(LaneConfigError, match=message):
+        Lane(**settings)
+
+
+def test_a_server_lane_round_trips_through_a_session_dict() -> None:
+    lane = Lane(
+        backend="server",
+        endpoint="http://127.0.0.1:8080",
+        api="llama-server",
+        api_key_env="MY_KEY",
+        request='{"cache_prompt": true}',
+        prefix="cached",
+    )
+    assert lane_from_dict(lane.as_dict()) == lane
+    assert lane.describe() == "prefix cached"
+    assert Lane(backend="server", endpoint="http://h:1").describe() == "server http://h:1"
