@@ -186,44 +186,47 @@ class PairRun:
         live = dict(generators)
         forked = False
         cancelled = False
-        while live and not cancelled:
-            fresh: dict[str, TokenStep] = {}
-            for lane_id in list(live):
-                outcome = outcomes[lane_id]
-                began = time.perf_counter()
-                try:
-                    step = next(live[lane_id])
-                except StopIteration:
-                    del live[lane_id]
-                    if teacher_forced and lane_id == "a":
-                        forced = outcomes["a"].token_ids
-                        live["b"] = generators["b"] = self.lanes["b"].generate(
-                            tokens, max_tokens, stop_bytes, forced=forced
-                        )
-                    continue
-                except Cancelled:
+        try:
+            while live and not cancelled:
+                fresh: dict[str, TokenStep] = {}
+                for lane_id in list(live):
+                    outcome = outcomes[lane_id]
+                    began = time.perf_counter()
+                    try:
+                        step = next(live[lane_id])
+                    except StopIteration:
+                        del live[lane_id]
+                        if teacher_forced and lane_id == "a":
+                            forced = outcomes["a"].token_ids
+                            live["b"] = generators["b"] = self.lanes["b"].generate(
+                                tokens, max_tokens, stop_bytes, forced=forced
+                            )
+                        continue
+                    except Cancelled:
+                        cancelled = True
+                        break
+                    except SpecdiffError as error:
+                        outcome.error = str(error)
+                        del live[lane_id]
+                        continue
+                    finally:
+                        elapsed = time.perf_counter() - began
+                        outcome.seconds += elapsed
+                        if len(outcome.steps) == 0:
+                            outcome.first_token_seconds += elapsed
+                    outcome.steps.append(step)
+                    fresh[lane_id] = step
+                if not forked and len(fresh) == 2 and fresh["a"].token_id != fresh["b"].token_id:
+                    forked = True
+                    fresh = self._probe_fork(fresh, outcomes)
+                for step in fresh.values():
+                    yield step
+                if self.cancel.is_set():
                     cancelled = True
-                    break
-                except SpecdiffError as error:
-                    outcome.error = str(error)
-                    del live[lane_id]
-                    continue
-                finally:
-                    elapsed = time.perf_counter() - began
-                    outcome.seconds += elapsed
-                    if len(outcome.steps) == 0:
-                        outcome.first_token_seconds += elapsed
-                outcome.steps.append(step)
-                fresh[lane_id] = step
-            if not forked and len(fresh) == 2 and fresh["a"].token_id != fresh["b"].token_id:
-                forked = True
-                fresh = self._probe_fork(fresh, outcomes)
-            for step in fresh.values():
-                yield step
-            if self.cancel.is_set():
-                cancelled = True
-        for generator in generators.values():
-            generator.close()
+        finally:
+            # also on an error or a second Ctrl+C: a server lane's reader thread must stop
+            for generator in generators.values():
+                generator.close()
         for lane_id, local in self.lanes.items():
             outcome = outcomes[lane_id]
             generation = local.generation

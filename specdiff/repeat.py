@@ -107,6 +107,8 @@ def repeat_server(
         raise PromptError(f"-n must be at least 1, got {runs}")
     if concurrency < 1:
         raise PromptError(f"--concurrency must be at least 1, got {concurrency}")
+    if max_tokens < 1:
+        raise PromptError(f"--max-tokens must be at least 1, got {max_tokens}")
     if not prompt.strip():
         raise PromptError("the prompt is empty; give some text (--prompt or --prompt-file)")
     cancel = cancel or threading.Event()
@@ -121,6 +123,8 @@ def repeat_server(
         outcomes: dict[int, BatchedRun] = {}
 
         def one(number: int) -> None:
+            if cancel.is_set():
+                raise Cancelled("cancelled")  # queued runs do not start after a stop
             with guard:
                 client = free.pop()
             try:
@@ -138,11 +142,16 @@ def repeat_server(
 
         with ThreadPoolExecutor(max_workers=len(lanes)) as executor:
             futures = [executor.submit(one, number) for number in range(runs)]
-            for future in futures:
-                try:
-                    future.result()
-                except Cancelled:
-                    result.cancelled = True
+            try:
+                for future in futures:
+                    try:
+                        future.result()
+                    except Cancelled:
+                        result.cancelled = True
+            except BaseException:
+                cancel.set()  # one request failed: the queued ones are not sent
+                executor.shutdown(cancel_futures=True)
+                raise
     finally:
         for client in lanes:
             client.close()

@@ -61,7 +61,8 @@ def session_name(pair: str, prompt: str, when: datetime | None = None) -> str:
 
 def safe_name(text: str) -> str:
     """Only [A-Za-z0-9._-], no leading dot or dash: safe as a file name anywhere."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")[:120] or "session"
+    # cut before stripping, so that applying it twice gives the same name
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text)[:120].strip("-.") or "session"
 
 
 def step_record(step: TokenStep) -> dict[str, Any]:

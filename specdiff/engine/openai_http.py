@@ -30,7 +30,7 @@ from typing import Any
 
 from specdiff.engine.llama_local import Cancelled, EngineError, Generation, ModelPool
 from specdiff.engine.models import Progress, resolve_model
-from specdiff.errors import LaneConfigError, PromptError
+from specdiff.errors import LaneConfigError, PromptError, SpecdiffError
 from specdiff.lanes import Lane
 from specdiff.steps import Candidate, TokenStep
 
@@ -83,7 +83,12 @@ class ServerLane:
         self.cancel = cancel or threading.Event()
         self.key = ""
         if lane.api_key_env:
-            self.key = os.environ.get(lane.api_key_env, "")
+            self.key = os.environ.get(lane.api_key_env, "").strip()
+            if self.key and not (self.key.isascii() and self.key.isprintable()):
+                raise LaneConfigError(
+                    f"lane {lane_id}: the API key in {lane.api_key_env} holds characters a "
+                    "header cannot carry (control characters or non-ASCII); set it again"
+                )
             if not self.key:
                 raise LaneConfigError(
                     f"lane {lane_id}: the environment variable {lane.api_key_env} "
@@ -116,6 +121,7 @@ class ServerLane:
         self._by_bytes: dict[bytes, int] | None = None
         self._text_ids: dict[str, int] = {}
         self._seen_probs = False
+        self._readers: list[threading.Thread] = []
         self.timings: dict[str, Any] = {}
         """llama-server's own timings of the last request (predicted_per_second, ...)."""
 
@@ -140,24 +146,27 @@ class ServerLane:
                         f"cannot connect ({_reason(error)}); is the server running?"
                     ) from None
             except httpx.TimeoutException:
-                if attempt >= self.lane.retries:
-                    raise self._fail(
-                        f"no answer within {self.lane.timeout} s (timeout=SECONDS)"
-                    ) from None
+                raise self._fail(
+                    f"no answer within {self.lane.timeout} s (timeout=SECONDS)"
+                ) from None
+            except httpx.HTTPError as error:
+                raise self._fail(
+                    f"the request failed ({type(error).__name__}: {_reason(error)})"
+                ) from None
             attempt += 1
             time.sleep(0.5 * attempt)
 
     def _check_status(self, response: Any) -> None:
         if response.status_code == 200:
             return
-        body = response.read().decode("utf-8", "replace")[:300]
+        body = self._mask(response.read().decode("utf-8", "replace"))
         try:
             message = json.loads(body).get("error", body)
             if isinstance(message, dict):
                 message = message.get("message", body)
         except (ValueError, AttributeError):
             message = body
-        message = " ".join(str(message).split())
+        message = " ".join(str(message).split())[:300]
         if response.status_code in (401, 403):
             where = f"${self.lane.api_key_env}" if self.lane.api_key_env else "api_key_env"
             raise self._fail(
@@ -181,11 +190,13 @@ class ServerLane:
                 data = props.json()
             except ValueError:
                 data = {}
+            if not isinstance(data, dict):
+                data = {}
             for key in ("build_info", "model_path", "total_slots", "n_ctx"):
                 if key in data:
                     identity[key] = data[key]
-            settings = data.get("default_generation_settings", {})
-            if "n_ctx" in settings:
+            settings = data.get("default_generation_settings") or {}
+            if isinstance(settings, dict) and "n_ctx" in settings:
                 identity["n_ctx"] = settings["n_ctx"]
         return identity
 
@@ -222,6 +233,8 @@ class ServerLane:
         }
 
     def close(self) -> None:
+        for reader in getattr(self, "_readers", []):
+            reader.join(timeout=5)  # before the tokenizer it may be using is freed
         client = getattr(self, "client", None)
         if client is not None:
             client.close()
@@ -305,15 +318,28 @@ class ServerLane:
                 for step in self._stream(text, max_tokens, stop, stopped):
                     arrived.put(step)
                 arrived.put(None)
-            except BaseException as error:  # handed to the consumer, raised there
+            except SpecdiffError as error:  # handed to the consumer, raised there
                 arrived.put(error)
+            except Exception as error:  # anything else is still this lane's failure only
+                arrived.put(
+                    self._fail(f"unexpected {type(error).__name__}: {self._mask(str(error))}")
+                )
 
         reader = threading.Thread(target=read, name=f"lane-{self.lane_id}-stream", daemon=True)
+        self._readers = [r for r in self._readers if r.is_alive()] + [reader]
         reader.start()
         try:
             while True:
-                item = arrived.get()
+                try:
+                    # a short wait, so a cancel is noticed while the server is silent
+                    item = arrived.get(timeout=0.1)
+                except queue.Empty:
+                    if self.cancel.is_set():
+                        raise Cancelled("cancelled") from None
+                    continue
                 if item is None:
+                    if self.cancel.is_set():
+                        raise Cancelled("cancelled")
                     return
                 if isinstance(item, BaseException):
                     raise item
@@ -338,10 +364,10 @@ class ServerLane:
             try:
                 with self.client.stream("POST", path, json=body) as response:
                     self._check_status(response)
-                    for event in self._events(response.iter_lines()):
+                    for event in self._events(response.iter_lines(), stopped):
                         for token, top in event.tokens:
                             if stopped.is_set() or self.cancel.is_set():
-                                return  # the consumer left: close the stream
+                                return  # the consumer left or cancelled: close the stream
                             yield self._step(emitted, token, top)
                             emitted += 1
                         if event.timings:
@@ -350,8 +376,10 @@ class ServerLane:
                             generation.accepted = int(event.timings.get("draft_n_accepted", 0) or 0)
                         if event.finish:
                             generation.stop_reason = event.finish
-                        if event.finish and self.lane.api == "llama-server":
-                            self._ended = True  # its last event says stop; no [DONE]
+                        if event.finish:
+                            # llama-server's last event says stop, with no [DONE]; an
+                            # OpenAI stream that gave its finish reason is complete too
+                            self._ended = True
                 if not self._ended:
                     raise self._fail(
                         f"the stream ended after {emitted} tokens without its end marker "
@@ -376,6 +404,11 @@ class ServerLane:
             except (httpx.RemoteProtocolError, httpx.ReadError) as error:
                 raise self._fail(
                     f"the connection broke after {emitted} tokens ({_reason(error)})"
+                ) from None
+            except httpx.HTTPError as error:
+                raise self._fail(
+                    f"the request failed after {emitted} tokens "
+                    f"({type(error).__name__}: {_reason(error)})"
                 ) from None
 
     def tokens_per_second(self, steps: Sequence[TokenStep]) -> float:
@@ -424,14 +457,16 @@ class ServerLane:
 
         return int(llama().llama_vocab_bos(self.model.vocab))
 
-    def _events(self, lines: Iterator[str]) -> Iterator[Event]:
+    def _events(self, lines: Iterator[str], stopped: threading.Event) -> Iterator[Event]:
         for line in lines:
+            if stopped.is_set():
+                return  # nothing more is wanted: no parsing (the tokenizer may be freed)
             if not line or line.startswith(":"):
                 continue  # keep-alive comments and event separators
             if line.startswith(("event:", "id:", "retry:")):
                 continue
             if not line.startswith("data:"):
-                raise self._fail(f"malformed server-sent event line: {line[:80]!r}")
+                raise self._fail(f"malformed server-sent event line: {self._mask(line)[:80]!r}")
             payload = line[5:].strip()
             if payload == "[DONE]":
                 self._ended = True
@@ -439,14 +474,22 @@ class ServerLane:
             try:
                 data = json.loads(payload)
             except ValueError:
-                raise self._fail(f"malformed JSON in an event: {payload[:80]!r}") from None
+                raise self._fail(
+                    f"malformed JSON in an event: {self._mask(payload)[:80]!r}"
+                ) from None
             if not isinstance(data, dict):
-                raise self._fail(f"unexpected event: {payload[:80]!r}")
-            if "error" in data:
+                raise self._fail(f"unexpected event: {self._mask(payload)[:80]!r}")
+            if data.get("error"):
                 error = data["error"]
                 message = error.get("message") if isinstance(error, dict) else error
                 raise self._fail(f"the server reported an error: {message}")
-            yield self._parse(data)
+            try:
+                yield self._parse(data)
+            except (KeyError, TypeError, AttributeError, IndexError, ValueError) as error:
+                raise self._fail(
+                    f"an event of an unexpected shape ({type(error).__name__}: "
+                    f"{self._mask(str(error))[:80]}): {self._mask(payload)[:80]!r}"
+                ) from None
 
     def _parse(self, data: dict[str, Any]) -> Event:
         api = self.lane.api
@@ -472,8 +515,12 @@ class ServerLane:
             for entry in logprobs.get("content") or []:
                 chosen = _token(entry)
                 tokens.append((chosen, [_token(t) for t in entry.get("top_logprobs") or []]))
+            if produced and not tokens:
+                raise self._no_logprobs()
             return Event(tokens, finish)
         texts = logprobs.get("tokens") or []
+        if produced and not texts:
+            raise self._no_logprobs()
         values = logprobs.get("token_logprobs") or []
         tops = logprobs.get("top_logprobs") or []
         tokens = []
@@ -520,6 +567,12 @@ class ServerLane:
 
     def _token_id(self, token: Token) -> int:
         if token.token_id is not None:
+            if not 0 <= token.token_id < self.model.n_vocab:
+                raise self._fail(
+                    f"token id {token.token_id} is outside the tokenizer's vocabulary of "
+                    f"{self.model.n_vocab}: the server runs another model family than "
+                    "model= names"
+                )
             return token.token_id
         if token.data is not None:
             if self._by_bytes is None:

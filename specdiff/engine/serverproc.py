@@ -75,7 +75,16 @@ class LlamaServer:
             *self.arguments,
         ]  # fmt: skip
         output = self.log.open("wb") if self.log else subprocess.DEVNULL
-        self.process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
+        try:
+            # its own session: the Ctrl+C that asks specdiff to stop a run must not also
+            # shut the server down under the running lane
+            self.process = subprocess.Popen(
+                command, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        except OSError as error:
+            raise ServerProcessError(
+                f"cannot start {self.binary}: {error.strerror or error}"
+            ) from None
         deadline = time.monotonic() + wait_seconds
         while time.monotonic() < deadline:
             code = self.process.poll()

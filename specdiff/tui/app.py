@@ -137,6 +137,7 @@ class SpecdiffApp(App[int]):
         self._replay_clock = 0.0
         self._replay_timer: Timer | None = None
         self.session_stream = session_stream
+        self._read_done = session_stream is None or session_stream.done
         self.load_error: str | None = None
         self._recorded: dict[str, list[TokenStep]] = {"a": [], "b": []}
 
@@ -331,8 +332,8 @@ class SpecdiffApp(App[int]):
 
     @property
     def loading(self) -> bool:
-        stream = self.session_stream
-        return stream is not None and not stream.done and self.load_error is None
+        """The session file is still being read (as the UI has heard it, not the worker)."""
+        return self.session_stream is not None and not self._read_done and self.load_error is None
 
     def session_summary(self) -> str:
         assert self.session is not None
@@ -364,6 +365,14 @@ class SpecdiffApp(App[int]):
             self.call_after_refresh(self.read_rest, self.session_stream)
 
     def on_session_loaded(self, message: SessionLoaded) -> None:
+        if self.session_stream is None:
+            return  # a live run replaced the replay
+        self._read_done = message.done
+        if message.done:
+            footer = (self.session.footer if self.session else None) or {}
+            speeds = footer.get("tokens_per_second") or []
+            for lane_id, speed in zip(("a", "b"), speeds):
+                self.lanes[lane_id].speed = float(speed)
         if self.playback is None:  # --instant: show what was read at once
             try:
                 for step in message.steps:
@@ -390,11 +399,20 @@ class SpecdiffApp(App[int]):
             pass  # the app is closing
 
     def on_session_load_failed(self, message: SessionLoadFailed) -> None:
+        if self.session_stream is None:
+            return
         self.load_error = message.error
         self.notify(message.error, severity="error", timeout=15)
-        if self.playback is None:
-            self.set_status(f"{self.session_summary()} {self.load_error}")
-        self.replay_status()
+        try:
+            if self.playback is None:
+                self.update_comparison(announce=False)
+                self.render_lanes(follow=False)
+                self.set_status(f"{self.session_summary()} {self.load_error}")
+            elif self.playback.finished:
+                self.show_replayed([])  # what was read is all there is: compare it
+            self.replay_status()
+        except NoMatches:
+            pass  # the app is closing
 
     def replay_tick(self) -> None:
         now = time.monotonic()
@@ -455,7 +473,7 @@ class SpecdiffApp(App[int]):
         if playback is None:
             self.notify("space pauses a replay (specdiff replay FILE)", timeout=3)
             return
-        if playback.finished and not playback.paused:
+        if playback.finished and not playback.paused and not self.loading:
             playback.restart()
             self.reset_view_keeping_speeds()
             self.render_lanes(follow=True)
@@ -546,6 +564,10 @@ class SpecdiffApp(App[int]):
             self.set_status(f"not started: {error}")
             return
         self.stop_playback()
+        if self.session_stream is not None:
+            # a live run replaces the replay: the rest of the file is not wanted any more
+            self.workers.cancel_group(self, "session-read")
+            self.session_stream = None
         self.reset_view()
         self.pair = pair
         self.max_tokens = max_tokens
