@@ -86,7 +86,10 @@ def read_info(path: Path) -> SessionInfo:
             raise ValueError("the first line is not a session header")
         if header.get("schema") != SCHEMA_VERSION:
             raise ValueError(f"schema version {header.get('schema')!r} is unknown")
-        footer: Any = json.loads(_last_line(path).decode("utf-8"))
+        try:
+            footer: Any = json.loads(_last_line(path).decode("utf-8"))
+        except ValueError:
+            footer = None  # a run killed mid-line: the file is a partial session
         partial = not (isinstance(footer, dict) and footer.get("type") == "footer")
         info = SessionInfo(
             path=path,
@@ -137,7 +140,7 @@ def resolve_in(directory: Path, reference: str, infos: list[SessionInfo]) -> Pat
     A path that leads outside the folder (`..`, an absolute path, a symlink out) is
     refused: the list opens what it lists.
     """
-    if reference.isdigit():
+    if reference.isascii() and reference.isdigit():
         number = int(reference)
         if not 1 <= number <= len(infos):
             raise SessionError(
@@ -149,7 +152,10 @@ def resolve_in(directory: Path, reference: str, infos: list[SessionInfo]) -> Pat
     candidate = Path(reference)
     if not candidate.is_absolute():
         candidate = directory / candidate
-    target = candidate.resolve()
+    try:
+        target = candidate.resolve()
+    except (OSError, ValueError):
+        raise SessionError(f"{reference!r} is not a path specdiff can open") from None
     if not target.is_relative_to(folder):
         raise SessionError(
             f"{reference} is outside the sessions folder {directory}; "

@@ -219,7 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PAIR",
         help=f"pair to run (repeatable; default {DEFAULT_PAIR})",
     )
-    suite.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
+    suite.add_argument(
+        "--max-tokens", type=int, help=f"tokens per lane (default {DEFAULT_MAX_TOKENS})"
+    )
     suite.add_argument("--report", required=True, metavar="DIR", help="the report folder")
     suite.add_argument(
         "--near-tie",
@@ -716,7 +718,7 @@ def command_suite(args: argparse.Namespace) -> int:
     from specdiff.suite_report import write_reports
 
     report_dir = Path(args.report).expanduser()
-    if args.max_tokens < 1:
+    if args.max_tokens is not None and args.max_tokens < 1:
         raise PromptError(f"--max-tokens must be at least 1, got {args.max_tokens}")
     if args.near_tie < 0:
         raise ArgumentError(f"--near-tie must not be negative, got {args.near_tie}")
@@ -730,7 +732,7 @@ def command_suite(args: argparse.Namespace) -> int:
         given = SuiteSettings(
             source=args.prompts,
             pairs=pairs,
-            max_tokens=args.max_tokens,
+            max_tokens=args.max_tokens or DEFAULT_MAX_TOKENS,
             near_tie=args.near_tie,
             teacher_forced=args.teacher_forced,
             quants=check_quants(args.quants.split(",")) if args.quants else (),
@@ -739,13 +741,34 @@ def command_suite(args: argparse.Namespace) -> int:
         prompts, skipped = load_suite_prompts(args.prompts, args.skip_bad)
     elif not args.resume:
         raise ArgumentError("give the prompts: a JSONL file, a folder of .txt or a bundled set")
+    else:
+        given_options = [
+            name
+            for name, value in (
+                ("--pair", args.pair_names),
+                ("--max-tokens", args.max_tokens),
+                ("--quants", args.quants),
+                ("--teacher-forced", args.teacher_forced or None),
+                ("--stop", args.stop),
+                ("--lane-a", args.lane_a),
+                ("--lane-b", args.lane_b),
+                ("--both", args.both),
+                ("--model", args.model),
+                ("--pairs", args.pairs),
+            )
+            if value
+        ]
+        if given_options:
+            raise ArgumentError(
+                f"--resume continues with the stopped suite's own settings; drop "
+                f"{', '.join(given_options)} (or give PROMPTS and all options as before)"
+            )
     settings = prepare_report_dir(report_dir, given, prompts, args.resume, args.force)
     if prompts is None:
         prompts, skipped = load_suite_prompts(settings.source, args.skip_bad)
-        if (
-            settings.as_json(prompts)["prompts_sha256"]
-            != json.loads((report_dir / "suite.json").read_text(encoding="utf-8"))["prompts_sha256"]
-        ):
+        if settings.as_json(prompts)["prompts_sha256"] != json.loads(
+            (report_dir / "suite.json").read_text(encoding="utf-8")
+        ).get("prompts_sha256"):
             raise SuiteError(
                 f"the prompts in {settings.source} changed since the suite in {report_dir} "
                 "started; restore them or start a new report folder"

@@ -469,6 +469,11 @@ class SessionStream:
                 lane_from_dict(record["lanes"][lane_id])
             if not isinstance(record["prompt"], str):
                 raise ValueError("the prompt must be text")
+            if not isinstance(record["pair"], str):
+                raise ValueError("the pair must be a name")
+            max_tokens = record["max_tokens"]
+            if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+                raise ValueError(f"max_tokens must be a whole number >= 1, got {max_tokens!r}")
         except (ValueError, KeyError, TypeError, OverflowError, SpecdiffError) as error:
             raise SessionError(f"{self.path}:{self.number}: {_reason(error)}") from None
         return record

@@ -429,6 +429,7 @@ class SuiteOutcome:
     wall_seconds: float
     resumed: int
     started: str
+    skipped_runs: int = 0
 
 
 class SuiteRun:
@@ -451,6 +452,8 @@ class SuiteRun:
         self.on_progress = on_progress or (lambda _: None)
         self.on_message = on_message or (lambda _: None)
         self.cancel = cancel or threading.Event()
+        self.skipped_runs = 0
+        """Runs that could not start (a prompt too long, a pair that would not load)."""
 
     def session_path(self, label: str, prompt: SuitePrompt) -> Path:
         return self.report_dir / SESSIONS_FOLDER / safe_name(label) / f"{prompt.file_stem}{SUFFIX}"
@@ -483,7 +486,17 @@ class SuiteRun:
                 cancelled = True
                 break
             self.on_message(f"{label}: {pair.description or pair.name}")
-            with PairRun(pair, self.on_message, self.cancel) as runner:
+            try:
+                runner_for_pair = PairRun(pair, self.on_message, self.cancel)
+            except SpecdiffError as error:
+                # this pair cannot run (model, server, variant): the others still can
+                for prompt in pending:
+                    self.skipped.append(f"{label}: {prompt.id}: {error}")
+                self.skipped_runs += len(pending)
+                self.on_message(f"skipped {label}: {error}")
+                job += len(pending)
+                continue
+            with runner_for_pair as runner:
                 for prompt in pending:
                     job_began = time.perf_counter()
                     try:
@@ -492,6 +505,7 @@ class SuiteRun:
                         )
                     except PromptSkipped as skipped:
                         self.skipped.append(f"{label}: {skipped}")
+                        self.skipped_runs += 1
                         self.on_message(f"skipped {label}: {skipped}")
                         job += 1
                         continue
@@ -514,6 +528,7 @@ class SuiteRun:
             wall_seconds=time.perf_counter() - began,
             resumed=resumed,
             started=started,
+            skipped_runs=self.skipped_runs,
         )
 
     def _record(
@@ -648,8 +663,16 @@ def prepare_report_dir(
             raise SuiteError(f"{suite_file}: cannot read it ({error})") from None
         if settings is not None and prompts is not None:
             given = settings.as_json(prompts)
-            for key in ("prompts_sha256", "pairs", "max_tokens", "teacher_forced", "quants"):
-                if given[key] != recorded[key]:
+            for key in (
+                "prompts_sha256",
+                "pairs",
+                "max_tokens",
+                "teacher_forced",
+                "quants",
+                "stop",
+                "near_tie",
+            ):
+                if given[key] != recorded.get(key):
                     raise SuiteError(
                         f"the {key.replace('_', ' ')} given differ from the stopped suite's in "
                         f"{report_dir}; resume with the same options, or use a new --report dir"
@@ -823,7 +846,8 @@ def outcome_json(outcome: SuiteOutcome) -> dict[str, Any]:
     return {
         "specdiff": __version__,
         "created": outcome.started,
-        "complete": not outcome.cancelled and len(outcome.records) == jobs,
+        "complete": not outcome.cancelled
+        and len(outcome.records) + outcome.skipped_runs == jobs,
         "jobs": jobs,
         "finished": len(outcome.records),
         "resumed": outcome.resumed,

@@ -117,3 +117,18 @@ def test_open_refuses_what_is_not_a_session_of_the_folder(
 def test_open_checks_the_pace_before_opening(folder: Path, capsys) -> None:
     assert main(["sessions", "--sessions-dir", str(folder), "open", "1", "--speed", "-2"]) == 2
     assert "--speed must be a number above 0" in capsys.readouterr().err
+
+
+def test_a_number_in_another_script_or_a_nul_byte_is_one_line(folder: Path, capsys) -> None:
+    for reference in ("²", "a\x00b"):
+        assert main(["sessions", "--sessions-dir", str(folder), "open", reference]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_partial_session_cut_mid_line_is_listed_as_partial(folder: Path) -> None:
+    text = DEMOS[0].read_text(encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    (folder / "cut.jsonl.partial").write_text("".join(lines[:8]) + lines[8][:40], "utf-8")
+    (info,) = [i for i in list_sessions(folder) if i.path.name == "cut.jsonl.partial"]
+    assert info.problem is None and info.partial and info.diverged == "partial"

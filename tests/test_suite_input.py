@@ -160,3 +160,20 @@ def test_resume_needs_a_stopped_suite_with_the_same_settings(tmp_path: Path, cap
     assert "pick one" in err
     err = one_line_error(capsys, main(["suite", "--report", str(report)]))
     assert "give the prompts" in err
+
+
+def test_resume_takes_the_stopped_suites_settings(tmp_path: Path, capsys) -> None:
+    report = tmp_path / "r"
+    report.mkdir()
+    (report / "suite.json").write_text(
+        json.dumps({"source": "coding", "pairs": [], "max_tokens": 10, "near_tie": 0.5,
+                    "teacher_forced": False}),
+        encoding="utf-8",
+    )  # fmt: skip
+    err = one_line_error(
+        capsys, main(["suite", "--resume", "--report", str(report), "--max-tokens", "5"])
+    )
+    assert "drop --max-tokens" in err
+    # an older suite.json without the prompts' hash or weight types: one line, no traceback
+    err = one_line_error(capsys, main(["suite", "--resume", "--report", str(report)]))
+    assert "changed since the suite" in err
