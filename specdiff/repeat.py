@@ -42,6 +42,16 @@ def companions_for(run: int, max_companions: int, pool_size: int) -> list[int]:
     return [(run + j) % pool_size for j in range(count)]
 
 
+def check_request(prompt: str, runs: int, max_tokens: int) -> None:
+    """What both repeat modes refuse before any model or server is touched."""
+    if runs < 1:
+        raise PromptError(f"-n must be at least 1, got {runs}")
+    if max_tokens < 1:
+        raise PromptError(f"--max-tokens must be at least 1, got {max_tokens}")
+    if not prompt.strip():
+        raise PromptError("the prompt is empty; give some text (--prompt or --prompt-file)")
+
+
 def repeat(
     lane: Lane,
     prompt: str,
@@ -52,14 +62,9 @@ def repeat(
     progress: Callable[[str], None] | None = None,
     cancel: threading.Event | None = None,
 ) -> RepeatResult:
-    if runs < 1:
-        raise PromptError(f"-n must be at least 1, got {runs}")
+    check_request(prompt, runs, max_tokens)
     if max_companions < 0:
         raise PromptError(f"--companions must be 0 or more, got {max_companions}")
-    if max_tokens < 1:
-        raise PromptError(f"--max-tokens must be at least 1, got {max_tokens}")
-    if not prompt.strip():
-        raise PromptError("the prompt is empty; give some text (--prompt or --prompt-file)")
     pool = load_prompts(COMPANION_SET)
     cancel = cancel or threading.Event()
     result = RepeatResult(lane, prompt, max_tokens, max_companions, [], [])
@@ -103,14 +108,9 @@ def repeat_server(
     from specdiff.engine.llama_local import ModelPool
     from specdiff.engine.openai_http import ServerLane
 
-    if runs < 1:
-        raise PromptError(f"-n must be at least 1, got {runs}")
+    check_request(prompt, runs, max_tokens)
     if concurrency < 1:
         raise PromptError(f"--concurrency must be at least 1, got {concurrency}")
-    if max_tokens < 1:
-        raise PromptError(f"--max-tokens must be at least 1, got {max_tokens}")
-    if not prompt.strip():
-        raise PromptError("the prompt is empty; give some text (--prompt or --prompt-file)")
     cancel = cancel or threading.Event()
     result = RepeatResult(lane, prompt, max_tokens, concurrency - 1, [], [])
     pool = ModelPool()

@@ -39,6 +39,11 @@ def server_vs_local(url: str) -> list[str]:
     ]  # fmt: skip
 
 
+def servers_run(*lane_arguments: str) -> list[str]:
+    """`specdiff run --pair servers` arguments, five tokens, quiet."""
+    return ["run", "--pair", "servers", *lane_arguments, "--max-tokens", "5", "--quiet"]
+
+
 def one_line_error(capsys, code: int) -> str:
     assert code == 2
     err = capsys.readouterr().err.strip()
@@ -133,20 +138,14 @@ def test_a_server_that_is_not_running(capsys) -> None:
     err = one_line_error(
         capsys,
         main(
-            [
-                "run",
-                "--pair",
-                "servers",
+            servers_run(
                 "--lane-a",
                 f"endpoint=http://127.0.0.1:{port}",
                 "--lane-b",
                 f"endpoint=http://127.0.0.1:{port}",
                 "--lane-a",
                 "retries=0",
-                "--max-tokens",
-                "5",
-                "--quiet",
-            ]
+            )
         ),
     )
     assert "cannot connect (connection refused); is the server running?" in err
@@ -201,18 +200,7 @@ def test_an_unset_key_variable_is_named(capsys, monkeypatch) -> None:
     monkeypatch.delenv("SPECDIFF_MISSING_KEY", raising=False)
     err = one_line_error(
         capsys,
-        main(
-            [
-                "run",
-                "--pair",
-                "servers",
-                "--lane-a",
-                "api_key_env=SPECDIFF_MISSING_KEY",
-                "--max-tokens",
-                "5",
-                "--quiet",
-            ]
-        ),
+        main(servers_run("--lane-a", "api_key_env=SPECDIFF_MISSING_KEY")),
     )
     assert "SPECDIFF_MISSING_KEY (api_key_env) is not set" in err
 

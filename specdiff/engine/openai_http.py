@@ -449,7 +449,8 @@ class ServerLane:
         self.generation.prefix_tokens = len(self.tokenize(prefix)) - 1
 
     def _detokenize(self, tokens: Sequence[int]) -> str:
-        data = b"".join(self.model.piece(t) for t in tokens if t != self._bos())
+        bos = self._bos()
+        data = b"".join(self.model.piece(t) for t in tokens if t != bos)
         return data.decode("utf-8", "replace")
 
     def _bos(self) -> int:
