@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import median, prompts  # noqa: E402
 from llama_cpp import Llama  # noqa: E402
 
-from specdiff.engine.llama_local import LocalLane  # noqa: E402
+from specdiff.engine.llama.lane import LocalLane  # noqa: E402
 from specdiff.engine.models import bundled_model_path  # noqa: E402
 from specdiff.lanes import Lane  # noqa: E402
 

@@ -14,8 +14,8 @@ import argparse
 import statistics
 
 from specdiff.engine.models import bundled_model_path
-from specdiff.engine.openai_http import ServerLane
-from specdiff.engine.serverproc import LlamaServer, find_llama_server
+from specdiff.engine.server.lane import ServerLane
+from specdiff.engine.server.process import LlamaServer, find_llama_server
 from specdiff.lanes import Lane
 from specdiff.prompts import DEFAULT_PROMPT
 

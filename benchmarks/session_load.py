@@ -90,7 +90,7 @@ def main() -> None:
         speed = None if args.measure == "instant" else 1.0
         print(asyncio.run(first_frame(Path(args.file), speed, began)))
         return
-    from specdiff.session import load_session
+    from specdiff.sessions.store import load_session
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "big.jsonl"

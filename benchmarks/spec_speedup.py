@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import median, prompts  # noqa: E402
 
+from specdiff.engine.pairrun import PairRun  # noqa: E402
 from specdiff.lanes import apply_overrides, parse_overrides, presets  # noqa: E402
-from specdiff.pairrun import PairRun  # noqa: E402
 
 
 def main() -> None:

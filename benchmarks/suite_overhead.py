@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 from specdiff.lanes import presets
-from specdiff.suite import (
+from specdiff.reports.suite import write_reports
+from specdiff.suite.runner import (
     Progress,
     SuiteRun,
     SuiteSettings,
@@ -25,7 +26,6 @@ from specdiff.suite import (
     outcome_json,
     write_settings,
 )
-from specdiff.suite_report import write_reports
 
 
 def rss_mb() -> float:

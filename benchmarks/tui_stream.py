@@ -23,8 +23,8 @@ import subprocess
 import sys
 import time
 
+from specdiff.engine.pairrun import PairRun
 from specdiff.lanes import presets
-from specdiff.pairrun import PairRun
 from specdiff.prompts import DEFAULT_PROMPT
 
 

@@ -1,7 +1,7 @@
 """specdiff: why the same prompt at temperature 0 gives different text.
 
 The headless core (``specdiff.engine``, ``specdiff.lanes``, ``specdiff.steps``,
-``specdiff.compare``, ``specdiff.pairrun``) never imports Textual; the TUI is one
+``specdiff.compare``, ``specdiff.engine.pairrun``) never imports Textual; the TUI is one
 client of it.
 """
 

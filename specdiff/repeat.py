@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from specdiff.engine.batched import BatchedLane, BatchedRun
-from specdiff.engine.llama_local import Cancelled
+from specdiff.engine.base import Cancelled
+from specdiff.engine.llama.batched import BatchedLane, BatchedRun
 from specdiff.errors import PromptError
 from specdiff.lanes import Lane
 from specdiff.prompts import load as load_prompts
@@ -105,8 +105,8 @@ def repeat_server(
     server batches them with each other as it would any concurrent clients."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from specdiff.engine.llama_local import ModelPool
-    from specdiff.engine.openai_http import ServerLane
+    from specdiff.engine.llama.lane import ModelPool
+    from specdiff.engine.server.lane import ServerLane
 
     check_request(prompt, runs, max_tokens)
     if concurrency < 1:

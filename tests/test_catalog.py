@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from specdiff.catalog import list_sessions, resolve_in
 from specdiff.cli import main
-from specdiff.session import SessionError, load_session
+from specdiff.sessions.catalog import list_sessions, resolve_in
+from specdiff.sessions.store import SessionError, load_session
 
 DEMOS = sorted((Path(__file__).resolve().parent.parent / "sessions").glob("*.jsonl"))
 

@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 from specdiff.compare import compare
-from specdiff.engine.llama_local import LocalLane, ModelPool
+from specdiff.engine.llama.lane import LocalLane, ModelPool
 from specdiff.lanes import presets
 from tests.conftest import load_prompts
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from llama_cpp import Llama
 
-from specdiff.engine.llama_local import LocalLane
+from specdiff.engine.llama.lane import LocalLane
 from specdiff.errors import ModelError, PromptError
 from specdiff.lanes import Lane
 from specdiff.steps import text_of

@@ -13,13 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from specdiff import export as export_module
 from specdiff.cli import main
 from specdiff.compare import DEFAULT_NEAR_TIE
-from specdiff.export import ExportError, export_session, token_texts, write_report
-from specdiff.session import load_session
-from specdiff.steps import text_of
-from specdiff.svgplot import (
+from specdiff.reports import export as export_module
+from specdiff.reports.export import ExportError, export_session, token_texts, write_report
+from specdiff.reports.svg import (
     HEIGHT,
     MAX_POINTS,
     SVG_NAMESPACE,
@@ -30,6 +28,8 @@ from specdiff.svgplot import (
     margin_plot,
     xml_text,
 )
+from specdiff.sessions.store import load_session
+from specdiff.steps import text_of
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMOS = sorted((ROOT / "sessions").glob("*.jsonl"))

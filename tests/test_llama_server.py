@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from specdiff.cli import main
-from specdiff.engine.serverproc import LlamaServer, find_llama_server
+from specdiff.engine.pairrun import PairRun
+from specdiff.engine.server.process import LlamaServer, find_llama_server
 from specdiff.lanes import Lane, Pair, presets
-from specdiff.pairrun import PairRun
 from specdiff.prompts import DEFAULT_PROMPT
 from specdiff.prompts import load as load_prompts
 from tests.servers import report_agreement
@@ -117,7 +117,7 @@ def test_repeat_with_concurrent_requests(plain_server: str, capsys) -> None:
 
 
 def test_a_chat_lane_streams_ids_bytes_and_top_k(plain_server: str) -> None:
-    from specdiff.engine.openai_http import ServerLane
+    from specdiff.engine.server.lane import ServerLane
 
     lane = ServerLane(Lane(backend="server", api="chat", endpoint=plain_server, top_k=4), "a")
     try:
@@ -136,7 +136,7 @@ def test_a_server_killed_while_saving_keeps_the_session(
     import threading
     import time
 
-    from specdiff.session import load_session
+    from specdiff.sessions.store import load_session
 
     server = LlamaServer(binary, model_path, ["--threads", "1", "--parallel", "1"])
     server.start()

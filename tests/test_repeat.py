@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from specdiff.cli import main
-from specdiff.engine.batched import BatchedLane
-from specdiff.engine.llama_local import LocalLane
+from specdiff.engine.llama.batched import BatchedLane
+from specdiff.engine.llama.lane import LocalLane
 from specdiff.lanes import Lane
 from specdiff.prompts import DEFAULT_PROMPT
 from specdiff.repeat import companions_for, first_split

@@ -12,8 +12,14 @@ import pytest
 
 from specdiff.cli import main
 from specdiff.lanes import presets
-from specdiff.replay import MAX_GAP_SECONDS, Playback, PlaybackError, check_speed, offsets_of
-from specdiff.session import load_session
+from specdiff.sessions.playback import (
+    MAX_GAP_SECONDS,
+    Playback,
+    PlaybackError,
+    check_speed,
+    offsets_of,
+)
+from specdiff.sessions.store import load_session
 from specdiff.tui.app import make_app
 
 SESSION = Path(__file__).parent / "data" / "ubatch-roman-empire.jsonl"

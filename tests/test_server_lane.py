@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from specdiff.cli import main
-from specdiff.engine.openai_http import UNKNOWN_TOKEN, ServerLane
+from specdiff.engine.pairrun import PairRun
+from specdiff.engine.server.lane import UNKNOWN_TOKEN, ServerLane
 from specdiff.lanes import Lane, presets
-from specdiff.pairrun import PairRun
 from specdiff.prompts import DEFAULT_PROMPT
-from specdiff.session import load_session
+from specdiff.sessions.store import load_session
 from specdiff.steps import TokenStep
 from tests.servers import fault_server, free_port, llama_cpp_server, report_agreement
 

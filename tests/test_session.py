@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from specdiff.engine.pairrun import PairRun
 from specdiff.lanes import presets
-from specdiff.pairrun import PairRun
-from specdiff.session import SessionError, load_session, save_result, session_name
+from specdiff.sessions.store import SessionError, load_session, save_result, session_name
 
 
 @pytest.fixture(scope="module")

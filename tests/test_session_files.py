@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specdiff.session import MAX_LINE_BYTES, SessionError, load_session
+from specdiff.sessions.store import MAX_LINE_BYTES, SessionError, load_session
 
 FIXTURE = Path(__file__).parent / "data" / "ubatch-roman-empire.jsonl"
 LINES = FIXTURE.read_bytes().splitlines(keepends=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from specdiff.lanes import presets
-from specdiff.session import load_session
+from specdiff.sessions.store import load_session
 from specdiff.tui.app import make_app
 from specdiff.tui.themes import load_themes
 

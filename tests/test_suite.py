@@ -18,7 +18,7 @@ import pytest
 
 from specdiff.cli import main
 from specdiff.prompts import load as load_prompts
-from specdiff.session import load_session
+from specdiff.sessions.store import load_session
 
 TOKENS = 48
 PAIRS = ("spec-vs-plain", "ubatch")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specdiff.cli import main
-from specdiff.suite import SuiteError, load_suite_prompts
+from specdiff.suite.runner import SuiteError, load_suite_prompts
 
 
 def write_jsonl(path: Path, lines: list[str]) -> Path:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from specdiff.engine.llama_local import LocalLane
+from specdiff.engine.llama.lane import LocalLane
+from specdiff.engine.pairrun import PairRun
 from specdiff.lanes import Lane, presets
-from specdiff.pairrun import PairRun
 from specdiff.prompts import DEFAULT_PROMPT
 
 

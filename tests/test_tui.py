@@ -9,7 +9,7 @@ import pytest
 
 from specdiff.compare import compare
 from specdiff.lanes import presets
-from specdiff.session import load_session
+from specdiff.sessions.store import load_session
 from specdiff.tui.app import SpecdiffApp, make_app
 from specdiff.tui.messages import RunFailed, RunFinished, StepsArrived
 from specdiff.tui.widgets import TokenView
@@ -178,7 +178,7 @@ def test_layout_is_readable_at_small_and_large_sizes(size: tuple[int, int]) -> N
 def test_a_lane_error_shows_in_its_pane_and_the_other_lane_finishes(monkeypatch) -> None:
     """Lane b's decode loop fails after a few tokens (an injected llama.cpp refusal); the
     app reports it once, shows it in b's pane, and lane a runs to the end."""
-    from specdiff.engine import llama_local
+    from specdiff.engine.llama import lane as llama_local
 
     real_generate = llama_local.LocalLane.generate
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from specdiff.session import load_session
+from specdiff.sessions.store import load_session
 from tests.test_cli import assert_one_line_error, specdiff
 
 

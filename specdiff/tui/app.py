@@ -27,11 +27,11 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from specdiff.compare import DEFAULT_NEAR_TIE, Fork, align_after, first_divergence, fork_at
 from specdiff.compare import near_ties as find_near_ties
+from specdiff.engine.pairrun import PairResult, PairRun
 from specdiff.errors import SpecdiffError
 from specdiff.lanes import Pair, apply_overrides, headline, parse_overrides
-from specdiff.pairrun import PairResult, PairRun
-from specdiff.replay import Playback
-from specdiff.session import Session, SessionError, SessionStream, save_result
+from specdiff.sessions.playback import Playback
+from specdiff.sessions.store import Session, SessionError, SessionStream, save_result
 from specdiff.steps import TokenStep
 from specdiff.tui.messages import (
     RunFailed,

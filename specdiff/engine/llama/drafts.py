@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from specdiff.engine.llama_local import Context
+    from specdiff.engine.llama.lane import Context
 
 
 class Drafter(Protocol):

@@ -25,10 +25,10 @@ from specdiff import __version__
 from specdiff.compare import DEFAULT_NEAR_TIE, Comparison, Fork
 from specdiff.errors import SpecdiffError
 from specdiff.lanes import differences, headline
-from specdiff.session import Session
+from specdiff.reports.svg import margin_plot, xml_text
+from specdiff.reports.text import fork_json, pick_text, piece_text
+from specdiff.sessions.store import Session
 from specdiff.steps import TokenStep, text_of
-from specdiff.summary import fork_json, pick_text, piece_text
-from specdiff.svgplot import margin_plot, xml_text
 
 FORMATS = ("md", "html", "json")
 SUFFIX_FORMATS = {".md": "md", ".markdown": "md", ".html": "html", ".htm": "html", ".json": "json"}

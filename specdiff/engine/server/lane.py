@@ -28,7 +28,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specdiff.engine.llama_local import Cancelled, EngineError, Generation, ModelPool
+from specdiff.engine.base import Cancelled, EngineError, Generation
+from specdiff.engine.llama.lane import ModelPool
 from specdiff.engine.models import Progress, resolve_model
 from specdiff.errors import LaneConfigError, PromptError, SpecdiffError
 from specdiff.lanes import Lane

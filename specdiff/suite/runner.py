@@ -26,7 +26,7 @@ from specdiff import __version__
 from specdiff.compare import DEFAULT_NEAR_TIE, compare
 from specdiff.errors import SpecdiffError
 from specdiff.lanes import QUANT_TYPES, Pair, lane_from_dict
-from specdiff.session import (
+from specdiff.sessions.store import (
     PARTIAL_SUFFIX,
     SUFFIX,
     Session,
@@ -459,7 +459,7 @@ class SuiteRun:
         return self.report_dir / SESSIONS_FOLDER / safe_name(label) / f"{prompt.file_stem}{SUFFIX}"
 
     def run(self) -> SuiteOutcome:
-        from specdiff.pairrun import PairRun
+        from specdiff.engine.pairrun import PairRun
 
         began = time.perf_counter()
         started = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -565,7 +565,7 @@ class SuiteRun:
         run_jobs: int,
     ) -> tuple[Path, bool]:
         """Run one prompt into its session file; True when the suite was stopped."""
-        from specdiff.pairrun import PairResult
+        from specdiff.engine.pairrun import PairResult
 
         path = self.session_path(label, prompt)
         folder = path.parent

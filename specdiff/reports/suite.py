@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from specdiff.svgplot import LANE_COLORS, Rule, Series, histogram, line_chart
+from specdiff.reports.svg import LANE_COLORS, Rule, Series, histogram, line_chart
 
 PAIR_COLORS = ("#3b7dd8", "#e0761b", "#2e9e5b", "#a23bd8", "#d83b5e", "#6b6b6b")
 CSV_COLUMNS = (

@@ -14,7 +14,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from specdiff.session import MAX_LINE_BYTES, PARTIAL_SUFFIX, SCHEMA_VERSION, SUFFIX, SessionError
+from specdiff.sessions.store import (
+    MAX_LINE_BYTES,
+    PARTIAL_SUFFIX,
+    SCHEMA_VERSION,
+    SUFFIX,
+    SessionError,
+)
 
 FOOTER_WINDOW = 64 * 1024
 """A footer is a few hundred bytes; reading this much from the end always holds it."""

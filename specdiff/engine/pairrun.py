@@ -18,7 +18,8 @@ from typing import Any
 
 from specdiff import __version__
 from specdiff.compare import DEFAULT_NEAR_TIE, Comparison, compare
-from specdiff.engine.llama_local import Cancelled, Generation, LocalLane, ModelPool
+from specdiff.engine.base import Cancelled, Generation
+from specdiff.engine.llama.lane import LocalLane, ModelPool
 from specdiff.engine.runtime import build_info
 from specdiff.errors import PromptError, SpecdiffError
 from specdiff.lanes import Lane, Pair
@@ -117,7 +118,7 @@ class PairRun:
                 progress(f"loading lane {lane_id}: {lane.describe()}")
                 kind: Any = LocalLane
                 if lane.backend == "server":
-                    from specdiff.engine.openai_http import ServerLane
+                    from specdiff.engine.server.lane import ServerLane
 
                     kind = ServerLane
                 self.lanes[lane_id] = kind(lane, lane_id, self.pool, progress, self.cancel)

@@ -23,18 +23,18 @@ import ctypes
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from specdiff.engine.drafts import Drafter, ModelDrafter, NgramDrafter
+from specdiff.engine.base import Cancelled, EngineError, Generation
 from specdiff.engine.gguf import GGUFInfo, read_gguf
+from specdiff.engine.llama.drafts import Drafter, ModelDrafter, NgramDrafter
 from specdiff.engine.models import Progress, resolve_model, sha256_file
 from specdiff.engine.runtime import clear_errors, last_error, llama
 from specdiff.engine.topk import TopK, logsumexp, rank_of
-from specdiff.errors import ModelError, PromptError, SpecdiffError
+from specdiff.errors import ModelError, PromptError
 from specdiff.lanes import Lane
 from specdiff.steps import Candidate, Probe, TokenStep
 
@@ -50,14 +50,6 @@ _KV_TYPES = {
     "bf16": 30,
 }
 _FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
-
-
-class EngineError(SpecdiffError):
-    """llama.cpp refused a call that should have worked."""
-
-
-class Cancelled(SpecdiffError):
-    """Generation was stopped on request."""
 
 
 def _quiet(_: str) -> None:
@@ -271,18 +263,6 @@ class Context:
         if self.pointer:
             lib.llama_free(self.pointer)
             self.pointer = None
-
-
-@dataclass
-class Generation:
-    """What one generate() call did besides yielding steps."""
-
-    prompt_tokens: int = 0
-    prefix_tokens: int = 0
-    verify_calls: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    stop_reason: str = ""
 
 
 class LocalLane:

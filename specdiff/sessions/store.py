@@ -22,9 +22,9 @@ from typing import IO, Any
 
 from specdiff import __version__
 from specdiff.compare import DEFAULT_NEAR_TIE, Comparison, compare
+from specdiff.engine.pairrun import PairResult
 from specdiff.errors import SpecdiffError
 from specdiff.lanes import Pair, lane_from_dict
-from specdiff.pairrun import PairResult
 from specdiff.steps import Candidate, Probe, TokenStep
 
 SCHEMA_VERSION = 1

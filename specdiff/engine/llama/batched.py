@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specdiff.engine.llama_local import Cancelled, EngineError, ModelPool, context_params
+from specdiff.engine.base import Cancelled, EngineError
+from specdiff.engine.llama.lane import ModelPool, context_params
 from specdiff.engine.models import Progress, resolve_model
 from specdiff.engine.runtime import clear_errors, last_error, llama
 from specdiff.engine.topk import TopK

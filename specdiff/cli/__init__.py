@@ -401,9 +401,9 @@ def _interrupt_sets(cancel: threading.Event) -> Iterator[None]:
 
 
 def command_run(args: argparse.Namespace) -> int:
-    from specdiff.pairrun import PairRun
-    from specdiff.session import SessionWriter, footer_record, header_record
-    from specdiff.summary import format_result, result_json
+    from specdiff.engine.pairrun import PairRun
+    from specdiff.reports.text import format_result, result_json
+    from specdiff.sessions.store import SessionWriter, footer_record, header_record
 
     _, pair, prompt = read_request(args)
     status = Status(sys.stderr, not args.quiet)
@@ -504,7 +504,7 @@ REPLAY_FIRST_STEPS = 400
 def open_for_replay(path: str | Path) -> tuple[Any, Any]:
     """The session as far as its first steps, and the stream holding the rest, which the
     replay screen reads once it has painted them."""
-    from specdiff.session import SessionStream
+    from specdiff.sessions.store import SessionStream
 
     stream = SessionStream(path)
     stream.read(REPLAY_FIRST_STEPS)
@@ -513,7 +513,7 @@ def open_for_replay(path: str | Path) -> tuple[Any, Any]:
 
 
 def replay_file(path: str | Path, args: argparse.Namespace) -> int:
-    from specdiff.replay import check_speed
+    from specdiff.sessions.playback import check_speed
 
     speed = None if args.instant else check_speed(args.speed)
     session, stream = open_for_replay(path)
@@ -544,8 +544,8 @@ def replay_file(path: str | Path, args: argparse.Namespace) -> int:
 
 def command_verify(args: argparse.Namespace) -> int:
     """Exit 0 when every recorded token comes out again, 1 at the first that does not."""
-    from specdiff.pairrun import PairRun
-    from specdiff.session import load_session
+    from specdiff.engine.pairrun import PairRun
+    from specdiff.sessions.store import load_session
 
     session = load_session(args.session)
     header = session.header
@@ -649,8 +649,8 @@ def command_models(args: argparse.Namespace) -> int:
 
 
 def command_sessions(args: argparse.Namespace) -> int:
-    from specdiff.catalog import list_sessions, resolve_in
-    from specdiff.session import sessions_dir
+    from specdiff.sessions.catalog import list_sessions, resolve_in
+    from specdiff.sessions.store import sessions_dir
 
     directory = sessions_dir(args.sessions_dir).absolute()
     infos = list_sessions(directory)
@@ -705,7 +705,8 @@ def _duration(seconds: float | None) -> str:
 
 def command_suite(args: argparse.Namespace) -> int:
     """Exit 0 when every run finished, 1 when some lane failed, 130 when stopped."""
-    from specdiff.suite import (
+    from specdiff.reports.suite import write_reports
+    from specdiff.suite.runner import (
         SuiteError,
         SuiteRun,
         SuiteSettings,
@@ -715,7 +716,6 @@ def command_suite(args: argparse.Namespace) -> int:
         prepare_report_dir,
         write_settings,
     )
-    from specdiff.suite_report import write_reports
 
     report_dir = Path(args.report).expanduser()
     if args.max_tokens is not None and args.max_tokens < 1:
@@ -891,7 +891,7 @@ def command_serve_pair(args: argparse.Namespace) -> int:
     """Start server a (speculative) and server b (plain) on loopback, run the command with
     `--pair servers` pointed at them, and stop both whatever happens."""
     from specdiff.engine.models import base_model_path
-    from specdiff.engine.serverproc import LlamaServer, find_llama_server
+    from specdiff.engine.server.process import LlamaServer, find_llama_server
 
     command = list(args.inner)
     if command[:1] == ["--"]:
@@ -929,8 +929,8 @@ def command_serve_pair(args: argparse.Namespace) -> int:
 
 def command_export(args: argparse.Namespace) -> int:
     """Exit 0 once the report is written; it describes the session, it does not judge it."""
-    from specdiff.export import check_output, export_session, report_format, write_report
-    from specdiff.session import load_session
+    from specdiff.reports.export import check_output, export_session, report_format, write_report
+    from specdiff.sessions.store import load_session
 
     fmt = report_format(args.format, args.output)
     output = None if args.output in (None, "-") else Path(args.output).expanduser()
