@@ -18,14 +18,11 @@ from pathlib import Path
 
 from specdiff.lanes import presets
 from specdiff.reports.suite import write_reports
-from specdiff.suite.runner import (
-    Progress,
-    SuiteRun,
-    SuiteSettings,
-    load_suite_prompts,
-    outcome_json,
-    write_settings,
-)
+from specdiff.suite.folder import write_settings
+from specdiff.suite.prompts import load_suite_prompts
+from specdiff.suite.runner import Progress, SuiteRun
+from specdiff.suite.settings import SuiteSettings
+from specdiff.suite.stats import outcome_json
 
 
 def rss_mb() -> float:

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from specdiff.cli import main
-from specdiff.suite.runner import SuiteError, load_suite_prompts
+from specdiff.suite import SuiteError
+from specdiff.suite.prompts import load_suite_prompts
 
 
 def write_jsonl(path: Path, lines: list[str]) -> Path:

@@ -706,16 +706,12 @@ def _duration(seconds: float | None) -> str:
 def command_suite(args: argparse.Namespace) -> int:
     """Exit 0 when every run finished, 1 when some lane failed, 130 when stopped."""
     from specdiff.reports.suite import write_reports
-    from specdiff.suite.runner import (
-        SuiteError,
-        SuiteRun,
-        SuiteSettings,
-        check_quants,
-        load_suite_prompts,
-        outcome_json,
-        prepare_report_dir,
-        write_settings,
-    )
+    from specdiff.suite import SuiteError
+    from specdiff.suite.folder import prepare_report_dir, write_settings
+    from specdiff.suite.prompts import load_suite_prompts
+    from specdiff.suite.runner import SuiteRun
+    from specdiff.suite.settings import SuiteSettings, check_quants
+    from specdiff.suite.stats import outcome_json
 
     report_dir = Path(args.report).expanduser()
     if args.max_tokens is not None and args.max_tokens < 1:

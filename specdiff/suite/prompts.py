@@ -1,0 +1,155 @@
+"""A suite's prompts: read from a JSONL file, a folder of .txt files or a bundled set,
+each checked, with ids that name distinct session files."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from specdiff import prompts as bundled
+from specdiff.sessions.store import safe_name
+from specdiff.suite import SuiteError
+
+Report = Callable[[str], None]
+"""Takes one problem with the prompts: raises it, or notes it and goes on."""
+
+
+@dataclass(frozen=True)
+class SuitePrompt:
+    id: str
+    prompt: str
+    max_tokens: int | None = None
+    where: str = ""
+    """File and line (or file) it came from, for messages."""
+
+    @property
+    def file_stem(self) -> str:
+        return safe_name(self.id)
+
+
+def load_suite_prompts(source: str, skip_bad: bool = False) -> tuple[list[SuitePrompt], list[str]]:
+    """Prompts from a JSONL file ({"id", "prompt", "max_tokens"?} a line), a folder of
+    .txt files (id = file name), or a bundled set's name. Returns the prompts and the
+    problems skipped (only with `skip_bad`; otherwise the first problem is raised)."""
+    path = Path(source).expanduser()
+    problems: list[str] = []
+
+    def bad(message: str) -> None:
+        if not skip_bad:
+            raise SuiteError(f"{message} (fix it, or pass --skip-bad to run the rest)")
+        problems.append(message)
+
+    if path.is_dir():
+        entries, where = _folder_prompts(path, bad)
+    elif path.is_file():
+        entries, where = _jsonl_prompts(path, bad), str(path)
+    elif source in bundled.SETS:
+        entries, where = _bundled_prompts(source), f"the bundled set {source!r}"
+    else:
+        raise SuiteError(
+            f"no prompt file, folder or bundled set named {source!r} "
+            f"(bundled sets: {', '.join(bundled.SETS)})"
+        )
+    unique = _distinct_files(entries, bad)
+    if not unique:
+        raise SuiteError(f"{where} holds no prompts; give at least one")
+    return unique, problems
+
+
+def prompts_digest(prompts: Sequence[SuitePrompt]) -> str:
+    text = json.dumps([[p.id, p.prompt, p.max_tokens] for p in prompts], ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _folder_prompts(path: Path, bad: Report) -> tuple[list[SuitePrompt], str]:
+    """One prompt a .txt file, named by the file; and how to name the folder in messages."""
+    files = sorted(path.glob("*.txt"))
+    entries = []
+    for file in files:
+        try:
+            text = file.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            bad(f"{file}: not UTF-8 text")
+            continue
+        except OSError as error:
+            bad(f"{file}: cannot read it ({error.strerror})")
+            continue
+        # an editor's final newline is not part of the prompt
+        text = text[:-1] if text.endswith("\n") else text
+        if not text.strip():
+            bad(f"{file}: the prompt is empty")
+            continue
+        entries.append(SuitePrompt(file.stem, text, None, str(file)))
+    return entries, f"{path} (no .txt files)" if not files else str(path)
+
+
+def _jsonl_prompts(path: Path, bad: Report) -> list[SuitePrompt]:
+    try:
+        raw_lines = path.read_bytes().split(b"\n")
+    except OSError as error:
+        raise SuiteError(f"cannot read {path}: {error.strerror}") from None
+    entries = []
+    for number, raw in enumerate(raw_lines, 1):
+        if not raw.strip():
+            continue
+        entry = _prompt_line(path, number, raw, bad)
+        if entry is not None:
+            entries.append(entry)
+    return entries
+
+
+def _bundled_prompts(name: str) -> list[SuitePrompt]:
+    return [
+        SuitePrompt(str(item["id"]), str(item["prompt"]), None, f"{name}:{number}")
+        for number, item in enumerate(bundled.load(name), 1)
+    ]
+
+
+def _distinct_files(entries: Sequence[SuitePrompt], bad: Report) -> list[SuitePrompt]:
+    """The prompts whose ids name a session file no earlier prompt names (file names
+    are compared without case: some file systems ignore it)."""
+    unique: list[SuitePrompt] = []
+    seen: dict[str, SuitePrompt] = {}
+    for entry in entries:
+        first = seen.get(entry.file_stem.lower())
+        if first is not None:
+            same = "duplicate id" if first.id == entry.id else "an id that names the same file as"
+            bad(f"{entry.where}: {same} {entry.id!r} (first at {first.where})")
+            continue
+        seen[entry.file_stem.lower()] = entry
+        unique.append(entry)
+    return unique
+
+
+def _prompt_line(path: Path, number: int, raw: bytes, bad: Report) -> SuitePrompt | None:
+    where = f"{path}:{number}"
+    try:
+        record = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        bad(f"{where}: not UTF-8 text")
+        return None
+    except ValueError as error:
+        bad(f"{where}: not valid JSON ({error.args[0].split(':')[0]})")
+        return None
+    if not isinstance(record, dict):
+        bad(f'{where}: expected an object like {{"id": "...", "prompt": "..."}}')
+        return None
+    prompt_id, prompt = record.get("id"), record.get("prompt")
+    if isinstance(prompt_id, int) and not isinstance(prompt_id, bool):
+        prompt_id = str(prompt_id)
+    if not isinstance(prompt_id, str) or not prompt_id.strip():
+        bad(f'{where}: missing "id" (a non-empty string)')
+        return None
+    if not isinstance(prompt, str) or not prompt.strip():
+        bad(f'{where}: missing "prompt" (a non-empty string)')
+        return None
+    max_tokens = record.get("max_tokens")
+    if max_tokens is not None and (
+        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
+    ):
+        bad(f'{where}: "max_tokens" must be a whole number of at least 1, got {max_tokens!r}')
+        return None
+    return SuitePrompt(prompt_id, prompt, max_tokens, where)

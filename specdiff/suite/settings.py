@@ -1,0 +1,139 @@
+"""What a suite runs: its pairs, weight types and limits, as kept in the report folder's
+suite.json, and the check that a resumed suite runs what the stopped one did."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from specdiff import __version__
+from specdiff.compare import DEFAULT_NEAR_TIE
+from specdiff.lanes import QUANT_TYPES, Pair, lane_from_dict
+from specdiff.suite import SuiteError
+from specdiff.suite.prompts import SuitePrompt, prompts_digest
+
+BASE_QUANT = "base"
+"""In --quants: the model as it is, not requantized."""
+RESUMED_KEYS = (
+    "prompts_sha256",
+    "pairs",
+    "max_tokens",
+    "teacher_forced",
+    "quants",
+    "stop",
+    "near_tie",
+)
+"""The settings a resumed suite must share with the stopped one, as suite.json names them."""
+
+
+@dataclass(frozen=True)
+class SuiteSettings:
+    source: str
+    pairs: tuple[Pair, ...]
+    max_tokens: int
+    near_tie: float = DEFAULT_NEAR_TIE
+    teacher_forced: bool = False
+    quants: tuple[str, ...] = ()
+    """Run every pair once per weight type (BASE_QUANT = the model as it is)."""
+    stop: tuple[str, ...] = ()
+
+    def variants(self) -> list[tuple[str, Pair, str]]:
+        """(label, pair as run, quant) for every pair and weight type, in run order."""
+        if not self.quants:
+            return [(pair.name, pair, "") for pair in self.pairs]
+        out = []
+        for pair in self.pairs:
+            for quant in self.quants:
+                value = "" if quant == BASE_QUANT else quant
+                variant = replace(
+                    pair, a=replace(pair.a, quant=value), b=replace(pair.b, quant=value)
+                )
+                out.append((f"{pair.name}@{quant}", variant, quant))
+        return out
+
+    def as_json(self, prompts: Sequence[SuitePrompt]) -> dict[str, Any]:
+        return {
+            "specdiff": __version__,
+            "source": self.source,
+            "prompts_sha256": prompts_digest(prompts),
+            "prompt_ids": [p.id for p in prompts],
+            "pairs": [
+                {
+                    "name": p.name,
+                    "description": p.description,
+                    "a": p.a.as_dict(),
+                    "b": p.b.as_dict(),
+                }
+                for p in self.pairs
+            ],
+            "max_tokens": self.max_tokens,
+            "near_tie": self.near_tie,
+            "teacher_forced": self.teacher_forced,
+            "quants": list(self.quants),
+            "stop": list(self.stop),
+        }
+
+
+def check_quants(quants: Iterable[str]) -> tuple[str, ...]:
+    known = (BASE_QUANT, *[q for q in QUANT_TYPES if q])
+    out = []
+    for quant in quants:
+        quant = quant.strip().lower()
+        if quant not in known:
+            raise SuiteError(
+                f"unknown weight type {quant!r} in --quants; known: {', '.join(known)}"
+            )
+        if quant not in out:
+            out.append(quant)
+    return tuple(out)
+
+
+def settings_from_json(data: dict[str, Any]) -> SuiteSettings:
+    pairs = tuple(
+        Pair(
+            str(p["name"]),
+            lane_from_dict(p["a"]),
+            lane_from_dict(p["b"]),
+            str(p.get("description", "")),
+        )
+        for p in data["pairs"]
+    )
+    return SuiteSettings(
+        source=str(data["source"]),
+        pairs=pairs,
+        max_tokens=int(data["max_tokens"]),
+        near_tie=float(data["near_tie"]),
+        teacher_forced=bool(data["teacher_forced"]),
+        quants=tuple(data.get("quants", ())),
+        stop=tuple(data.get("stop", ())),
+    )
+
+
+def check_resume(
+    stored: dict[str, Any],
+    given: SuiteSettings | None,
+    prompts: Sequence[SuitePrompt],
+    report_dir: Path,
+) -> None:
+    """Refuse to continue the stopped suite in `report_dir` (`stored`: its suite.json)
+    with other prompts or settings than it started with.
+
+    `given` is what the command named; None when it named no prompts, and `prompts` were
+    read again from the stored source: then only they can have changed since.
+    """
+    if given is None:
+        if prompts_digest(prompts) != stored.get("prompts_sha256"):
+            raise SuiteError(
+                f"the prompts in {stored.get('source')} changed since the suite in "
+                f"{report_dir} started; restore them or start a new report folder"
+            )
+        return
+    given_json = given.as_json(prompts)
+    for key in RESUMED_KEYS:
+        if given_json[key] != stored.get(key):
+            raise SuiteError(
+                f"the {key.replace('_', ' ')} given differ from the stopped suite's in "
+                f"{report_dir}; resume with the same options, or use a new --report dir"
+            )

@@ -1,0 +1,197 @@
+"""A suite's figures: per pair (variant), how many prompts forked and where, speeds,
+drafts and teacher-forced flips, gathered with the records into one JSON-able object."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from specdiff import __version__
+from specdiff.suite.records import MARGIN_BUCKETS, PromptRecord, TeacherStats, bucket_index
+from specdiff.suite.runner import SuiteOutcome
+
+CHECKPOINTS = (25, 50, 100, 200, 400, 800, 1600, 3200, 6400)
+"""Generation lengths at which the report gives the fraction of prompts forked."""
+DELTA_BINS = (0.0, 1e-4, 1e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, math.inf)
+"""Bins of |Δlogit| of the chosen token (teacher-forced), roughly logarithmic."""
+
+
+def median(values: Sequence[float]) -> float | None:
+    clean = [v for v in values if math.isfinite(v)]
+    return statistics.median(clean) if clean else None
+
+
+def quantile(values: Sequence[float], q: float) -> float | None:
+    clean = sorted(v for v in values if math.isfinite(v))
+    if not clean:
+        return None
+    position = min(len(clean) - 1, max(0, math.ceil(q * len(clean)) - 1))
+    return clean[position]
+
+
+def fork_bins(max_tokens: int) -> list[tuple[int, int]]:
+    """Ten equal bins of first-divergence index over [0, max_tokens)."""
+    width = max(1, math.ceil(max_tokens / 10))
+    return [(start, min(start + width, max_tokens)) for start in range(0, max_tokens, width)]
+
+
+def summarize(records: Sequence[PromptRecord], max_tokens: int, near_tie: float) -> dict[str, Any]:
+    """The report's figures for one pair (variant) from its prompt records."""
+    n = len(records)
+    ok = [r for r in records if not r.failed]
+    forks = [r.fork_index for r in ok if r.fork_index is not None]
+    longest = max([max_tokens, *(max(r.generated) for r in records)])
+    margins = [min(r.fork_margins) for r in ok if r.fork_margins is not None]
+    steps = [sum(r.generated[i] for r in ok) for i in (0, 1)]
+    ties = [sum(r.near_ties[i] for r in ok) for i in (0, 1)]
+    summary: dict[str, Any] = {
+        "prompts": n,
+        "failed": n - len(ok),
+        "identical": sum(1 for r in ok if r.identical),
+        "forked": len(forks),
+        "lengths_differ": sum(1 for r in ok if not r.identical and r.fork_index is None),
+        **_fork_places(forks, longest, len(ok)),
+        "fork_margin_median": median(margins),
+        "fork_margins": margins,
+        "near_tie_threshold": near_tie,
+        "near_ties_per_1000": [1000 * ties[i] / steps[i] if steps[i] else None for i in (0, 1)],
+        **_speeds(ok),
+        "generation_seconds": sum(r.generation_seconds for r in records),
+    }
+    teachers = [r.teacher for r in ok if r.teacher is not None]
+    if teachers:
+        summary["teacher_forced"] = teacher_summary(teachers)
+    return summary
+
+
+def _fork_places(forks: Sequence[int], longest: int, runs: int) -> dict[str, Any]:
+    """Where the `runs` finished runs forked: as indices, in ten bins, by checkpoint
+    length, and as a running count at every token."""
+    bins = fork_bins(longest)
+    histogram = [sum(1 for f in forks if lo <= f < hi) for lo, hi in bins]
+    checkpoints = [c for c in CHECKPOINTS if c < longest] + [longest]
+    forked_at = [0] * (longest + 1)
+    for index in forks:
+        forked_at[index + 1] += 1
+    by_token = []
+    running = 0
+    for count in forked_at:
+        running += count
+        by_token.append(running)
+    return {
+        "fork_indices": list(forks),
+        "fork_histogram": [
+            {"from": lo, "to": hi, "count": c} for (lo, hi), c in zip(bins, histogram)
+        ],
+        "forked_by_length": [
+            {"tokens": c, "forked": sum(1 for f in forks if f < c), "of": runs} for c in checkpoints
+        ],
+        "forked_by_token": by_token,
+    }
+
+
+def _speeds(ok: Sequence[PromptRecord]) -> dict[str, Any]:
+    """Both lanes' speeds and draft acceptance over the finished runs."""
+    speeds = [
+        median([r.tokens_per_second[i] for r in ok if r.tokens_per_second[i] > 0]) for i in (0, 1)
+    ]
+    ratios = [
+        r.tokens_per_second[0] / r.tokens_per_second[1]
+        for r in ok
+        if r.tokens_per_second[0] > 0 and r.tokens_per_second[1] > 0
+    ]
+    drafted = [sum(r.drafted[i] for r in ok) for i in (0, 1)]
+    accepted = [sum(r.accepted[i] for r in ok) for i in (0, 1)]
+    return {
+        "tokens_per_second_median": speeds,
+        "speedup": speeds[0] / speeds[1] if speeds[0] and speeds[1] else None,
+        "speedup_median_of_ratios": median(ratios),
+        "acceptance": [accepted[i] / drafted[i] if drafted[i] else None for i in (0, 1)],
+        "drafted": drafted,
+        "accepted": accepted,
+    }
+
+
+def teacher_summary(stats: Sequence[TeacherStats]) -> dict[str, Any]:
+    steps = sum(s.steps for s in stats)
+    flips = sum(len(s.flips) for s in stats)
+    deltas = [d for s in stats for d in s.deltas]
+    bucket_steps = [sum(s.bucket_steps[i] for s in stats) for i in range(len(MARGIN_BUCKETS) - 1)]
+    bucket_flips = [sum(s.bucket_flips[i] for s in stats) for i in range(len(MARGIN_BUCKETS) - 1)]
+    delta_counts = [0] * (len(DELTA_BINS) - 1)
+    for delta in deltas:
+        delta_counts[bucket_index(delta, DELTA_BINS)] += 1
+    return {
+        "steps": steps,
+        "flips": flips,
+        "flip_rate": flips / steps if steps else None,
+        "same_top1": 1 - flips / steps if steps else None,
+        "prompts_with_a_flip": sum(1 for s in stats if s.flips),
+        "delta_logit": {
+            "mean": statistics.fmean(deltas) if deltas else None,
+            "median": median(deltas),
+            "p90": quantile(deltas, 0.9),
+            "p99": quantile(deltas, 0.99),
+            "max": max(deltas) if deltas else None,
+            "histogram": [
+                {"from": DELTA_BINS[i], "to": DELTA_BINS[i + 1], "count": delta_counts[i]}
+                for i in range(len(delta_counts))
+            ],
+        },
+        "by_margin": [
+            {
+                "from": MARGIN_BUCKETS[i],
+                "to": MARGIN_BUCKETS[i + 1],
+                "steps": bucket_steps[i],
+                "flips": bucket_flips[i],
+            }
+            for i in range(len(bucket_steps))
+        ],
+    }
+
+
+def outcome_json(outcome: SuiteOutcome) -> dict[str, Any]:
+    """Everything the reports show, as one JSON-able object."""
+    settings = outcome.settings
+    by_label: dict[str, list[PromptRecord]] = {}
+    for record in outcome.records:
+        by_label.setdefault(record.pair, []).append(record)
+    pairs = []
+    for label, _pair, quant in settings.variants():
+        records = by_label.get(label, [])
+        pairs.append(
+            {
+                "label": label,
+                "quant": quant,
+                "summary": summarize(records, settings.max_tokens, settings.near_tie),
+                "configuration": outcome.executed.get(label),
+            }
+        )
+    jobs = len(settings.variants()) * len(outcome.prompts)
+    return {
+        "specdiff": __version__,
+        "created": outcome.started,
+        "complete": not outcome.cancelled and len(outcome.records) + outcome.skipped_runs == jobs,
+        "jobs": jobs,
+        "finished": len(outcome.records),
+        "resumed": outcome.resumed,
+        "wall_seconds": outcome.wall_seconds,
+        "settings": settings.as_json(outcome.prompts),
+        "skipped_prompts": outcome.skipped,
+        "pairs": pairs,
+        "prompts": [_record_json(r) for r in outcome.records],
+    }
+
+
+def _record_json(record: PromptRecord) -> dict[str, Any]:
+    data = asdict(record)
+    if record.teacher is not None:
+        data["teacher"] = {
+            "steps": record.teacher.steps,
+            "flips": record.teacher.flips,
+            "max_delta_logit": max(record.teacher.deltas, default=None),
+        }
+    return data
