@@ -17,6 +17,10 @@ from specdiff.steps import TokenStep, text_of
 
 DEFAULT_NEAR_TIE = 0.5
 
+MARGIN_DISPLAY_CAP = 4.0
+"""Where drawn margins stop (the TUI's sparkline, the reports' plots): one confident step
+(margins reach 10+ logits) would otherwise squash every near tie into the axis."""
+
 
 @dataclass(frozen=True)
 class PickView:
@@ -147,3 +151,13 @@ def compare(
         near_tie_threshold=threshold,
         after_fork=align_after(a, b, fork.index) if fork is not None else None,
     )
+
+
+def teacher_flips(a: Sequence[TokenStep], b: Sequence[TokenStep]) -> list[int]:
+    """Steps where lane B, fed lane A's tokens, would itself have picked another token:
+    B's own argmax differs from A's pick on the same text."""
+    return [
+        index
+        for index, (reference, forced) in enumerate(zip(a, b))
+        if forced.top[0].token_id != reference.token_id
+    ]

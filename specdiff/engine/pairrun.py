@@ -12,17 +12,18 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
 from specdiff import __version__
-from specdiff.compare import DEFAULT_NEAR_TIE, Comparison, compare
+from specdiff.compare import DEFAULT_NEAR_TIE, compare
 from specdiff.engine.base import Cancelled, Generation
 from specdiff.engine.llama.lane import LocalLane, ModelPool
 from specdiff.engine.runtime import build_info
 from specdiff.errors import PromptError, SpecdiffError
-from specdiff.lanes import Lane, Pair
+from specdiff.lanes import Pair
+from specdiff.sessions.format import LaneOutcome, PairResult
 from specdiff.steps import TokenStep
 
 Progress = Callable[[str], None]
@@ -30,73 +31,6 @@ Progress = Callable[[str], None]
 
 def _quiet(_: str) -> None:
     return None
-
-
-@dataclass
-class LaneOutcome:
-    """What one lane produced and how fast."""
-
-    lane_id: str
-    lane: Lane
-    steps: list[TokenStep] = field(default_factory=list)
-    seconds: float = 0.0
-    """Wall time spent inside this lane's decode loop, prompt included."""
-    first_token_seconds: float = 0.0
-    """Prompt decode plus the first token."""
-    stop_reason: str = ""
-    error: str | None = None
-    drafted: int = 0
-    accepted: int = 0
-    verify_calls: int = 0
-    prefix_tokens: int = 0
-    executed: dict[str, Any] = field(default_factory=dict)
-    reported_tokens_per_second: float | None = None
-    """A server lane's speed: the server's own count, or the rate its tokens arrived at
-    (the time spent waiting on it in lockstep with the other lane says nothing)."""
-
-    @property
-    def tokens_per_second(self) -> float:
-        """Generation speed after the first token (prompt decode excluded)."""
-        if self.reported_tokens_per_second is not None:
-            return self.reported_tokens_per_second
-        decode_seconds = self.seconds - self.first_token_seconds
-        if len(self.steps) < 2 or decode_seconds <= 0:
-            return 0.0
-        return (len(self.steps) - 1) / decode_seconds
-
-    @property
-    def acceptance(self) -> float | None:
-        return self.accepted / self.drafted if self.drafted else None
-
-    @property
-    def token_ids(self) -> list[int]:
-        return [step.token_id for step in self.steps]
-
-
-@dataclass
-class PairResult:
-    pair: Pair
-    prompt: str
-    prompt_tokens: list[int]
-    max_tokens: int
-    a: LaneOutcome
-    b: LaneOutcome
-    comparison: Comparison
-    build: dict[str, str]
-    started: str
-    cancelled: bool = False
-    teacher_forced: bool = False
-    """Lane B was fed lane A's tokens: compare B's argmax with A's pick, step by step."""
-
-    @property
-    def speedup(self) -> float | None:
-        """Lane A's tokens/s over lane B's."""
-        if self.a.tokens_per_second and self.b.tokens_per_second:
-            return self.a.tokens_per_second / self.b.tokens_per_second
-        return None
-
-    def lane(self, lane_id: str) -> LaneOutcome:
-        return self.a if lane_id == "a" else self.b
 
 
 class PairRun:
@@ -252,6 +186,7 @@ class PairRun:
             started=started,
             cancelled=cancelled,
             teacher_forced=teacher_forced,
+            stop=list(stop),
         )
 
     def executed(self) -> dict[str, dict[str, Any]]:

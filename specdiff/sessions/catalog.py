@@ -8,19 +8,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from specdiff.sessions.store import (
-    MAX_LINE_BYTES,
-    PARTIAL_SUFFIX,
-    SCHEMA_VERSION,
-    SUFFIX,
-    SessionError,
-)
+from specdiff.errors import SpecdiffError
+from specdiff.sessions.format import RunSummary, SessionHeader
+from specdiff.sessions.store import MAX_LINE_BYTES, PARTIAL_SUFFIX, SUFFIX, SessionError
 
 FOOTER_WINDOW = 64 * 1024
 """A footer is a few hundred bytes; reading this much from the end always holds it."""
@@ -67,19 +62,34 @@ def _last_line(path: Path) -> bytes:
     return lines[-1]
 
 
-STEP_START = re.compile(rb'^\{\s*"type"\s*:\s*"step"\s*,\s*"lane"\s*:\s*"([ab])"')
-
-
 def _count_steps(path: Path) -> tuple[int, int]:
-    # A partial session has no footer to read the counts from; its step lines begin
-    # with type and lane, so counting needs no JSON parsing.
-    counts = {b"a": 0, b"b": 0}
+    # A partial session has no footer to read the counts from, so its steps are
+    # counted; lines are bounded as the loader bounds them, so a file with no newline
+    # costs MAX_LINE_BYTES of memory, not its size.
+    counts = {"a": 0, "b": 0}
     with path.open("rb") as handle:
-        for line in handle:
-            found = STEP_START.match(line, 0, 64)
-            if found:
-                counts[found.group(1)] += 1
-    return counts[b"a"], counts[b"b"]
+        while line := handle.readline(MAX_LINE_BYTES + 1):
+            if b'"step"' not in line:
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                break  # the line being written when the run was killed
+            if isinstance(record, dict) and record.get("type") == "step":
+                lane = record.get("lane")
+                if lane in counts:
+                    counts[lane] += 1
+    return counts["a"], counts["b"]
+
+
+def _footer(path: Path) -> RunSummary | None:
+    try:
+        record: Any = json.loads(_last_line(path).decode("utf-8"))
+    except ValueError:
+        return None  # a run killed mid-line: the file is a partial session
+    if not (isinstance(record, dict) and record.get("type") == "footer"):
+        return None
+    return RunSummary.from_json(record)
 
 
 def read_info(path: Path) -> SessionInfo:
@@ -87,34 +97,23 @@ def read_info(path: Path) -> SessionInfo:
     try:
         with path.open("rb") as handle:
             first = handle.readline(MAX_LINE_BYTES + 1)
-        header: Any = json.loads(first.decode("utf-8"))
-        if not isinstance(header, dict) or header.get("type") != "header":
+        record: Any = json.loads(first.decode("utf-8"))
+        if not isinstance(record, dict):
             raise ValueError("the first line is not a session header")
-        if header.get("schema") != SCHEMA_VERSION:
-            raise ValueError(f"schema version {header.get('schema')!r} is unknown")
-        try:
-            footer: Any = json.loads(_last_line(path).decode("utf-8"))
-        except ValueError:
-            footer = None  # a run killed mid-line: the file is a partial session
-        partial = not (isinstance(footer, dict) and footer.get("type") == "footer")
+        header = SessionHeader.from_json(record)
+        footer = _footer(path)
         info = SessionInfo(
-            path=path,
-            created=str(header.get("created", "")),
-            pair=str(header.get("pair", "")),
-            prompt=str(header.get("prompt", "")),
-            partial=partial,
+            path=path, created=header.created, pair=header.pair.name, prompt=header.prompt
         )
-        if partial:
-            return replace(info, generated=_count_steps(path))
-        fork_index = footer.get("fork_index")
-        generated = footer.get("generated")
+        if footer is None:
+            return replace(info, partial=True, generated=_count_steps(path))
         return replace(
             info,
-            fork_index=fork_index if isinstance(fork_index, int) else None,
-            identical=bool(footer.get("identical")),
-            generated=tuple(generated) if isinstance(generated, list) else None,
+            fork_index=footer.fork_index,
+            identical=footer.identical,
+            generated=footer.generated,
         )
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, RecursionError, SpecdiffError) as error:
         return SessionInfo(path=path, problem=str(error) or type(error).__name__)
 
 

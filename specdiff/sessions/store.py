@@ -20,14 +20,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
-from specdiff import __version__
 from specdiff.compare import DEFAULT_NEAR_TIE, Comparison, compare
-from specdiff.engine.pairrun import PairResult
 from specdiff.errors import SpecdiffError
-from specdiff.lanes import Pair, lane_from_dict
-from specdiff.steps import Candidate, Probe, TokenStep
+from specdiff.lanes import Pair
+from specdiff.sessions.format import (
+    PairResult,
+    RunSummary,
+    SessionHeader,
+    step_from,
+    step_record,
+)
+from specdiff.steps import TokenStep
 
-SCHEMA_VERSION = 1
 SUFFIX = ".jsonl"
 PARTIAL_SUFFIX = ".jsonl.partial"
 
@@ -63,114 +67,6 @@ def safe_name(text: str) -> str:
     """Only [A-Za-z0-9._-], no leading dot or dash: safe as a file name anywhere."""
     # cut before stripping, so that applying it twice gives the same name
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text)[:120].strip("-.") or "session"
-
-
-def step_record(step: TokenStep) -> dict[str, Any]:
-    record: dict[str, Any] = {
-        "type": "step",
-        "lane": step.lane,
-        "index": step.index,
-        "token_id": step.token_id,
-        "top": [[c.token_id, c.logit, _piece_field(c.piece)] for c in step.top],
-        "drafted": step.drafted,
-        "verify_width": step.verify_width,
-        "timestamp": step.timestamp,
-    }
-    piece = _piece_field(step.piece)
-    if isinstance(piece, str):
-        record["piece"] = piece
-    else:
-        record["piece_hex"] = piece["hex"]
-    if step.probes:
-        record["probes"] = [[p.token_id, p.logit, p.rank] for p in step.probes]
-    if step.logsumexp is not None:
-        record["logsumexp"] = step.logsumexp
-    return record
-
-
-def _piece_field(piece: bytes) -> str | dict[str, str]:
-    """Token bytes as text where they are UTF-8, else as hex: exact either way."""
-    try:
-        return piece.decode("utf-8")
-    except UnicodeDecodeError:
-        return {"hex": piece.hex()}
-
-
-def _piece_from(value: object) -> bytes:
-    if isinstance(value, str):
-        return value.encode("utf-8", "surrogatepass")
-    if isinstance(value, dict) and isinstance(value.get("hex"), str):
-        return bytes.fromhex(value["hex"])
-    raise ValueError(f"a token piece must be text or {{'hex': ...}}, got {value!r}")
-
-
-def header_record(
-    pair: Pair,
-    prompt: str,
-    prompt_tokens: list[int],
-    max_tokens: int,
-    stop: list[str],
-    executed: dict[str, dict[str, Any]],
-    build: dict[str, str],
-    created: str,
-    teacher_forced: bool = False,
-) -> dict[str, Any]:
-    """Everything needed to re-run the session: prompt, limits, both lanes in full, and
-    what executed them."""
-    header = {
-        "type": "header",
-        "schema": SCHEMA_VERSION,
-        "specdiff": __version__,
-        "created": created,
-        "pair": pair.name,
-        "description": pair.description,
-        "prompt": prompt,
-        "prompt_token_ids": prompt_tokens,
-        "max_tokens": max_tokens,
-        "stop": stop,
-        "lanes": {"a": pair.a.as_dict(), "b": pair.b.as_dict()},
-        "executed": executed,
-        "build": build,
-    }
-    if teacher_forced:
-        header["teacher_forced"] = True
-    return header
-
-
-def result_header(result: PairResult, stop: list[str] | None = None) -> dict[str, Any]:
-    return header_record(
-        result.pair,
-        result.prompt,
-        result.prompt_tokens,
-        result.max_tokens,
-        stop or [],
-        {"a": result.a.executed, "b": result.b.executed},
-        result.build,
-        result.started,
-        result.teacher_forced,
-    )
-
-
-def footer_record(result: PairResult) -> dict[str, Any]:
-    comparison = result.comparison
-    fork = comparison.fork
-    return {
-        "type": "footer",
-        "identical": comparison.identical,
-        "fork_index": None if fork is None else fork.index,
-        "fork_margins": None if fork is None else [fork.a.margin, fork.b.margin],
-        "generated": [comparison.length_a, comparison.length_b],
-        "tokens_per_second": [result.a.tokens_per_second, result.b.tokens_per_second],
-        "output_sha256": [
-            hashlib.sha256(b"".join(s.piece for s in outcome.steps)).hexdigest()
-            for outcome in (result.a, result.b)
-        ],
-        "stop_reasons": [result.a.stop_reason, result.b.stop_reason],
-        "errors": [result.a.error, result.b.error],
-        "cancelled": result.cancelled,
-        "drafted": [result.a.drafted, result.b.drafted],
-        "accepted": [result.a.accepted, result.b.accepted],
-    }
 
 
 def _line(handle: IO[str], record: dict[str, Any]) -> None:
@@ -214,14 +110,14 @@ class SessionWriter:
             return
         raise SessionError(f"no free session name for {self.base} in {self.folder}")
 
-    def write(self, record: dict[str, Any]) -> None:
-        _line(self.handle, record)
+    def header(self, header: SessionHeader) -> None:
+        _line(self.handle, header.to_json())
 
     def step(self, step: TokenStep) -> None:
         _line(self.handle, step_record(step))
 
-    def finish(self, footer: dict[str, Any]) -> Path:
-        _line(self.handle, footer)
+    def finish(self, summary: RunSummary) -> Path:
+        _line(self.handle, summary.to_json())
         os.fsync(self.handle.fileno())
         self.handle.close()
         final = self.final
@@ -246,15 +142,13 @@ class SessionWriter:
         self.partial.unlink(missing_ok=True)
 
 
-def save_result(
-    result: PairResult, directory: str | Path | None = None, stop: list[str] | None = None
-) -> Path:
+def save_result(result: PairResult, directory: str | Path | None = None) -> Path:
     """Write a finished run as a session; never overwrites; returns the final path."""
     writer = SessionWriter(directory, result.pair.name, result.prompt)
-    writer.write(result_header(result, stop))
+    writer.header(result.header())
     for step in interleaved(result):
         writer.step(step)
-    return writer.finish(footer_record(result))
+    return writer.finish(result.summary())
 
 
 def interleaved(result: PairResult) -> Iterable[TokenStep]:
@@ -269,10 +163,13 @@ def interleaved(result: PairResult) -> Iterable[TokenStep]:
 
 @dataclass
 class Session:
+    """A session file as read: its header, each lane's steps, and its footer (None
+    while the run was still going or was killed)."""
+
     path: Path
-    header: dict[str, Any]
+    header: SessionHeader
     steps: dict[str, list[TokenStep]] = field(default_factory=lambda: {"a": [], "b": []})
-    footer: dict[str, Any] | None = None
+    footer: RunSummary | None = None
     order: list[str] = field(default_factory=list)
     """The lane of each step line, in file order: the order they were produced."""
 
@@ -282,17 +179,24 @@ class Session:
 
     @property
     def pair(self) -> Pair:
-        lanes = self.header["lanes"]
-        return Pair(
-            str(self.header["pair"]),
-            lane_from_dict(lanes["a"]),
-            lane_from_dict(lanes["b"]),
-            str(self.header.get("description", "")),
-        )
+        return self.header.pair
 
     @property
     def prompt(self) -> str:
-        return str(self.header["prompt"])
+        return self.header.prompt
+
+    @property
+    def stopped(self) -> bool:
+        """The run did not finish: killed (no footer) or cancelled."""
+        return self.footer is None or self.footer.cancelled
+
+    def summary(self) -> RunSummary:
+        """The footer, or for a partial session what its steps imply (speeds unknown)."""
+        if self.footer is not None:
+            return self.footer
+        return RunSummary.of_steps(
+            self.steps["a"], self.steps["b"], teacher_forced=self.header.teacher_forced
+        )
 
     def recorded_steps(self) -> list[TokenStep]:
         """Both lanes' steps in the order they were produced."""
@@ -307,88 +211,6 @@ class Session:
 
     def comparison(self, threshold: float = DEFAULT_NEAR_TIE) -> Comparison:
         return compare(self.steps["a"], self.steps["b"], threshold)
-
-
-MAX_TOKEN_ID = 1 << 31
-MAX_INDEX = 1 << 24
-
-
-def _int(record: dict[str, Any], key: str, low: int, high: int) -> int:
-    value = record[key]
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValueError(f"{key} must be a whole number from {low} to {high}, got {value!r}")
-    return value
-
-
-def _float(value: object, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{what} must be a number, got {value!r}")
-    number = float(value)
-    if number != number:  # NaN: never produced by a real run
-        raise ValueError(f"{what} must not be NaN")
-    return number
-
-
-def _pairs(value: object, width: int, what: str) -> list[list[Any]]:
-    if not isinstance(value, list) or not all(
-        isinstance(item, list) and len(item) == width for item in value
-    ):
-        raise ValueError(f"{what} must be a list of {width}-item lists")
-    return value
-
-
-def _candidates(top: object) -> tuple[Candidate, ...]:
-    # The hot loop of loading (eight candidates a step): checks inlined, no helper calls.
-    if type(top) is not list or not top:
-        raise ValueError("top must be a list holding at least the chosen token")
-    candidates = []
-    for item in top:
-        if type(item) is not list or len(item) != 3:
-            raise ValueError("top must be a list of [id, logit, piece] lists")
-        token_id, logit, piece = item
-        if type(token_id) is not int or not 0 <= token_id <= MAX_TOKEN_ID:
-            raise ValueError(f"a candidate id must be from 0 to {MAX_TOKEN_ID}, got {token_id!r}")
-        if type(logit) is not float:
-            logit = _float(logit, "a logit")
-        elif logit != logit:
-            raise ValueError("a logit must not be NaN")
-        piece = piece.encode("utf-8", "surrogatepass") if type(piece) is str else _piece_from(piece)
-        candidates.append(Candidate(token_id, logit, piece))
-    return tuple(candidates)
-
-
-def _step_from(record: dict[str, Any]) -> TokenStep:
-    if "piece" in record:
-        piece = _piece_from(record["piece"])
-    elif "piece_hex" in record:
-        piece = _piece_from({"hex": record["piece_hex"]})
-    else:
-        raise ValueError("missing field 'piece' (or 'piece_hex')")
-    top = record["top"]
-    probes = _pairs(record.get("probes", []), 3, "probes")
-    drafted = record["drafted"]
-    if not isinstance(drafted, bool):
-        raise ValueError(f"drafted must be true or false, got {drafted!r}")
-    lse = record.get("logsumexp")
-    return TokenStep(
-        lane=record["lane"],
-        index=_int(record, "index", 0, MAX_INDEX),
-        token_id=_int(record, "token_id", 0, MAX_TOKEN_ID),
-        piece=piece,
-        top=_candidates(top),
-        drafted=drafted,
-        verify_width=_int(record, "verify_width", 1, MAX_INDEX),
-        timestamp=_float(record["timestamp"], "timestamp"),
-        probes=tuple(
-            Probe(
-                _int({"id": t}, "id", 0, MAX_TOKEN_ID),
-                _float(v, "a probe logit"),
-                _int({"rank": r}, "rank", 1, MAX_TOKEN_ID),
-            )
-            for t, v, r in probes
-        ),
-        logsumexp=None if lse is None else _float(lse, "logsumexp"),
-    )
 
 
 MAX_LINE_BYTES = 4 * 1024 * 1024
@@ -459,24 +281,11 @@ class SessionStream:
             except (ValueError, TypeError, OverflowError) as error:
                 raise SessionError(f"{self.path}:{self.number}: {_reason(error)}") from None
 
-    def _header(self, record: dict[str, Any]) -> dict[str, Any]:
+    def _header(self, record: dict[str, Any]) -> SessionHeader:
         try:
-            if record["type"] != "header":
-                raise ValueError("the first line must be the header")
-            if record.get("schema") != SCHEMA_VERSION:
-                raise ValueError(f"schema version {record.get('schema')!r} is unknown")
-            for lane_id in ("a", "b"):
-                lane_from_dict(record["lanes"][lane_id])
-            if not isinstance(record["prompt"], str):
-                raise ValueError("the prompt must be text")
-            if not isinstance(record["pair"], str):
-                raise ValueError("the pair must be a name")
-            max_tokens = record["max_tokens"]
-            if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-                raise ValueError(f"max_tokens must be a whole number >= 1, got {max_tokens!r}")
-        except (ValueError, KeyError, TypeError, OverflowError, SpecdiffError) as error:
+            return SessionHeader.from_json(record)
+        except (ValueError, TypeError, OverflowError, SpecdiffError) as error:
             raise SessionError(f"{self.path}:{self.number}: {_reason(error)}") from None
-        return record
 
     def read(self, limit: int) -> list[TokenStep]:
         """Up to `limit` more steps (fewer at the end, where `done` becomes True).
@@ -494,22 +303,20 @@ class SessionStream:
                     self.close()
                     break
                 try:
-                    kind = record["type"]
+                    kind = record.get("type")
                     if kind == "step":
-                        step = _step_from(record)
-                        if step.lane not in ("a", "b"):
-                            raise ValueError(f"lane {step.lane!r} is not 'a' or 'b'")
+                        step = step_from(record)
                         if step.index != len(session.steps[step.lane]):
                             raise ValueError(f"step index {step.index} is out of order")
                         session.steps[step.lane].append(step)
                         session.order.append(step.lane)
                         steps.append(step)
                     elif kind == "footer":
-                        session.footer = record
+                        session.footer = RunSummary.from_json(record)
                     elif kind == "header":
                         raise ValueError("a second header")
                     else:
-                        raise ValueError(f"unknown record type {kind!r}")
+                        raise ValueError(f"unknown record type {kind!r:.40}")
                 except (ValueError, KeyError, TypeError, OverflowError, SpecdiffError) as error:
                     raise SessionError(f"{self.path}:{self.number}: {_reason(error)}") from None
         except SessionError as error:

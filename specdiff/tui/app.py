@@ -27,9 +27,10 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from specdiff.compare import DEFAULT_NEAR_TIE, Fork, align_after, first_divergence, fork_at
 from specdiff.compare import near_ties as find_near_ties
-from specdiff.engine.pairrun import PairResult, PairRun
+from specdiff.engine.pairrun import PairRun
 from specdiff.errors import SpecdiffError
 from specdiff.lanes import Pair, apply_overrides, headline, parse_overrides
+from specdiff.sessions.format import PairResult
 from specdiff.sessions.playback import Playback
 from specdiff.sessions.store import Session, SessionError, SessionStream, save_result
 from specdiff.steps import TokenStep
@@ -308,7 +309,7 @@ class SpecdiffApp(App[int]):
         self.reset_view()
         self.pair = session.pair
         self.set_titles()
-        speeds = (session.footer or {}).get("tokens_per_second") or [0.0, 0.0]
+        speeds = session.footer.tokens_per_second if session.footer else (0.0, 0.0)
         for lane_id, speed in zip(("a", "b"), speeds):
             self.lanes[lane_id].speed = float(speed)
         if self.replay_speed is None:
@@ -369,8 +370,8 @@ class SpecdiffApp(App[int]):
             return  # a live run replaced the replay
         self._read_done = message.done
         if message.done:
-            footer = (self.session.footer if self.session else None) or {}
-            speeds = footer.get("tokens_per_second") or []
+            footer = self.session.footer if self.session else None
+            speeds = footer.tokens_per_second if footer else ()
             for lane_id, speed in zip(("a", "b"), speeds):
                 self.lanes[lane_id].speed = float(speed)
         if self.playback is None:  # --instant: show what was read at once

@@ -1,0 +1,532 @@
+"""The session file format: its schema version and the typed records it stores.
+
+A session is a header line (SessionHeader), one line per TokenStep, and a footer line
+(RunSummary). The same records are what every other view of a run serialises:
+``run --json``, ``export --format json`` and a suite's per-prompt record start from
+``RunSummary.to_json()`` and only add fields. Every reader goes through ``from_json``,
+which checks every field's type and range, so a hostile or damaged file is one
+ValueError naming the field, never a crash further on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from specdiff import __version__
+from specdiff.compare import Comparison, teacher_flips
+from specdiff.lanes import Lane, Pair, lane_from_dict
+from specdiff.steps import Candidate, Probe, TokenStep
+
+SCHEMA_VERSION = 1
+"""Fields added since schema 1 are optional, so a reader of any version loads them."""
+
+LANE_IDS = ("a", "b")
+MAX_TOKEN_ID = 1 << 31
+MAX_INDEX = 1 << 24
+
+
+# --- in-memory result of a pair run ---------------------------------------------------
+
+
+@dataclass
+class LaneOutcome:
+    """What one lane produced and how fast."""
+
+    lane_id: str
+    lane: Lane
+    steps: list[TokenStep] = field(default_factory=list)
+    seconds: float = 0.0
+    """Wall time spent inside this lane's decode loop, prompt included."""
+    first_token_seconds: float = 0.0
+    """Prompt decode plus the first token."""
+    stop_reason: str = ""
+    error: str | None = None
+    drafted: int = 0
+    accepted: int = 0
+    verify_calls: int = 0
+    prefix_tokens: int = 0
+    executed: dict[str, Any] = field(default_factory=dict)
+    reported_tokens_per_second: float | None = None
+    """A server lane's speed: the server's own count, or the rate its tokens arrived at
+    (the time spent waiting on it in lockstep with the other lane says nothing)."""
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Generation speed after the first token (prompt decode excluded)."""
+        if self.reported_tokens_per_second is not None:
+            return self.reported_tokens_per_second
+        decode_seconds = self.seconds - self.first_token_seconds
+        if len(self.steps) < 2 or decode_seconds <= 0:
+            return 0.0
+        return (len(self.steps) - 1) / decode_seconds
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def token_ids(self) -> list[int]:
+        return [step.token_id for step in self.steps]
+
+
+@dataclass
+class PairResult:
+    """Both lanes of one run on one prompt, with what executed them."""
+
+    pair: Pair
+    prompt: str
+    prompt_tokens: list[int]
+    max_tokens: int
+    a: LaneOutcome
+    b: LaneOutcome
+    comparison: Comparison
+    build: dict[str, str]
+    started: str
+    cancelled: bool = False
+    teacher_forced: bool = False
+    """Lane B was fed lane A's tokens: compare B's argmax with A's pick, step by step."""
+    stop: list[str] = field(default_factory=list)
+
+    @property
+    def speedup(self) -> float | None:
+        """Lane A's tokens/s over lane B's."""
+        if self.a.tokens_per_second and self.b.tokens_per_second:
+            return self.a.tokens_per_second / self.b.tokens_per_second
+        return None
+
+    def lane(self, lane_id: str) -> LaneOutcome:
+        return self.a if lane_id == "a" else self.b
+
+    def header(self) -> SessionHeader:
+        return SessionHeader(
+            pair=self.pair,
+            prompt=self.prompt,
+            prompt_token_ids=tuple(self.prompt_tokens),
+            max_tokens=self.max_tokens,
+            stop=tuple(self.stop),
+            executed={"a": self.a.executed, "b": self.b.executed},
+            build=dict(self.build),
+            created=self.started,
+            teacher_forced=self.teacher_forced,
+        )
+
+    def summary(self) -> RunSummary:
+        return RunSummary.of_steps(
+            self.a.steps,
+            self.b.steps,
+            teacher_forced=self.teacher_forced,
+            tokens_per_second=(self.a.tokens_per_second, self.b.tokens_per_second),
+            stop_reasons=(self.a.stop_reason, self.b.stop_reason),
+            errors=(self.a.error, self.b.error),
+            cancelled=self.cancelled,
+            drafted=(self.a.drafted, self.b.drafted),
+            accepted=(self.a.accepted, self.b.accepted),
+            seconds=(self.a.seconds, self.b.seconds),
+            first_token_seconds=(self.a.first_token_seconds, self.b.first_token_seconds),
+        )
+
+
+# --- field checks ---------------------------------------------------------------------
+
+
+def check_int(value: object, what: str, low: int, high: int) -> int:
+    if type(value) is not int or not low <= value <= high:
+        raise ValueError(f"{what} must be a whole number from {low} to {high}, got {value!r:.60}")
+    return value
+
+
+def check_float(value: object, what: str) -> float:
+    """A finite or infinite number; NaN is never produced by a real run."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{what} must be a number, got {value!r:.60}")
+    number = float(value)
+    if math.isnan(number):
+        raise ValueError(f"{what} must not be NaN")
+    return number
+
+
+def check_text(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be text, got {value!r:.60}")
+    return value
+
+
+def check_bool(value: object, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{what} must be true or false, got {value!r:.60}")
+    return value
+
+
+def check_object(value: object, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} must be an object, got {value!r:.60}")
+    return value
+
+
+def check_list(value: object, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise ValueError(f"{what} must be a list, got {value!r:.60}")
+    return value
+
+
+def _per_lane(value: object, what: str) -> tuple[Any, Any]:
+    if not isinstance(value, list) or len(value) != 2:
+        raise ValueError(f"{what} must be a two-item list (lane a, lane b), got {value!r:.60}")
+    return value[0], value[1]
+
+
+def _lanes_of(value: object, what: str) -> dict[str, dict[str, Any]]:
+    """{"a": {...}, "b": {...}}: both lanes' tables."""
+    table = check_object(value, what)
+    return {lane_id: check_object(table.get(lane_id), f"{what}.{lane_id}") for lane_id in LANE_IDS}
+
+
+def _finite_or_none(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+# --- header ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SessionHeader:
+    """Everything needed to re-run a session: prompt, limits, both lanes in full, and
+    what executed them."""
+
+    pair: Pair
+    prompt: str
+    prompt_token_ids: tuple[int, ...]
+    max_tokens: int
+    stop: tuple[str, ...]
+    executed: dict[str, dict[str, Any]]
+    """Per lane: model path and sha256, settings as llama.cpp applied them, server identity."""
+    build: dict[str, Any]
+    created: str
+    teacher_forced: bool = False
+    specdiff: str = __version__
+    """The version that wrote the file."""
+    schema: int = SCHEMA_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "type": "header",
+            "schema": self.schema,
+            "specdiff": self.specdiff,
+            "created": self.created,
+            "pair": self.pair.name,
+            "description": self.pair.description,
+            "prompt": self.prompt,
+            "prompt_token_ids": list(self.prompt_token_ids),
+            "max_tokens": self.max_tokens,
+            "stop": list(self.stop),
+            "lanes": {"a": self.pair.a.as_dict(), "b": self.pair.b.as_dict()},
+            "executed": self.executed,
+            "build": self.build,
+        }
+        if self.teacher_forced:
+            record["teacher_forced"] = True
+        return record
+
+    @classmethod
+    def from_json(cls, record: Mapping[str, Any]) -> SessionHeader:
+        """Raises ValueError (or LaneConfigError for a bad lane) naming the bad field."""
+        if record.get("type") != "header":
+            raise ValueError("the first line must be the header")
+        schema = record.get("schema")
+        if type(schema) is not int or schema != SCHEMA_VERSION:  # true == 1 in Python
+            raise ValueError(f"schema version {schema!r:.20} is unknown")
+        lanes = _lanes_of(record.get("lanes"), "lanes")
+        pair = Pair(
+            check_text(record.get("pair"), "the pair"),
+            lane_from_dict(lanes["a"]),
+            lane_from_dict(lanes["b"]),
+            check_text(record.get("description", ""), "the description"),
+        )
+        tokens = check_list(record.get("prompt_token_ids", []), "prompt_token_ids")
+        return cls(
+            pair=pair,
+            prompt=check_text(record.get("prompt"), "the prompt"),
+            prompt_token_ids=tuple(check_int(t, "a prompt id", 0, MAX_TOKEN_ID) for t in tokens),
+            max_tokens=check_int(record.get("max_tokens"), "max_tokens", 1, MAX_INDEX),
+            stop=tuple(
+                check_text(s, "a stop string") for s in check_list(record.get("stop", []), "stop")
+            ),
+            executed=_lanes_of(record.get("executed", {"a": {}, "b": {}}), "executed"),
+            build=check_object(record.get("build", {}), "build"),
+            created=check_text(record.get("created", ""), "created"),
+            teacher_forced=check_bool(record.get("teacher_forced", False), "teacher_forced"),
+            specdiff=check_text(record.get("specdiff", ""), "specdiff"),
+        )
+
+
+# --- footer: the run's summary --------------------------------------------------------
+
+
+def output_sha256(steps: Sequence[TokenStep]) -> str:
+    return hashlib.sha256(b"".join(step.piece for step in steps)).hexdigest()
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What a finished run came to: the session footer, and the core of every other
+    view of a run's result."""
+
+    identical: bool
+    fork_index: int | None
+    """The first differing step; in a teacher-forced run, the first flip."""
+    fork_margins: tuple[float, float] | None
+    generated: tuple[int, int]
+    tokens_per_second: tuple[float, float]
+    output_sha256: tuple[str, str]
+    stop_reasons: tuple[str, str]
+    errors: tuple[str | None, str | None]
+    cancelled: bool
+    drafted: tuple[int, int] = (0, 0)
+    accepted: tuple[int, int] = (0, 0)
+    seconds: tuple[float, float] | None = None
+    """Each lane's time in its decode loop; absent from files written before it was recorded."""
+    first_token_seconds: tuple[float, float] | None = None
+
+    @property
+    def generation_seconds(self) -> float:
+        return sum(self.seconds) if self.seconds is not None else 0.0
+
+    @property
+    def failed(self) -> bool:
+        return any(self.errors)
+
+    @classmethod
+    def of_steps(
+        cls,
+        a: Sequence[TokenStep],
+        b: Sequence[TokenStep],
+        teacher_forced: bool = False,
+        **measured: Any,
+    ) -> RunSummary:
+        """The summary the steps imply, with what was measured beside them. In a
+        teacher-forced run B's token ids are A's by construction, so B "forks" where
+        its own pick first differs (the first flip)."""
+        if teacher_forced:
+            flips = teacher_flips(a, b)
+            fork_index = flips[0] if flips else None
+            identical = fork_index is None and len(a) == len(b)
+        else:
+            fork_index = next(
+                (i for i, (x, y) in enumerate(zip(a, b)) if x.token_id != y.token_id), None
+            )
+            identical = fork_index is None and len(a) == len(b)
+        margins = None if fork_index is None else (a[fork_index].margin, b[fork_index].margin)
+        return cls(
+            identical=identical,
+            fork_index=fork_index,
+            fork_margins=margins,
+            generated=(len(a), len(b)),
+            tokens_per_second=measured.pop("tokens_per_second", (0.0, 0.0)),
+            output_sha256=(output_sha256(a), output_sha256(b)),
+            stop_reasons=measured.pop("stop_reasons", ("", "")),
+            errors=measured.pop("errors", (None, None)),
+            cancelled=measured.pop("cancelled", False),
+            **measured,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The footer line; infinite margins (a one-candidate step) are written as null."""
+        record: dict[str, Any] = {
+            "type": "footer",
+            "identical": self.identical,
+            "fork_index": self.fork_index,
+            "fork_margins": None
+            if self.fork_margins is None
+            else [_finite_or_none(m) for m in self.fork_margins],
+            "generated": list(self.generated),
+            "tokens_per_second": list(self.tokens_per_second),
+            "output_sha256": list(self.output_sha256),
+            "stop_reasons": list(self.stop_reasons),
+            "errors": list(self.errors),
+            "cancelled": self.cancelled,
+            "drafted": list(self.drafted),
+            "accepted": list(self.accepted),
+        }
+        if self.seconds is not None:
+            record["seconds"] = list(self.seconds)
+        if self.first_token_seconds is not None:
+            record["first_token_seconds"] = list(self.first_token_seconds)
+        return record
+
+    @classmethod
+    def from_json(cls, record: Mapping[str, Any]) -> RunSummary:
+        """Raises ValueError naming the bad field."""
+        return cls(
+            identical=check_bool(record.get("identical"), "identical"),
+            fork_index=_optional(record.get("fork_index"), _fork_index),
+            fork_margins=_optional(record.get("fork_margins"), _margins),
+            generated=_two(record.get("generated"), "generated", _count),
+            tokens_per_second=_two(record.get("tokens_per_second"), "tokens_per_second", _speed),
+            output_sha256=_two(record.get("output_sha256"), "output_sha256", check_text),
+            stop_reasons=_two(record.get("stop_reasons"), "stop_reasons", check_text),
+            errors=_two(record.get("errors"), "errors", _error),
+            cancelled=check_bool(record.get("cancelled", False), "cancelled"),
+            drafted=_two(record.get("drafted", [0, 0]), "drafted", _count),
+            accepted=_two(record.get("accepted", [0, 0]), "accepted", _count),
+            seconds=_optional_two(record, "seconds", _duration, legacy="generation_seconds"),
+            first_token_seconds=_optional_two(record, "first_token_seconds", _duration),
+        )
+
+
+def _optional(value: object, check: Any) -> Any:
+    return None if value is None else check(value)
+
+
+def _fork_index(value: object) -> int:
+    return check_int(value, "fork_index", 0, MAX_INDEX)
+
+
+def _margins(value: object) -> tuple[float, float]:
+    first, second = _per_lane(value, "fork_margins")
+    return (
+        math.inf if first is None else check_float(first, "a fork margin"),
+        math.inf if second is None else check_float(second, "a fork margin"),
+    )
+
+
+def _count(value: object, what: str) -> int:
+    return check_int(value, what, 0, MAX_INDEX)
+
+
+def _speed(value: object, what: str) -> float:
+    number = check_float(value, what)
+    if not 0 <= number < math.inf:
+        raise ValueError(f"{what} must be a finite number >= 0, got {value!r:.60}")
+    return number
+
+
+_duration = _speed
+
+
+def _error(value: object, what: str) -> str | None:
+    return None if value is None else check_text(value, what)
+
+
+def _two(value: object, what: str, check: Any) -> tuple[Any, Any]:
+    first, second = _per_lane(value, what)
+    return check(first, what), check(second, what)
+
+
+def _optional_two(
+    record: Mapping[str, Any], key: str, check: Any, legacy: str | None = None
+) -> tuple[Any, Any] | None:
+    if record.get(key) is not None:
+        return _two(record[key], key, check)
+    if legacy is not None and record.get(legacy) is not None:
+        # suites of the first schema-1 releases stored only the sum of both lanes' time:
+        # kept in lane a's slot so that the sum, the only figure read from it, stays right
+        return (check(record[legacy], legacy), 0.0)
+    return None
+
+
+# --- steps ----------------------------------------------------------------------------
+
+
+def step_record(step: TokenStep) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "type": "step",
+        "lane": step.lane,
+        "index": step.index,
+        "token_id": step.token_id,
+        "top": [[c.token_id, c.logit, _piece_field(c.piece)] for c in step.top],
+        "drafted": step.drafted,
+        "verify_width": step.verify_width,
+        "timestamp": step.timestamp,
+    }
+    piece = _piece_field(step.piece)
+    if isinstance(piece, str):
+        record["piece"] = piece
+    else:
+        record["piece_hex"] = piece["hex"]
+    if step.probes:
+        record["probes"] = [[p.token_id, p.logit, p.rank] for p in step.probes]
+    if step.logsumexp is not None:
+        record["logsumexp"] = step.logsumexp
+    return record
+
+
+def _piece_field(piece: bytes) -> str | dict[str, str]:
+    """Token bytes as text where they are UTF-8, else as hex: exact either way."""
+    try:
+        return piece.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"hex": piece.hex()}
+
+
+def _piece_from(value: object) -> bytes:
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogatepass")
+    if isinstance(value, dict) and isinstance(value.get("hex"), str):
+        return bytes.fromhex(value["hex"])
+    raise ValueError(f"a token piece must be text or {{'hex': ...}}, got {value!r:.60}")
+
+
+def _candidates(top: object) -> tuple[Candidate, ...]:
+    # The hot loop of loading (eight candidates a step): checks inlined, no helper calls.
+    if type(top) is not list or not top:
+        raise ValueError("top must be a list holding at least the chosen token")
+    candidates = []
+    for item in top:
+        if type(item) is not list or len(item) != 3:
+            raise ValueError("top must be a list of [id, logit, piece] lists")
+        token_id, logit, piece = item
+        if type(token_id) is not int or not 0 <= token_id <= MAX_TOKEN_ID:
+            raise ValueError(f"a candidate id must be from 0 to {MAX_TOKEN_ID}, got {token_id!r}")
+        if type(logit) is not float:
+            logit = check_float(logit, "a logit")
+        elif logit != logit:
+            raise ValueError("a logit must not be NaN")
+        piece = piece.encode("utf-8", "surrogatepass") if type(piece) is str else _piece_from(piece)
+        candidates.append(Candidate(token_id, logit, piece))
+    return tuple(candidates)
+
+
+def _probes(value: object) -> tuple[Probe, ...]:
+    probes = []
+    for item in check_list(value, "probes"):
+        if not isinstance(item, list) or len(item) != 3:
+            raise ValueError("probes must be a list of [id, logit, rank] lists")
+        token_id, logit, rank = item
+        probes.append(
+            Probe(
+                check_int(token_id, "a probe id", 0, MAX_TOKEN_ID),
+                check_float(logit, "a probe logit"),
+                check_int(rank, "a probe rank", 1, MAX_TOKEN_ID),
+            )
+        )
+    return tuple(probes)
+
+
+def step_from(record: Mapping[str, Any]) -> TokenStep:
+    """One step line; raises ValueError naming the bad field."""
+    if "piece" in record:
+        piece = _piece_from(record["piece"])
+    elif "piece_hex" in record:
+        piece = _piece_from({"hex": record["piece_hex"]})
+    else:
+        raise ValueError("missing field 'piece' (or 'piece_hex')")
+    lane = record.get("lane")
+    if lane not in LANE_IDS:
+        raise ValueError(f"lane {lane!r:.20} is not 'a' or 'b'")
+    lse = record.get("logsumexp")
+    return TokenStep(
+        lane=lane,
+        index=check_int(record.get("index"), "index", 0, MAX_INDEX),
+        token_id=check_int(record.get("token_id"), "token_id", 0, MAX_TOKEN_ID),
+        piece=piece,
+        top=_candidates(record.get("top")),
+        drafted=check_bool(record.get("drafted"), "drafted"),
+        verify_width=check_int(record.get("verify_width"), "verify_width", 1, MAX_INDEX),
+        timestamp=check_float(record.get("timestamp"), "timestamp"),
+        probes=_probes(record.get("probes", [])),
+        logsumexp=None if lse is None else check_float(lse, "logsumexp"),
+    )
