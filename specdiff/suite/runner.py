@@ -144,9 +144,6 @@ class SuiteRun:
         self.skipped_runs = 0
         """Runs that could not start (a prompt too long, a pair that would not load)."""
 
-    def session_path(self, label: str, prompt: SuitePrompt) -> Path:
-        return session_path(self.report_dir, label, prompt)
-
     def run(self) -> SuiteOutcome:
         started = datetime.now(timezone.utc).isoformat(timespec="seconds")
         variants = self.settings.variants()
@@ -176,7 +173,7 @@ class SuiteRun:
         """Record the prompts whose session files a stopped run left; returns the others."""
         pending = []
         for prompt in self.prompts:
-            path = self.session_path(label, prompt)
+            path = session_path(self.report_dir, label, prompt)
             if path.exists():
                 self._record(path, label, quant, prompt, tally)
                 tally.resumed += 1
@@ -242,7 +239,7 @@ class SuiteRun:
 
     def _run_one(self, variant: _Variant, prompt: SuitePrompt, tally: _Tally) -> tuple[Path, bool]:
         """Run one prompt into its session file; True when the suite was stopped."""
-        path = self.session_path(variant.label, prompt)
+        path = session_path(self.report_dir, variant.label, prompt)
         max_tokens = prompt.max_tokens or self.settings.max_tokens
         writer = self._open_session(variant, prompt, path, max_tokens)
         produced = 0
