@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from specdiff import files as files_module
 from specdiff.cli import main
 from specdiff.compare import DEFAULT_NEAR_TIE
-from specdiff.reports import export as export_module
 from specdiff.reports.export import ExportError, export_session, token_texts, write_report
 from specdiff.reports.svg import (
     HEIGHT,
@@ -475,7 +475,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(
     def refuse(_source: object, _target: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(export_module.os, "replace", refuse)
+    monkeypatch.setattr(files_module.os, "replace", refuse)
     with pytest.raises(ExportError, match="No space left on device"):
         write_report("new\n", output, force=True)
     assert output.read_text(encoding="utf-8") == "old\n"

@@ -13,9 +13,6 @@ import codecs
 import hashlib
 import json
 import math
-import os
-import re
-import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +21,21 @@ from typing import Any
 from specdiff import __version__
 from specdiff.compare import DEFAULT_NEAR_TIE, Comparison, Fork
 from specdiff.errors import SpecdiffError
+from specdiff.files import write_text_atomic
 from specdiff.lanes import differences, headline
-from specdiff.reports.svg import margin_plot, xml_text
+from specdiff.reports._markup import (
+    finite,
+    html_table,
+    md_block,
+    md_code,
+    md_escape,
+    md_table,
+    page_head,
+    visible,
+    without_surrogates,
+    xml_text,
+)
+from specdiff.reports.svg import margin_plot
 from specdiff.reports.text import fork_json, pick_text, piece_text
 from specdiff.sessions.store import Session
 from specdiff.steps import TokenStep, text_of
@@ -37,6 +47,10 @@ EXPORT_VERSION = 1
 LANE_IDS = ("a", "b")
 
 FORK_OPEN, FORK_CLOSE = "⟦", "⟧"
+
+FORK_HEADER = ("lane", "margin", "its own pick: logit (rank, p)", "the other lane's pick")
+LANE_HEADER = ("key", "lane a", "lane b")
+KEY_VALUE_HEADER = ("key", "value")
 
 
 class ExportError(SpecdiffError):
@@ -164,9 +178,11 @@ def _fork_rows(fork: Fork) -> list[tuple[str, str, str, str]]:
     ]
 
 
-def _fork_headline(fork: Fork) -> str:
+def _fork_heading(fork: Fork | None) -> str:
+    if fork is None:
+        return "No fork"
     return (
-        f"token {fork.index}: lane a picked {piece_text(fork.piece_a)}, "
+        f"At the fork: token {fork.index}: lane a picked {piece_text(fork.piece_a)}, "
         f"lane b picked {piece_text(fork.piece_b)}"
     )
 
@@ -175,23 +191,22 @@ def _indices(indices: Sequence[int]) -> str:
     return ", ".join(str(i) for i in indices) if indices else "none"
 
 
-def _near_tie_line(comparison: Comparison) -> str:
+def _findings(comparison: Comparison) -> list[str]:
+    """Sentences under the fork: where the near ties lie, and how alike the texts stay
+    after the fork."""
     where = "before the fork" if comparison.fork is not None else "in the whole run"
-    return (
+    lines = [
         f"Near ties {where} (margin < {comparison.near_tie_threshold:g}): "
         f"lane a at {_indices(comparison.near_ties_a)}; "
         f"lane b at {_indices(comparison.near_ties_b)}."
-    )
-
-
-def _similarity_line(comparison: Comparison) -> str | None:
+    ]
     after = comparison.after_fork
-    if after is None:
-        return None
-    return (
-        f"After the fork the texts stay {after.similarity:.0%} similar "
-        "(normalized Indel similarity)."
-    )
+    if after is not None:
+        lines.append(
+            f"After the fork the texts stay {after.similarity:.0%} similar "
+            "(normalized Indel similarity)."
+        )
+    return lines
 
 
 def _value_text(value: Any) -> str:
@@ -238,168 +253,6 @@ def _run_rows(report: _Report) -> list[tuple[str, str, str]]:
     return rows
 
 
-def _plot(report: _Report) -> str:
-    return margin_plot(
-        [step.margin for step in report.steps("a")],
-        [step.margin for step in report.steps("b")],
-        fork_index=None if report.fork is None else report.fork.index,
-        near_tie=report.comparison.near_tie_threshold,
-        title=f"Logit margin per token, {report.session.header.get('pair')}",
-    )
-
-
-_CONTROL_PICTURES = {code: 0x2400 + code for code in range(32) if chr(code) not in "\n\t"}
-_CONTROL_PICTURES[0x7F] = 0x2421
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _visible(text: str) -> str:
-    """Model text for reading: C0 controls as their Unicode control pictures (a raw
-    escape or form feed would garble a terminal, a page or a code block)."""
-    return _SURROGATE.sub("\ufffd", text.translate(_CONTROL_PICTURES))
-
-
-# --- Markdown -----------------------------------------------------------------------
-
-_MD_INLINE = re.compile(r"([\\`*_\[\]<>|~&])")
-_MD_LINE_START = re.compile(r"^(\s*\d*)((?<=\d)[.)]|(?<!\d)[#+\-])")
-
-
-def _md_escape(text: str) -> str:
-    """Plain text in Markdown: emphasis, links, HTML, entities and table pipes escaped,
-    and a leading character that would start a heading or a list."""
-    flat = _visible(text).replace("\n", " ").replace("\t", " ")
-    escaped = _MD_INLINE.sub(r"\\\1", flat)
-    return _MD_LINE_START.sub(lambda match: f"{match[1]}\\{match[2]}", escaped)
-
-
-def _md_code(text: str) -> str:
-    """An inline code span that survives backticks and table pipes in the text."""
-    text = _visible(text).replace("\n", " ").replace("\t", " ").replace("|", "\\|")
-    longest = max((len(run) for run in re.findall("`+", text)), default=0)
-    fence = "`" * (longest + 1)
-    padded = f" {text} " if text.startswith("`") or text.endswith("`") or not text else text
-    return f"{fence}{padded}{fence}"
-
-
-def _md_block(text: str) -> str:
-    """A fenced block longer than any backtick run inside, so no text can close it."""
-    longest = max((len(run) for run in re.findall("`+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}text\n{text}\n{fence}"
-
-
-def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    return [
-        "| " + " | ".join(header) + " |",
-        "|" + "---|" * len(header),
-        *("| " + " | ".join(row) + " |" for row in rows),
-    ]
-
-
-def _marked_text(report: _Report, lane_id: str) -> str:
-    texts = report.token_texts[lane_id]
-    fork = report.fork
-    if fork is None:
-        return "".join(texts)
-    return (
-        "".join(texts[: fork.index])
-        + FORK_OPEN
-        + texts[fork.index]
-        + FORK_CLOSE
-        + "".join(texts[fork.index + 1 :])
-    )
-
-
-def _markdown(report: _Report) -> str:
-    session, comparison, fork = report.session, report.comparison, report.fork
-    header = session.header
-    out = [f"# {_md_escape(_title(session))}", ""]
-    if header.get("description"):
-        out += [_md_escape(str(header["description"])), ""]
-    out += [f"**Verdict:** {_md_escape(verdict(session, comparison))}", ""]
-    out += ["## Prompt", "", _md_block(_visible(session.prompt)), ""]
-    if fork is not None:
-        out += [f"## At the fork: {_md_escape(_fork_headline(fork))}", ""]
-        out += _md_table(
-            ["lane", "margin", "its own pick: logit (rank, p)", "the other lane's pick"],
-            [
-                [lane, margin, _md_code(own), _md_code(other)]
-                for lane, margin, own, other in _fork_rows(fork)
-            ],
-        )
-        out.append("")
-    else:
-        out += ["## No fork", ""]
-    out += [_md_escape(_near_tie_line(comparison)), ""]
-    similarity = _similarity_line(comparison)
-    if similarity:
-        out += [_md_escape(similarity), ""]
-    plot = base64.b64encode(_plot(report).encode("utf-8")).decode("ascii")
-    out += [
-        "## Margins",
-        "",
-        f"![Logit margin per token for both lanes](data:image/svg+xml;base64,{plot})",
-        "",
-        "## Texts",
-        "",
-    ]
-    if fork is not None:
-        out += [f"The token at the fork is between {FORK_OPEN} and {FORK_CLOSE}.", ""]
-    for lane_id in LANE_IDS:
-        description = _lane_description(session, lane_id)
-        count = len(report.steps(lane_id))
-        out += [f"### Lane {lane_id}: {_md_escape(description)} ({count} tokens)", ""]
-        out += [_md_block(_visible(_marked_text(report, lane_id))), ""]
-    out += _md_configuration(report)
-    return "\n".join(out) + "\n"
-
-
-def _md_configuration(report: _Report) -> list[str]:
-    session = report.session
-    header = session.header
-    lanes = header.get("lanes", {})
-    executed = header.get("executed", {})
-    differing = set(differences(session.pair.a, session.pair.b))
-
-    def lane_row(key: str, a: str, b: str, marked: bool) -> list[str]:
-        name = f"**{_md_escape(key)}** ≠" if marked else _md_escape(key)
-        return [name, _md_code(a), _md_code(b)]
-
-    out = ["## Configuration", "", "### Run", ""]
-    out += _md_table(
-        ["", "lane a", "lane b"],
-        [[_md_escape(name), _md_escape(a), _md_escape(b)] for name, a, b in _run_rows(report)],
-    )
-    out += ["", "### Lanes (every key; ≠ marks where they differ)", ""]
-    out += _md_table(
-        ["key", "lane a", "lane b"],
-        [
-            lane_row(key, a, b, key in differing)
-            for key, a, b in _config_rows(lanes.get("a", {}), lanes.get("b", {}))
-        ],
-    )
-    out += ["", "### Executed (as llama.cpp applied it)", ""]
-    out += _md_table(
-        ["key", "lane a", "lane b"],
-        [
-            lane_row(key, a, b, a != b)
-            for key, a, b in _config_rows(executed.get("a", {}), executed.get("b", {}))
-        ],
-    )
-    out += ["", "### Build", ""]
-    out += _md_table(
-        ["key", "value"],
-        [[_md_escape(key), _md_code(_value_text(value))] for key, value in _build(header).items()],
-    )
-    out += ["", "### Session", ""]
-    out += _md_table(
-        ["key", "value"],
-        [[_md_escape(key), _md_code(value)] for key, value in _source_rows(report)],
-    )
-    return out
-
-
 def _build(header: dict[str, Any]) -> dict[str, Any]:
     build = header.get("build", {})
     return build if isinstance(build, dict) else {}
@@ -418,22 +271,161 @@ def _source_rows(report: _Report) -> list[tuple[str, str]]:
     ]
 
 
+@dataclass(frozen=True)
+class _Table:
+    """One table of the configuration section, as every format shows it."""
+
+    title: str
+    note: str
+    """Shown after the title in parentheses; {differs} is how the format marks a row."""
+    header: tuple[str, ...]
+    rows: Sequence[Sequence[str]]
+    differs: Sequence[bool] | None = None
+    literal: bool = True
+    """Values are settings and hashes (code) rather than prose."""
+
+
+def _config_tables(report: _Report) -> list[_Table]:
+    """The run's facts, both lanes' settings (asked and executed), the build, the file."""
+    session = report.session
+    header = session.header
+    lanes = header.get("lanes", {})
+    executed = header.get("executed", {})
+    differing = set(differences(session.pair.a, session.pair.b))
+    lane_rows = _config_rows(lanes.get("a", {}), lanes.get("b", {}))
+    executed_rows = _config_rows(executed.get("a", {}), executed.get("b", {}))
+    build = [(key, _value_text(value)) for key, value in _build(header).items()]
+    return [
+        _Table("Run", "", ("", "lane a", "lane b"), _run_rows(report), literal=False),
+        _Table(
+            "Lanes",
+            "every key; {differs} where they differ",
+            LANE_HEADER,
+            lane_rows,
+            [key in differing for key, _, _ in lane_rows],
+        ),
+        _Table(
+            "Executed",
+            "as llama.cpp applied it",
+            LANE_HEADER,
+            executed_rows,
+            [a != b for _, a, b in executed_rows],
+        ),
+        _Table("Build", "", KEY_VALUE_HEADER, build),
+        _Table("Session", "", KEY_VALUE_HEADER, _source_rows(report)),
+    ]
+
+
+def _plot(report: _Report) -> str:
+    return margin_plot(
+        [step.margin for step in report.steps("a")],
+        [step.margin for step in report.steps("b")],
+        fork_index=None if report.fork is None else report.fork.index,
+        near_tie=report.comparison.near_tie_threshold,
+        title=f"Logit margin per token, {report.session.header.get('pair')}",
+    )
+
+
+# --- Markdown -----------------------------------------------------------------------
+
+
+def _marked_text(report: _Report, lane_id: str) -> str:
+    texts = report.token_texts[lane_id]
+    fork = report.fork
+    if fork is None:
+        return "".join(texts)
+    return (
+        "".join(texts[: fork.index])
+        + FORK_OPEN
+        + texts[fork.index]
+        + FORK_CLOSE
+        + "".join(texts[fork.index + 1 :])
+    )
+
+
+def _markdown(report: _Report) -> str:
+    sections = (_md_opening, _md_fork, _md_margins, _md_texts, _md_configuration)
+    return "\n".join(line for section in sections for line in section(report)) + "\n"
+
+
+def _md_opening(report: _Report) -> list[str]:
+    session = report.session
+    header = session.header
+    out = [f"# {md_escape(_title(session))}", ""]
+    if header.get("description"):
+        out += [md_escape(str(header["description"])), ""]
+    out += [f"**Verdict:** {md_escape(verdict(session, report.comparison))}", ""]
+    return out + ["## Prompt", "", md_block(visible(session.prompt)), ""]
+
+
+def _md_fork(report: _Report) -> list[str]:
+    fork = report.fork
+    out = [f"## {md_escape(_fork_heading(fork))}", ""]
+    if fork is not None:
+        rows = [
+            [lane, margin, md_code(own), md_code(other)]
+            for lane, margin, own, other in _fork_rows(fork)
+        ]
+        out += [*md_table(FORK_HEADER, rows), ""]
+    for line in _findings(report.comparison):
+        out += [md_escape(line), ""]
+    return out
+
+
+def _md_margins(report: _Report) -> list[str]:
+    plot = base64.b64encode(_plot(report).encode("utf-8")).decode("ascii")
+    return [
+        "## Margins",
+        "",
+        f"![Logit margin per token for both lanes](data:image/svg+xml;base64,{plot})",
+        "",
+    ]
+
+
+def _md_texts(report: _Report) -> list[str]:
+    out = ["## Texts", ""]
+    if report.fork is not None:
+        out += [f"The token at the fork is between {FORK_OPEN} and {FORK_CLOSE}.", ""]
+    for lane_id in LANE_IDS:
+        description = _lane_description(report.session, lane_id)
+        count = len(report.steps(lane_id))
+        out += [f"### Lane {lane_id}: {md_escape(description)} ({count} tokens)", ""]
+        out += [md_block(visible(_marked_text(report, lane_id))), ""]
+    return out
+
+
+def _md_configuration(report: _Report) -> list[str]:
+    out = ["## Configuration"]
+    for table in _config_tables(report):
+        note = f" ({table.note.format(differs='≠ marks')})" if table.note else ""
+        rows = [_md_config_row(table, number) for number in range(len(table.rows))]
+        out += ["", f"### {table.title}{note}", "", *md_table(table.header, rows)]
+    return out
+
+
+def _md_config_row(table: _Table, number: int) -> list[str]:
+    name, *values = table.rows[number]
+    marked = table.differs is not None and table.differs[number]
+    value_text = md_code if table.literal else md_escape
+    return [
+        f"**{md_escape(name)}** ≠" if marked else md_escape(name),
+        *(value_text(value) for value in values),
+    ]
+
+
 # --- HTML ---------------------------------------------------------------------------
 
 _CSS = """
-:root{color-scheme:light dark;--bg:#ffffff;--fg:#1f2328;--muted:#59636e;--border:#d1d9e0;
---code:#f6f8fa;--mark:#ffd28a;--fork:#d1242f;--changed:rgba(224,118,27,.16);
---tie:#3b7dd8;--differs:rgba(209,36,47,.08);--partial:#9a6700;--complete:#1a7f37}
-@media (prefers-color-scheme: dark){:root{--bg:#0d1117;--fg:#e6edf3;--muted:#9198a1;
---border:#3d444d;--code:#151b23;--mark:#7a4a00;--fork:#ff7b72;--changed:rgba(224,118,27,.24);
---tie:#79b8ff;--differs:rgba(255,123,114,.12);--partial:#d29922;--complete:#3fb950}}
-*{box-sizing:border-box}
-body{margin:0;background:var(--bg);color:var(--fg);
-font:15px/1.5 system-ui,-apple-system,"Segoe UI",sans-serif}
+:root{--mark:#ffd28a;--fork:#d1242f;--changed:rgba(224,118,27,.16);--tie:#3b7dd8;
+--differs:rgba(209,36,47,.08);--partial:#9a6700;--complete:#1a7f37}
+@media (prefers-color-scheme: dark){:root{--mark:#7a4a00;--fork:#ff7b72;
+--changed:rgba(224,118,27,.24);--tie:#79b8ff;--differs:rgba(255,123,114,.12);--partial:#d29922;
+--complete:#3fb950}}
+body{margin:0}
 main{max-width:1120px;margin:0 auto;padding:24px}
-h1{font-size:1.5em;margin:0 0 4px}h2{font-size:1.2em;margin:28px 0 8px;
-border-bottom:1px solid var(--border);padding-bottom:4px}h3{font-size:1em;margin:16px 0 6px}
-.muted,figcaption{color:var(--muted)}
+h1{font-size:1.5em;margin:0 0 4px}h2{font-size:1.2em;margin:28px 0 8px}
+h3{font-size:1em;margin:16px 0 6px}
+figcaption{color:var(--muted)}
 .state{display:inline-block;padding:0 8px;border-radius:10px;border:1px solid currentColor;
 font-size:.85em;margin-left:6px}
 .state.partial{color:var(--partial)}.state.complete{color:var(--complete)}
@@ -446,28 +438,27 @@ mark{background:var(--mark);color:inherit;outline:2px solid var(--fork);border-r
 .changed{background:var(--changed)}
 .tie{text-decoration:underline dotted var(--tie);text-underline-offset:3px}
 .lanes{display:grid;grid-template-columns:repeat(auto-fit,minmax(340px,1fr));gap:16px}
-table{border-collapse:collapse;margin:4px 0}
-th,td{border:1px solid var(--border);padding:3px 8px;text-align:left;vertical-align:top}
-thead th{background:var(--code)}
+table{margin:4px 0}
 tr.differs>*{background:var(--differs)}
-figure{margin:0}svg{max-width:100%;height:auto}
 footer{margin-top:32px;color:var(--muted);font-size:.85em}
 """
+"""What a session export adds to the base stylesheet: the fork, near-tie and changed-token
+marks, the state badge and the lane grid."""
 
 
 def _html_rows(
     header: Sequence[str], rows: Sequence[Sequence[str]], differs: Sequence[bool] | None = None
 ) -> str:
-    """A table; cell text is escaped here, so callers pass plain text."""
-    head = "".join(f"<th>{xml_text(cell)}</th>" for cell in header)
+    """A table whose first column heads each row; cell text is escaped here, so callers
+    pass plain text."""
     body = []
     for number, row in enumerate(rows):
         marked = differs is not None and differs[number]
         cells = [f"<th>{xml_text(row[0])}</th>"]
-        cells += [f"<td><code>{xml_text(_visible(cell))}</code></td>" for cell in row[1:]]
+        cells += [f"<td><code>{xml_text(visible(cell))}</code></td>" for cell in row[1:]]
         attribute = ' class="differs"' if marked else ""
         body.append(f"<tr{attribute}>{''.join(cells)}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    return html_table(header, body)
 
 
 def _html_text(report: _Report, lane_id: str) -> str:
@@ -484,7 +475,7 @@ def _html_text(report: _Report, lane_id: str) -> str:
 
     def flush() -> None:
         if run:
-            text = xml_text(_visible("".join(run)))
+            text = xml_text(visible("".join(run)))
             parts.append(f'<span class="{run_class}">{text}</span>' if run_class else text)
             run.clear()
 
@@ -493,7 +484,7 @@ def _html_text(report: _Report, lane_id: str) -> str:
             flush()
             parts.append(
                 f'<mark id="fork-{lane_id}" title="{xml_text(_fork_tooltip(fork, lane_id))}">'
-                f"{xml_text(_visible(text))}</mark>"
+                f"{xml_text(visible(text))}</mark>"
             )
             continue
         before_fork = fork is None or index < fork.index
@@ -501,7 +492,7 @@ def _html_text(report: _Report, lane_id: str) -> str:
             flush()
             parts.append(
                 f'<span class="tie" title="near tie at token {index}: margin '
-                f'{step.margin:.3f}">{xml_text(_visible(text))}</span>'
+                f'{step.margin:.3f}">{xml_text(visible(text))}</span>'
             )
             continue
         wanted = "changed" if index in changed else ""
@@ -525,42 +516,58 @@ def _fork_tooltip(fork: Fork, lane_id: str) -> str:
 
 
 def _html(report: _Report) -> str:
-    session, comparison, fork = report.session, report.comparison, report.fork
+    sections = (_html_opening, _html_fork, _html_margins, _html_texts, _html_configuration)
+    body = [line for section in sections for line in section(report)]
+    body.append(
+        f"<footer>{xml_text(report.session.path.name)} · exported by specdiff "
+        f"{xml_text(__version__)}</footer>"
+    )
+    return (
+        page_head(xml_text(_title(report.session)), _CSS)
+        + "<body>\n<main>\n"
+        + "\n".join(body)
+        + "\n</main>\n</body>\n</html>\n"
+    )
+
+
+def _html_opening(report: _Report) -> list[str]:
+    session = report.session
     header = session.header
     state = "partial" if session.partial else "complete"
-    title = _title(session)
-    body = [
+    return [
         "<header>",
         f"<h1>specdiff {xml_text(str(header.get('pair')))}"
         f'<span class="state {state}">{state}</span></h1>',
         f'<p class="muted">{xml_text(str(header.get("description", "")))} · created '
         f"{xml_text(str(header.get('created')))}</p>",
         "</header>",
-        f'<p class="verdict">{xml_text(verdict(session, comparison))}</p>',
+        f'<p class="verdict">{xml_text(verdict(session, report.comparison))}</p>',
         "<h2>Prompt</h2>",
-        f'<pre class="prompt">{xml_text(_visible(session.prompt))}</pre>',
+        f'<pre class="prompt">{xml_text(visible(session.prompt))}</pre>',
     ]
+
+
+def _html_fork(report: _Report) -> list[str]:
+    fork = report.fork
+    out = [f"<h2>{xml_text(_fork_heading(fork))}</h2>"]
     if fork is not None:
-        body.append(f"<h2>At the fork: {xml_text(_fork_headline(fork))}</h2>")
-        body.append(
-            _html_rows(
-                ["lane", "margin", "its own pick: logit (rank, p)", "the other lane's pick"],
-                [list(row) for row in _fork_rows(fork)],
-            )
-        )
-    else:
-        body.append("<h2>No fork</h2>")
-    body.append(f"<p>{xml_text(_near_tie_line(comparison))}</p>")
-    similarity = _similarity_line(comparison)
-    if similarity:
-        body.append(f"<p>{xml_text(similarity)}</p>")
-    body += [
+        out.append(_html_rows(FORK_HEADER, _fork_rows(fork)))
+    return out + [f"<p>{xml_text(line)}</p>" for line in _findings(report.comparison)]
+
+
+def _html_margins(report: _Report) -> list[str]:
+    return [
         "<h2>Margins</h2>",
         "<figure>",
         _plot(report),
         "<figcaption>Top-1 minus top-2 logit at every step; below the dashed line a step "
         "was a near tie. Open circles are above the plotted range.</figcaption>",
         "</figure>",
+    ]
+
+
+def _html_texts(report: _Report) -> list[str]:
+    out = [
         "<h2>Texts</h2>",
         '<p class="muted">The fork token is <mark>marked</mark>; before it, '
         '<span class="tie">near ties</span> are underlined; after it, '
@@ -569,92 +576,33 @@ def _html(report: _Report) -> str:
         '<div class="lanes">',
     ]
     for lane_id in LANE_IDS:
-        description = _lane_description(session, lane_id)
-        body += [
+        description = _lane_description(report.session, lane_id)
+        out += [
             "<section>",
             f"<h3>Lane {lane_id}: {xml_text(description)} "
             f'<span class="muted">({len(report.steps(lane_id))} tokens)</span></h3>',
             f'<pre class="text">{_html_text(report, lane_id)}</pre>',
             "</section>",
         ]
-    body.append("</div>")
-    body += _html_configuration(report)
-    body.append(
-        f"<footer>{xml_text(session.path.name)} · exported by specdiff {xml_text(__version__)}"
-        "</footer>"
-    )
-    return (
-        "<!DOCTYPE html>\n"
-        '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        '<meta name="color-scheme" content="light dark">\n'
-        f"<title>{xml_text(title)}</title>\n<style>{_CSS}</style>\n</head>\n"
-        "<body>\n<main>\n" + "\n".join(body) + "\n</main>\n</body>\n</html>\n"
-    )
+    return [*out, "</div>"]
 
 
 def _html_configuration(report: _Report) -> list[str]:
-    session = report.session
-    header = session.header
-    lanes = header.get("lanes", {})
-    executed = header.get("executed", {})
-    differing = set(differences(session.pair.a, session.pair.b))
-    lane_rows = _config_rows(lanes.get("a", {}), lanes.get("b", {}))
-    executed_rows = _config_rows(executed.get("a", {}), executed.get("b", {}))
-    build = _build(header)
-    return [
-        "<h2>Configuration</h2>",
-        "<h3>Run</h3>",
-        _html_rows(["", "lane a", "lane b"], _run_rows(report)),
-        "<h3>Lanes <span class=\"muted\">(every key; shaded where they differ)</span></h3>",
-        _html_rows(
-            ["key", "lane a", "lane b"], lane_rows, [row[0] in differing for row in lane_rows]
-        ),
-        "<h3>Executed <span class=\"muted\">(as llama.cpp applied it)</span></h3>",
-        _html_rows(
-            ["key", "lane a", "lane b"], executed_rows, [row[1] != row[2] for row in executed_rows]
-        ),
-        "<h3>Build</h3>",
-        _html_rows(["key", "value"], [(key, _value_text(value)) for key, value in build.items()]),
-        "<h3>Session</h3>",
-        _html_rows(["key", "value"], _source_rows(report)),
-    ]
+    out = ["<h2>Configuration</h2>"]
+    for table in _config_tables(report):
+        note = table.note.format(differs="shaded")
+        shown = f' <span class="muted">({xml_text(note)})</span>' if note else ""
+        out.append(f"<h3>{table.title}{shown}</h3>")
+        out.append(_html_rows(table.header, table.rows, table.differs))
+    return out
 
 
 # --- JSON ---------------------------------------------------------------------------
 
 
-def _finite(value: Any) -> Any:
-    """JSON has no infinity or NaN (a one-candidate step has an infinite margin): null."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(item) for item in value]
-    return value
-
-
 def _json(report: _Report) -> str:
-    session, comparison, fork = report.session, report.comparison, report.fork
+    session = report.session
     header = session.header
-    after = comparison.after_fork
-    lanes: dict[str, Any] = {}
-    for lane_id in LANE_IDS:
-        steps = report.steps(lane_id)
-        lanes[lane_id] = {
-            "description": _lane_description(session, lane_id),
-            "tokens": len(steps),
-            "tokens_per_second": report.footer_value("tokens_per_second", lane_id),
-            "stop_reason": report.footer_value("stop_reasons", lane_id),
-            "error": report.footer_value("errors", lane_id),
-            "output_sha256": report.footer_value("output_sha256", lane_id),
-            "recorded_sha256": hashlib.sha256(b"".join(s.piece for s in steps)).hexdigest(),
-            "model_sha256": header.get("executed", {}).get(lane_id, {}).get("model_sha256"),
-            "text": text_of(steps),
-            "token_ids": [step.token_id for step in steps],
-            "margins": [round(step.margin, 5) for step in steps],
-        }
     document = {
         "schema": EXPORT_SCHEMA,
         "version": EXPORT_VERSION,
@@ -667,7 +615,7 @@ def _json(report: _Report) -> str:
         "title": _title(session),
         "partial": session.partial,
         "cancelled": bool((session.footer or {}).get("cancelled")),
-        "verdict": verdict(session, comparison),
+        "verdict": verdict(session, report.comparison),
         "pair": header.get("pair"),
         "description": header.get("description"),
         "created": header.get("created"),
@@ -681,22 +629,46 @@ def _json(report: _Report) -> str:
             "executed": header.get("executed"),
             "build": header.get("build"),
         },
-        "summary": {
-            "identical": comparison.identical,
-            "generated": [comparison.length_a, comparison.length_b],
-            "fork_index": None if fork is None else fork.index,
-            "fork_margins": None if fork is None else [fork.a.margin, fork.b.margin],
-            "fork": fork_json(fork),
-            "near_tie_threshold": comparison.near_tie_threshold,
-            "near_ties": {"a": list(comparison.near_ties_a), "b": list(comparison.near_ties_b)},
-            "near_ties_are_before_fork": fork is not None,
-            "similarity_after_fork": None if after is None else after.similarity,
-            "tokens_per_second": [report.footer_value("tokens_per_second", i) for i in LANE_IDS],
-            "output_sha256": [report.footer_value("output_sha256", i) for i in LANE_IDS],
-        },
-        "lanes": lanes,
+        "summary": _json_summary(report),
+        "lanes": {lane_id: _json_lane(report, lane_id) for lane_id in LANE_IDS},
     }
-    return json.dumps(_finite(document), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    return json.dumps(finite(document), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def _json_summary(report: _Report) -> dict[str, Any]:
+    comparison, fork = report.comparison, report.fork
+    after = comparison.after_fork
+    return {
+        "identical": comparison.identical,
+        "generated": [comparison.length_a, comparison.length_b],
+        "fork_index": None if fork is None else fork.index,
+        "fork_margins": None if fork is None else [fork.a.margin, fork.b.margin],
+        "fork": fork_json(fork),
+        "near_tie_threshold": comparison.near_tie_threshold,
+        "near_ties": {"a": list(comparison.near_ties_a), "b": list(comparison.near_ties_b)},
+        "near_ties_are_before_fork": fork is not None,
+        "similarity_after_fork": None if after is None else after.similarity,
+        "tokens_per_second": [report.footer_value("tokens_per_second", i) for i in LANE_IDS],
+        "output_sha256": [report.footer_value("output_sha256", i) for i in LANE_IDS],
+    }
+
+
+def _json_lane(report: _Report, lane_id: str) -> dict[str, Any]:
+    steps = report.steps(lane_id)
+    executed = report.session.header.get("executed", {})
+    return {
+        "description": _lane_description(report.session, lane_id),
+        "tokens": len(steps),
+        "tokens_per_second": report.footer_value("tokens_per_second", lane_id),
+        "stop_reason": report.footer_value("stop_reasons", lane_id),
+        "error": report.footer_value("errors", lane_id),
+        "output_sha256": report.footer_value("output_sha256", lane_id),
+        "recorded_sha256": hashlib.sha256(b"".join(s.piece for s in steps)).hexdigest(),
+        "model_sha256": executed.get(lane_id, {}).get("model_sha256"),
+        "text": text_of(steps),
+        "token_ids": [step.token_id for step in steps],
+        "margins": [round(step.margin, 5) for step in steps],
+    }
 
 
 # --- entry points -------------------------------------------------------------------
@@ -712,7 +684,7 @@ def export_session(session: Session, fmt: str, near_tie: float = DEFAULT_NEAR_TI
     if near_tie < 0 or not math.isfinite(near_tie):
         raise ExportError(f"the near-tie threshold must be a number >= 0, got {near_tie}")
     # a prompt or header read from JSON may hold lone surrogates, which no encoder writes
-    return _SURROGATE.sub("\ufffd", renderer(_report(session, near_tie)))
+    return without_surrogates(renderer(_report(session, near_tie)))
 
 
 def check_output(path: Path, force: bool) -> None:
@@ -729,21 +701,12 @@ def check_output(path: Path, force: bool) -> None:
 
 
 def write_report(text: str, path: Path, force: bool = False) -> None:
-    """Write through a temporary file in the same folder and rename it into place, so a
-    failure never leaves a half-written report (or a damaged older one)."""
+    """Write the report whole or not at all: a failure never leaves a half-written report
+    (or a damaged older one), and without force a file that appears meanwhile is kept."""
     check_output(path, force)
-    data = text.encode("utf-8")
-    temporary = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
     try:
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if not force and path.exists():  # appeared while the report was being written
-            raise ExportError(f"{path} already exists; pass --force to overwrite it")
-        os.replace(temporary, path)
+        write_text_atomic(path, text, overwrite=force)
+    except FileExistsError:
+        raise ExportError(f"{path} already exists; pass --force to overwrite it") from None
     except OSError as error:
         raise ExportError(f"cannot write {path}: {error.strerror or error}") from None
-    finally:
-        temporary.unlink(missing_ok=True)

@@ -10,18 +10,13 @@ light and a dark page, inline or as an <img>.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specdiff.compare import DEFAULT_NEAR_TIE
+from specdiff.compare import DEFAULT_NEAR_TIE, MARGIN_DISPLAY_CAP
+from specdiff.reports._markup import xml_text
 
 SVG_NAMESPACE = "http://www.w3.org/2000/svg"
-
-MARGIN_DISPLAY_CAP = 4.0
-"""Margins above this are drawn at the cap: a single confident step (margins reach 10+
-logits) would otherwise squash every near tie into the x axis. The TUI's sparkline
-uses the same cap."""
 
 LANE_COLORS = {"a": "#3b7dd8", "b": "#e0761b"}
 """Mid-tone hues that keep their contrast on white and on near-black backgrounds."""
@@ -41,22 +36,6 @@ _STYLE = (
     ".sdp-rule{stroke:#ff7b72}.sdp-rule-label{fill:#ff7b72}}"
 )
 _HALO = 'class="sdp-halo" stroke-width="3" stroke-linejoin="round" paint-order="stroke"'
-
-
-# XML 1.0 forbids most C0 controls even as character references; model text can hold them.
-_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
-
-
-def xml_text(text: str) -> str:
-    """Text safe inside an element or a double-quoted attribute, in XML and in HTML."""
-    cleaned = _NOT_XML.sub("\ufffd", text)
-    return (
-        cleaned.replace("&", "&amp;")
-        .replace("<", "&lt;")
-        .replace(">", "&gt;")
-        .replace('"', "&quot;")
-        .replace("'", "&#39;")
-    )
 
 
 @dataclass(frozen=True)

@@ -23,14 +23,12 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Sparkline, Static
 
+from specdiff.compare import MARGIN_DISPLAY_CAP as MARGIN_CAP
 from specdiff.compare import Fork, PickView
 from specdiff.steps import TokenStep
 
 LINE_CHUNK = 8
 """A token view's scrollable height grows by this many lines at a time."""
-
-MARGIN_CAP = 4.0
-"""Sparkline values are capped here so one confident step does not flatten the rest."""
 
 
 @dataclass
