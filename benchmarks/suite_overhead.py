@@ -56,7 +56,7 @@ def main() -> None:
         outcome = SuiteRun(settings, prompts, report, on_progress=on_progress).run()
         write_reports(report, outcome_json(outcome))
         wall = time.perf_counter() - began
-    generation = sum(record.generation_seconds for record in outcome.records)
+    generation = sum(record.summary.generation_seconds for record in outcome.records)
     first, last = samples[min(samples)], samples[max(samples)]
     print(
         f"{len(outcome.records)} prompts x {args.pair}, up to {args.max_tokens} tokens per lane"

@@ -113,6 +113,8 @@ def read_info(path: Path) -> SessionInfo:
             identical=footer.identical,
             generated=footer.generated,
         )
+    except KeyError as error:
+        return SessionInfo(path=path, problem=f"missing field {error.args[0]!r}")
     except (OSError, ValueError, RecursionError, SpecdiffError) as error:
         return SessionInfo(path=path, problem=str(error) or type(error).__name__)
 

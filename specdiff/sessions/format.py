@@ -233,15 +233,16 @@ class SessionHeader:
 
     @classmethod
     def from_json(cls, record: Mapping[str, Any]) -> SessionHeader:
-        """Raises ValueError (or LaneConfigError for a bad lane) naming the bad field."""
+        """Raises ValueError (or LaneConfigError for a bad lane) naming the bad field, or
+        KeyError naming a missing one."""
         if record.get("type") != "header":
             raise ValueError("the first line must be the header")
         schema = record.get("schema")
         if type(schema) is not int or schema != SCHEMA_VERSION:  # true == 1 in Python
             raise ValueError(f"schema version {schema!r:.20} is unknown")
-        lanes = _lanes_of(record.get("lanes"), "lanes")
+        lanes = _lanes_of(record["lanes"], "lanes")
         pair = Pair(
-            check_text(record.get("pair"), "the pair"),
+            check_text(record["pair"], "the pair"),
             lane_from_dict(lanes["a"]),
             lane_from_dict(lanes["b"]),
             check_text(record.get("description", ""), "the description"),
@@ -249,9 +250,9 @@ class SessionHeader:
         tokens = check_list(record.get("prompt_token_ids", []), "prompt_token_ids")
         return cls(
             pair=pair,
-            prompt=check_text(record.get("prompt"), "the prompt"),
+            prompt=check_text(record["prompt"], "the prompt"),
             prompt_token_ids=tuple(check_int(t, "a prompt id", 0, MAX_TOKEN_ID) for t in tokens),
-            max_tokens=check_int(record.get("max_tokens"), "max_tokens", 1, MAX_INDEX),
+            max_tokens=check_int(record["max_tokens"], "max_tokens", 1, MAX_INDEX),
             stop=tuple(
                 check_text(s, "a stop string") for s in check_list(record.get("stop", []), "stop")
             ),
@@ -359,16 +360,16 @@ class RunSummary:
 
     @classmethod
     def from_json(cls, record: Mapping[str, Any]) -> RunSummary:
-        """Raises ValueError naming the bad field."""
+        """Raises ValueError naming the bad field, or KeyError naming a missing one."""
         return cls(
-            identical=check_bool(record.get("identical"), "identical"),
+            identical=check_bool(record["identical"], "identical"),
             fork_index=_optional(record.get("fork_index"), _fork_index),
             fork_margins=_optional(record.get("fork_margins"), _margins),
-            generated=_two(record.get("generated"), "generated", _count),
-            tokens_per_second=_two(record.get("tokens_per_second"), "tokens_per_second", _speed),
-            output_sha256=_two(record.get("output_sha256"), "output_sha256", check_text),
-            stop_reasons=_two(record.get("stop_reasons"), "stop_reasons", check_text),
-            errors=_two(record.get("errors"), "errors", _error),
+            generated=_two(record["generated"], "generated", _count),
+            tokens_per_second=_two(record["tokens_per_second"], "tokens_per_second", _speed),
+            output_sha256=_two(record["output_sha256"], "output_sha256", check_text),
+            stop_reasons=_two(record["stop_reasons"], "stop_reasons", check_text),
+            errors=_two(record["errors"], "errors", _error),
             cancelled=check_bool(record.get("cancelled", False), "cancelled"),
             drafted=_two(record.get("drafted", [0, 0]), "drafted", _count),
             accepted=_two(record.get("accepted", [0, 0]), "accepted", _count),
@@ -507,26 +508,26 @@ def _probes(value: object) -> tuple[Probe, ...]:
 
 
 def step_from(record: Mapping[str, Any]) -> TokenStep:
-    """One step line; raises ValueError naming the bad field."""
+    """One step line; raises ValueError naming the bad field, KeyError a missing one."""
     if "piece" in record:
         piece = _piece_from(record["piece"])
     elif "piece_hex" in record:
         piece = _piece_from({"hex": record["piece_hex"]})
     else:
         raise ValueError("missing field 'piece' (or 'piece_hex')")
-    lane = record.get("lane")
+    lane = record["lane"]
     if lane not in LANE_IDS:
         raise ValueError(f"lane {lane!r:.20} is not 'a' or 'b'")
     lse = record.get("logsumexp")
     return TokenStep(
         lane=lane,
-        index=check_int(record.get("index"), "index", 0, MAX_INDEX),
-        token_id=check_int(record.get("token_id"), "token_id", 0, MAX_TOKEN_ID),
+        index=check_int(record["index"], "index", 0, MAX_INDEX),
+        token_id=check_int(record["token_id"], "token_id", 0, MAX_TOKEN_ID),
         piece=piece,
-        top=_candidates(record.get("top")),
-        drafted=check_bool(record.get("drafted"), "drafted"),
-        verify_width=check_int(record.get("verify_width"), "verify_width", 1, MAX_INDEX),
-        timestamp=check_float(record.get("timestamp"), "timestamp"),
+        top=_candidates(record["top"]),
+        drafted=check_bool(record["drafted"], "drafted"),
+        verify_width=check_int(record["verify_width"], "verify_width", 1, MAX_INDEX),
+        timestamp=check_float(record["timestamp"], "timestamp"),
         probes=_probes(record.get("probes", [])),
         logsumexp=None if lse is None else check_float(lse, "logsumexp"),
     )

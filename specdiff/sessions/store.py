@@ -15,7 +15,7 @@ import json
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
@@ -191,11 +191,21 @@ class Session:
         return self.footer is None or self.footer.cancelled
 
     def summary(self) -> RunSummary:
-        """The footer, or for a partial session what its steps imply (speeds unknown)."""
-        if self.footer is not None:
-            return self.footer
-        return RunSummary.of_steps(
+        """What the steps read imply, with the footer's measurements (speeds, times,
+        drafts, errors) where there is one: the comparison is always recomputed, so a
+        file whose footer was written by an older release, or lost, reads the same."""
+        derived = RunSummary.of_steps(
             self.steps["a"], self.steps["b"], teacher_forced=self.header.teacher_forced
+        )
+        if self.footer is None:
+            return derived
+        return replace(
+            self.footer,
+            identical=derived.identical,
+            fork_index=derived.fork_index,
+            fork_margins=derived.fork_margins,
+            generated=derived.generated,
+            output_sha256=derived.output_sha256,
         )
 
     def recorded_steps(self) -> list[TokenStep]:
@@ -284,7 +294,7 @@ class SessionStream:
     def _header(self, record: dict[str, Any]) -> SessionHeader:
         try:
             return SessionHeader.from_json(record)
-        except (ValueError, TypeError, OverflowError, SpecdiffError) as error:
+        except (ValueError, KeyError, TypeError, OverflowError, SpecdiffError) as error:
             raise SessionError(f"{self.path}:{self.number}: {_reason(error)}") from None
 
     def read(self, limit: int) -> list[TokenStep]:

@@ -13,11 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from specdiff.errors import SpecdiffError
 from specdiff.lanes import Pair
+from specdiff.sessions.format import SessionHeader
 from specdiff.sessions.store import (
     PARTIAL_SUFFIX,
     SessionWriter,
-    footer_record,
-    header_record,
     load_session,
 )
 from specdiff.steps import TokenStep
@@ -226,12 +225,8 @@ class SuiteRun:
     ) -> None:
         session = load_session(path)
         if label not in tally.executed:
-            header = session.header
-            tally.executed[label] = {
-                "lanes": header["lanes"],
-                "executed": header.get("executed", {}),
-                "build": header.get("build", {}),
-            }
+            header = session.header.to_json()
+            tally.executed[label] = {key: header[key] for key in ("lanes", "executed", "build")}
         relative = str(path.relative_to(self.report_dir))
         tally.records.append(
             record_from_session(session, label, quant, prompt.id, relative, self.settings.near_tie)
@@ -265,9 +260,7 @@ class SuiteRun:
         if result.cancelled:
             writer.handle.close()  # the partial file stays; --resume runs the prompt again
             return path, True
-        footer = footer_record(result)
-        footer["generation_seconds"] = result.a.seconds + result.b.seconds
-        final = writer.finish(footer)
+        final = writer.finish(result.summary())
         if final != path:
             raise SuiteError(f"{path} appeared while the suite was writing it; start again")
         return path, False
@@ -287,17 +280,17 @@ class SuiteRun:
         except SpecdiffError as error:
             raise PromptSkipped(f"{prompt.where}: {error}") from None
         writer = SessionWriter(folder, variant.pair.name, prompt.prompt, name=prompt.file_stem)
-        writer.write(
-            header_record(
-                variant.pair,
-                prompt.prompt,
-                tokens,
-                max_tokens,
-                list(self.settings.stop),
-                runner.executed(),
-                runner.build,
-                datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                self.settings.teacher_forced,
+        writer.header(
+            SessionHeader(
+                pair=variant.pair,
+                prompt=prompt.prompt,
+                prompt_token_ids=tuple(tokens),
+                max_tokens=max_tokens,
+                stop=tuple(self.settings.stop),
+                executed=runner.executed(),
+                build=runner.build,
+                created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                teacher_forced=self.settings.teacher_forced,
             )
         )
         return writer

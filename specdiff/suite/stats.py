@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import asdict
 from typing import Any
 
 from specdiff import __version__
+from specdiff.sessions.format import RunSummary
 from specdiff.suite.records import MARGIN_BUCKETS, PromptRecord, TeacherStats, bucket_index
 from specdiff.suite.runner import SuiteOutcome
 
@@ -41,25 +41,26 @@ def fork_bins(max_tokens: int) -> list[tuple[int, int]]:
 def summarize(records: Sequence[PromptRecord], max_tokens: int, near_tie: float) -> dict[str, Any]:
     """The report's figures for one pair (variant) from its prompt records."""
     n = len(records)
-    ok = [r for r in records if not r.failed]
-    forks = [r.fork_index for r in ok if r.fork_index is not None]
-    longest = max([max_tokens, *(max(r.generated) for r in records)])
-    margins = [min(r.fork_margins) for r in ok if r.fork_margins is not None]
-    steps = [sum(r.generated[i] for r in ok) for i in (0, 1)]
+    ok = [r for r in records if not r.summary.failed]
+    runs = [r.summary for r in ok]
+    forks = [run.fork_index for run in runs if run.fork_index is not None]
+    longest = max([max_tokens, *(max(r.summary.generated) for r in records)])
+    margins = [min(run.fork_margins) for run in runs if run.fork_margins is not None]
+    steps = [sum(run.generated[i] for run in runs) for i in (0, 1)]
     ties = [sum(r.near_ties[i] for r in ok) for i in (0, 1)]
     summary: dict[str, Any] = {
         "prompts": n,
         "failed": n - len(ok),
-        "identical": sum(1 for r in ok if r.identical),
+        "identical": sum(1 for run in runs if run.identical),
         "forked": len(forks),
-        "lengths_differ": sum(1 for r in ok if not r.identical and r.fork_index is None),
+        "lengths_differ": sum(1 for run in runs if not run.identical and run.fork_index is None),
         **_fork_places(forks, longest, len(ok)),
         "fork_margin_median": median(margins),
         "fork_margins": margins,
         "near_tie_threshold": near_tie,
         "near_ties_per_1000": [1000 * ties[i] / steps[i] if steps[i] else None for i in (0, 1)],
-        **_speeds(ok),
-        "generation_seconds": sum(r.generation_seconds for r in records),
+        **_speeds(runs),
+        "generation_seconds": sum(r.summary.generation_seconds for r in records),
     }
     teachers = [r.teacher for r in ok if r.teacher is not None]
     if teachers:
@@ -93,18 +94,19 @@ def _fork_places(forks: Sequence[int], longest: int, runs: int) -> dict[str, Any
     }
 
 
-def _speeds(ok: Sequence[PromptRecord]) -> dict[str, Any]:
+def _speeds(runs: Sequence[RunSummary]) -> dict[str, Any]:
     """Both lanes' speeds and draft acceptance over the finished runs."""
     speeds = [
-        median([r.tokens_per_second[i] for r in ok if r.tokens_per_second[i] > 0]) for i in (0, 1)
+        median([run.tokens_per_second[i] for run in runs if run.tokens_per_second[i] > 0])
+        for i in (0, 1)
     ]
     ratios = [
-        r.tokens_per_second[0] / r.tokens_per_second[1]
-        for r in ok
-        if r.tokens_per_second[0] > 0 and r.tokens_per_second[1] > 0
+        run.tokens_per_second[0] / run.tokens_per_second[1]
+        for run in runs
+        if run.tokens_per_second[0] > 0 and run.tokens_per_second[1] > 0
     ]
-    drafted = [sum(r.drafted[i] for r in ok) for i in (0, 1)]
-    accepted = [sum(r.accepted[i] for r in ok) for i in (0, 1)]
+    drafted = [sum(run.drafted[i] for run in runs) for i in (0, 1)]
+    accepted = [sum(run.accepted[i] for run in runs) for i in (0, 1)]
     return {
         "tokens_per_second_median": speeds,
         "speedup": speeds[0] / speeds[1] if speeds[0] and speeds[1] else None,
@@ -182,16 +184,5 @@ def outcome_json(outcome: SuiteOutcome) -> dict[str, Any]:
         "settings": settings.as_json(outcome.prompts),
         "skipped_prompts": outcome.skipped,
         "pairs": pairs,
-        "prompts": [_record_json(r) for r in outcome.records],
+        "prompts": [r.to_json() for r in outcome.records],
     }
-
-
-def _record_json(record: PromptRecord) -> dict[str, Any]:
-    data = asdict(record)
-    if record.teacher is not None:
-        data["teacher"] = {
-            "steps": record.teacher.steps,
-            "flips": record.teacher.flips,
-            "max_delta_logit": max(record.teacher.deltas, default=None),
-        }
-    return data
