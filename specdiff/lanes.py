@@ -125,26 +125,27 @@ class Lane:
 
     def __post_init__(self) -> None:
         for item in fields(self):
-            value = getattr(self, item.name)
-            expected = _FIELD_TYPES[item.name]
-            if expected is bool:
-                if not isinstance(value, bool):
-                    raise _bad_type(item.name, value, "true or false")
-            elif expected is int:
-                if isinstance(value, bool) or not isinstance(value, int):
-                    raise _bad_type(item.name, value, "a whole number")
-                low, high = BOUNDS[item.name]
-                if not low <= value <= high:
-                    raise LaneConfigError(
-                        f"lane key {item.name!r} must be between {low} and {high}, got {value}"
-                    )
-            elif not isinstance(value, str):
-                raise _bad_type(item.name, value, "a string")
-            if item.name in CHOICES and value not in CHOICES[item.name]:
-                allowed = ", ".join(repr(choice) for choice in CHOICES[item.name])
+            _check_field(item.name, getattr(self, item.name))
+        self._check_local()
+        if self.backend == "server":
+            self._check_server()
+        if self.api_key_env and not ENV_NAME.fullmatch(self.api_key_env):
+            raise LaneConfigError(
+                f"api_key_env must name an environment variable, got {self.api_key_env!r}"
+            )
+        if self.request:
+            try:
+                extra = json.loads(self.request)
+            except ValueError:
+                extra = None
+            if not isinstance(extra, dict):
                 raise LaneConfigError(
-                    f"lane key {item.name!r} cannot be {value!r}; allowed: {allowed}"
+                    'request must be a JSON object of extra request fields, e.g. '
+                    '{"cache_prompt": true}'
                 )
+
+    def _check_local(self) -> None:
+        """Settings llama.cpp would refuse, or that contradict each other."""
         if self.n_ubatch > self.n_batch:
             raise LaneConfigError(
                 f"n_ubatch ({self.n_ubatch}) must not exceed n_batch ({self.n_batch}); "
@@ -161,35 +162,22 @@ class Lane:
             )
         if self.prefix_text and self.prefix_tokens:
             raise LaneConfigError("set prefix_tokens or prefix_text, not both")
-        if self.backend == "server":
-            if not self.endpoint.startswith(("http://", "https://")):
-                raise LaneConfigError(
-                    "a server lane needs endpoint=http://HOST:PORT (the server's base URL)"
-                )
-            if self.speculative:
-                raise LaneConfigError(
-                    "a server lane's speculation is the server's own setting (start it so, "
-                    "e.g. llama-server --spec-type ngram-simple); keep speculation=none"
-                )
-            if self.prefix == "cached" and self.api != "llama-server":
-                raise LaneConfigError(
-                    "prefix=cached on a server lane primes llama-server's prompt cache: "
-                    "set api=llama-server"
-                )
-        if self.api_key_env and not ENV_NAME.fullmatch(self.api_key_env):
+
+    def _check_server(self) -> None:
+        if not self.endpoint.startswith(("http://", "https://")):
             raise LaneConfigError(
-                f"api_key_env must name an environment variable, got {self.api_key_env!r}"
+                "a server lane needs endpoint=http://HOST:PORT (the server's base URL)"
             )
-        if self.request:
-            try:
-                extra = json.loads(self.request)
-            except ValueError:
-                extra = None
-            if not isinstance(extra, dict):
-                raise LaneConfigError(
-                    'request must be a JSON object of extra request fields, e.g. '
-                    '{"cache_prompt": true}'
-                )
+        if self.speculative:
+            raise LaneConfigError(
+                "a server lane's speculation is the server's own setting (start it so, "
+                "e.g. llama-server --spec-type ngram-simple); keep speculation=none"
+            )
+        if self.prefix == "cached" and self.api != "llama-server":
+            raise LaneConfigError(
+                "prefix=cached on a server lane primes llama-server's prompt cache: "
+                "set api=llama-server"
+            )
 
     @property
     def speculative(self) -> bool:
@@ -227,6 +215,27 @@ LANE_KEYS = tuple(_FIELD_TYPES)
 
 def _bad_type(key: str, value: object, wanted: str) -> LaneConfigError:
     return LaneConfigError(f"lane key {key!r} must be {wanted}, got {value!r}")
+
+
+def _check_field(name: str, value: object) -> None:
+    """One lane key's type, bounds and allowed values."""
+    expected = _FIELD_TYPES[name]
+    if expected is bool:
+        if not isinstance(value, bool):
+            raise _bad_type(name, value, "true or false")
+    elif expected is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _bad_type(name, value, "a whole number")
+        low, high = BOUNDS[name]
+        if not low <= value <= high:
+            raise LaneConfigError(
+                f"lane key {name!r} must be between {low} and {high}, got {value}"
+            )
+    elif not isinstance(value, str):
+        raise _bad_type(name, value, "a string")
+    if name in CHOICES and value not in CHOICES[name]:
+        allowed = ", ".join(repr(choice) for choice in CHOICES[name])
+        raise LaneConfigError(f"lane key {name!r} cannot be {value!r}; allowed: {allowed}")
 
 
 def differences(a: Lane, b: Lane) -> list[str]:
@@ -405,32 +414,7 @@ def load_pairs_file(path: str | Path, base: Mapping[str, Pair] | None = None) ->
         raise LaneConfigError(f"{path}: [pairs] must hold tables like [pairs.my-pair]")
     result: dict[str, Pair] = {}
     for name, spec in pairs.items():
-        if not isinstance(spec, dict):
-            raise LaneConfigError(f"{path}: pairs.{name} must be a table")
-        extra = set(spec) - {"description", "from", "a", "b"}
-        if extra:
-            raise LaneConfigError(
-                f"{path}: pairs.{name} has unknown key {sorted(extra)[0]!r}; "
-                "allowed: description, from, a, b"
-            )
-        origin = spec.get("from")
-        if origin is None:
-            start = Pair(name, Lane(), Lane())
-        elif origin in known or origin in result:
-            start = result.get(origin) or known[origin]
-        else:
-            raise LaneConfigError(f"{path}: pairs.{name}: " + str(unknown_pair(origin, known)))
-        lanes = []
-        for side in ("a", "b"):
-            table = spec.get(side, {})
-            if not isinstance(table, dict):
-                raise LaneConfigError(f"{path}: pairs.{name}.{side} must be a table of lane keys")
-            _check_keys(path, f"pairs.{name}.{side}", table)
-            try:
-                lanes.append(replace(getattr(start, side), **{**defaults, **table}))
-            except LaneConfigError as error:
-                raise LaneConfigError(f"{path}: pairs.{name}.{side}: {error}") from None
-        result[name] = Pair(name, lanes[0], lanes[1], str(spec.get("description", "")))
+        result[name] = _pair_from_table(path, name, spec, defaults, {**known, **result})
     if defaults:
         for name, pair in known.items():
             if name not in result:
@@ -441,6 +425,39 @@ def load_pairs_file(path: str | Path, base: Mapping[str, Pair] | None = None) ->
                     pair.description,
                 )
     return result
+
+
+def _pair_from_table(
+    path: Path, name: str, spec: object, defaults: Mapping[str, Any], known: Mapping[str, Pair]
+) -> Pair:
+    """One [pairs.NAME] table: its lanes start from `from` (a known pair, or one defined
+    earlier in the file) and take the file's defaults, then the table's own keys."""
+    if not isinstance(spec, dict):
+        raise LaneConfigError(f"{path}: pairs.{name} must be a table")
+    extra = set(spec) - {"description", "from", "a", "b"}
+    if extra:
+        raise LaneConfigError(
+            f"{path}: pairs.{name} has unknown key {sorted(extra)[0]!r}; "
+            "allowed: description, from, a, b"
+        )
+    origin = spec.get("from")
+    if origin is None:
+        start = Pair(name, Lane(), Lane())
+    elif origin in known:
+        start = known[origin]
+    else:
+        raise LaneConfigError(f"{path}: pairs.{name}: " + str(unknown_pair(origin, known)))
+    lanes = []
+    for side in ("a", "b"):
+        table = spec.get(side, {})
+        if not isinstance(table, dict):
+            raise LaneConfigError(f"{path}: pairs.{name}.{side} must be a table of lane keys")
+        _check_keys(path, f"pairs.{name}.{side}", table)
+        try:
+            lanes.append(replace(getattr(start, side), **{**defaults, **table}))
+        except LaneConfigError as error:
+            raise LaneConfigError(f"{path}: pairs.{name}.{side}: {error}") from None
+    return Pair(name, lanes[0], lanes[1], str(spec.get("description", "")))
 
 
 def _check_keys(path: Path, where: str, table: Mapping[str, Any]) -> None:
