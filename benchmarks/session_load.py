@@ -39,7 +39,7 @@ def make_session(path: Path, steps: int) -> None:
 
 
 async def first_frame(path: Path, speed: float | None, began: float) -> float:
-    from specdiff.cli import open_for_replay
+    from specdiff.cli.replay import open_for_replay
     from specdiff.lanes import presets
     from specdiff.tui.app import make_app
 

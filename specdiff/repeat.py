@@ -12,8 +12,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specdiff.engine.base import Cancelled
 from specdiff.engine.llama.batched import BatchedLane, BatchedRun
@@ -21,6 +22,9 @@ from specdiff.errors import PromptError
 from specdiff.lanes import Lane
 from specdiff.prompts import load as load_prompts
 from specdiff.steps import text_of
+
+if TYPE_CHECKING:
+    from specdiff.engine.server.lane import ServerLane
 
 COMPANION_SET = "open"
 
@@ -33,6 +37,8 @@ class RepeatResult:
     max_companions: int
     runs: list[BatchedRun]
     companion_ids: list[list[str]]
+    concurrency: int | None = None
+    """Requests in flight at once, for a repeat against a server; None for a local one."""
     cancelled: bool = False
 
 
@@ -103,63 +109,88 @@ def repeat_server(
 ) -> RepeatResult:
     """The same request `runs` times, `concurrency` at a time, to a server lane: the
     server batches them with each other as it would any concurrent clients."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from specdiff.engine.llama.lane import ModelPool
+    # deferred: only a repeat against a server needs the server lane
+    from specdiff.engine.llama.context import ModelPool
     from specdiff.engine.server.lane import ServerLane
 
     check_request(prompt, runs, max_tokens)
     if concurrency < 1:
         raise PromptError(f"--concurrency must be at least 1, got {concurrency}")
     cancel = cancel or threading.Event()
-    result = RepeatResult(lane, prompt, max_tokens, concurrency - 1, [], [])
+    result = RepeatResult(lane, prompt, max_tokens, concurrency - 1, [], [], concurrency)
     pool = ModelPool()
-    lanes: list[ServerLane] = []
+    clients: list[ServerLane] = []
     try:
         for _ in range(min(concurrency, runs)):
-            lanes.append(ServerLane(lane, "a", pool, progress or (lambda _: None), cancel))
-        free = list(lanes)
-        guard = threading.Lock()
-        outcomes: dict[int, BatchedRun] = {}
+            clients.append(ServerLane(lane, "a", pool, progress or (lambda _: None), cancel))
+        requests = _Requests(clients, prompt, max_tokens, concurrency - 1, on_run, cancel)
+        result.cancelled = requests.send(runs)
+    finally:
+        for client in clients:
+            client.close()
+        pool.close()
+    for number in sorted(requests.outcomes):
+        result.runs.append(requests.outcomes[number])
+        result.companion_ids.append([f"{concurrency - 1} concurrent requests"])
+    return result
 
-        def one(number: int) -> None:
-            if cancel.is_set():
-                raise Cancelled("cancelled")  # queued runs do not start after a stop
-            with guard:
-                client = free.pop()
-            try:
-                began = time.perf_counter()
-                outcome = BatchedRun(concurrency - 1)
-                outcome.steps = list(client.generate(prompt, max_tokens))
-                outcome.seconds = time.perf_counter() - began
-                outcomes[number] = outcome
-                if on_run is not None:
-                    with guard:
-                        on_run(number, outcome)
-            finally:
-                with guard:
-                    free.append(client)
 
-        with ThreadPoolExecutor(max_workers=len(lanes)) as executor:
-            futures = [executor.submit(one, number) for number in range(runs)]
+class _Requests:
+    """Requests sent from a thread each, every one on whichever server client is free."""
+
+    def __init__(
+        self,
+        clients: list[ServerLane],
+        prompt: str,
+        max_tokens: int,
+        companions: int,
+        on_run: Callable[[int, BatchedRun], None] | None,
+        cancel: threading.Event,
+    ) -> None:
+        self.free = list(clients)
+        self.workers = len(clients)
+        self.prompt = prompt
+        self.max_tokens = max_tokens
+        self.companions = companions
+        self.on_run = on_run
+        self.cancel = cancel
+        self.guard = threading.Lock()
+        self.outcomes: dict[int, BatchedRun] = {}
+
+    def send(self, runs: int) -> bool:
+        """Send `runs` requests; True when a stop ended them early."""
+        cancelled = False
+        with ThreadPoolExecutor(max_workers=self.workers) as executor:
+            futures = [executor.submit(self.one, number) for number in range(runs)]
             try:
                 for future in futures:
                     try:
                         future.result()
                     except Cancelled:
-                        result.cancelled = True
+                        cancelled = True
             except BaseException:
-                cancel.set()  # one request failed: the queued ones are not sent
+                self.cancel.set()  # one request failed: the queued ones are not sent
                 executor.shutdown(cancel_futures=True)
                 raise
-    finally:
-        for client in lanes:
-            client.close()
-        pool.close()
-    for number in sorted(outcomes):
-        result.runs.append(outcomes[number])
-        result.companion_ids.append([f"{concurrency - 1} concurrent requests"])
-    return result
+        return cancelled
+
+    def one(self, number: int) -> None:
+        if self.cancel.is_set():
+            raise Cancelled("cancelled")  # queued runs do not start after a stop
+        with self.guard:
+            client = self.free.pop()
+        try:
+            began = time.perf_counter()
+            outcome = BatchedRun(self.companions)
+            outcome.steps = list(client.generate(self.prompt, self.max_tokens))
+            outcome.seconds = time.perf_counter() - began
+            self.outcomes[number] = outcome
+            if self.on_run is not None:
+                with self.guard:
+                    self.on_run(number, outcome)
+        finally:
+            with self.guard:
+                self.free.append(client)
 
 
 def first_split(completions: list[list[int]]) -> int | None:
@@ -176,33 +207,14 @@ def first_split(completions: list[list[int]]) -> int | None:
 
 
 def summary(result: RepeatResult) -> dict[str, Any]:
+    """The repeat as JSON: the distinct completions (most runs first), where they split,
+    and each run's group and speed; a server repeat adds its endpoint and concurrency."""
     groups: dict[tuple[int, ...], list[int]] = {}
     for number, run in enumerate(result.runs):
         groups.setdefault(tuple(run.token_ids), []).append(number)
     ordered = sorted(groups.items(), key=lambda item: (-len(item[1]), item[1][0]))
     split = first_split([list(tokens) for tokens in groups])
-    group_json = []
-    for tokens, members in ordered:
-        first = result.runs[members[0]]
-        entry: dict[str, Any] = {
-            "runs": members,
-            "count": len(members),
-            "companions": sorted({result.runs[m].companions for m in members}),
-            "tokens": len(tokens),
-            "text": text_of(first.steps),
-        }
-        if split is not None and split < len(first.steps):
-            step = first.steps[split]
-            entry["at_split"] = {
-                "token_id": step.token_id,
-                "piece": step.piece.decode("utf-8", "replace"),
-                "margin": step.margin,
-                "top": [
-                    [c.token_id, c.piece.decode("utf-8", "replace"), c.logit] for c in step.top[:4]
-                ],
-            }
-        group_json.append(entry)
-    return {
+    data: dict[str, Any] = {
         "prompt": result.prompt,
         "lane": result.lane.as_dict(),
         "runs": len(result.runs),
@@ -211,7 +223,7 @@ def summary(result: RepeatResult) -> dict[str, Any]:
         "cancelled": result.cancelled,
         "unique": len(groups),
         "first_split": split,
-        "groups": group_json,
+        "groups": [_group_json(result, members, split) for _, members in ordered],
         "per_run": [
             {
                 "run": number,
@@ -224,6 +236,33 @@ def summary(result: RepeatResult) -> dict[str, Any]:
             for number, run in enumerate(result.runs)
         ],
     }
+    if result.concurrency is not None:
+        data["endpoint"] = result.lane.endpoint
+        data["concurrency"] = result.concurrency
+    return data
+
+
+def _group_json(result: RepeatResult, members: list[int], split: int | None) -> dict[str, Any]:
+    """One distinct completion: its runs, and its pick and margin at the split."""
+    first = result.runs[members[0]]
+    entry: dict[str, Any] = {
+        "runs": members,
+        "count": len(members),
+        "companions": sorted({result.runs[m].companions for m in members}),
+        "tokens": len(first.steps),
+        "text": text_of(first.steps),
+    }
+    if split is not None and split < len(first.steps):
+        step = first.steps[split]
+        entry["at_split"] = {
+            "token_id": step.token_id,
+            "piece": step.piece.decode("utf-8", "replace"),
+            "margin": step.margin,
+            "top": [
+                [c.token_id, c.piece.decode("utf-8", "replace"), c.logit] for c in step.top[:4]
+            ],
+        }
+    return entry
 
 
 def format_summary(data: dict[str, Any]) -> str:

@@ -221,7 +221,7 @@ def test_interrupt_mid_generation_keeps_what_was_produced() -> None:
 
 
 def test_theme_default_from_the_config_file(tmp_path: Path, monkeypatch) -> None:
-    from specdiff.cli import config_theme
+    from specdiff.cli.common import config_theme
     from specdiff.config import ConfigError
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))

@@ -226,7 +226,7 @@ async def wait_until(pilot, condition, timeout: float = 30.0) -> None:
 
 
 def streamed_app(path: Path, speed: float | None):
-    from specdiff.cli import REPLAY_FIRST_STEPS, open_for_replay
+    from specdiff.cli.replay import REPLAY_FIRST_STEPS, open_for_replay
 
     session, stream = open_for_replay(path)
     assert len(session.steps["a"]) + len(session.steps["b"]) == REPLAY_FIRST_STEPS

@@ -1,0 +1,191 @@
+"""What several commands share: exit codes, the one-line argument error, the progress
+line, reading a pair and a prompt from the options, and the Ctrl+C that stops a run."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from enum import IntEnum
+from pathlib import Path
+from typing import TextIO, TypeAlias
+
+from specdiff.config import config_value
+from specdiff.errors import PromptError, SpecdiffError
+from specdiff.lanes import (
+    Pair,
+    apply_overrides,
+    load_pairs_file,
+    parse_overrides,
+    presets,
+    unknown_pair,
+)
+from specdiff.prompts import DEFAULT_PROMPT
+
+
+class Exit(IntEnum):
+    """specdiff's exit codes."""
+
+    SAME = 0
+    """The lanes agree (or the command did what it was asked)."""
+    DIFFERENT = 1
+    BAD_INPUT = 2
+    """One line on stderr says what, with no traceback."""
+    INTERRUPTED = 130
+
+
+Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+"""What each command module's `add_parser` adds its parser to."""
+
+
+class ArgumentError(SpecdiffError):
+    """The command line itself is wrong."""
+
+
+class CommandParser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        # argparse exits with its own usage dump; specdiff's rule is one line and exit 2.
+        raise ArgumentError(f"{message} (see: {self.prog} --help)")
+
+
+class Status:
+    """One progress line on stderr, rewritten in place on a terminal."""
+
+    def __init__(self, stream: TextIO, enabled: bool) -> None:
+        self.stream = stream
+        self.enabled = enabled
+        self.live = enabled and stream.isatty()
+        self._last = 0.0
+        self._width = 0
+
+    def message(self, text: str) -> None:
+        if not self.enabled:
+            return
+        if self.live:
+            self.stream.write("\r" + text.ljust(self._width) + "\n")
+            self._width = 0
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def update(self, text: str) -> None:
+        if not self.live:
+            return
+        now = time.monotonic()
+        if now - self._last < 0.1:
+            return
+        self._last = now
+        self.stream.write("\r" + text.ljust(self._width))
+        self._width = len(text)
+        self.stream.flush()
+
+    def done(self) -> None:
+        if self.live and self._width:
+            self.stream.write("\r" + " " * self._width + "\r")
+            self.stream.flush()
+            self._width = 0
+
+
+def add_command(
+    commands: Subcommands,
+    name: str,
+    help: str,
+    handler: Callable[[argparse.Namespace], int],
+) -> argparse.ArgumentParser:
+    """The parser of one command, which `main` dispatches to `handler`."""
+    parser = commands.add_parser(name, help=help)
+    parser.set_defaults(handler=handler)
+    return parser
+
+
+def check_limits(max_tokens: int | None, near_tie: float) -> None:
+    """The token budget and near-tie threshold every decoding command refuses alike."""
+    if max_tokens is not None and max_tokens < 1:
+        raise PromptError(f"--max-tokens must be at least 1, got {max_tokens}")
+    if near_tie < 0:
+        raise ArgumentError(f"--near-tie must not be negative, got {near_tie}")
+
+
+def known_pairs(args: argparse.Namespace) -> dict[str, Pair]:
+    """The presets, plus the pairs of --pairs FILE."""
+    known = presets()
+    if args.pairs:
+        known.update(load_pairs_file(args.pairs, known))
+    return known
+
+
+def resolve_pair(args: argparse.Namespace, known: dict[str, Pair], name: str | None = None) -> Pair:
+    """The named pair (default --pair) with --both, --model, --lane-a and --lane-b applied."""
+    name = name or args.pair
+    if name not in known:
+        raise unknown_pair(name, known)
+    pair = known[name]
+    both = parse_overrides(args.both)
+    if args.model:
+        both.setdefault("model", args.model)
+    a = apply_overrides(apply_overrides(pair.a, both), parse_overrides(args.lane_a))
+    b = apply_overrides(apply_overrides(pair.b, both), parse_overrides(args.lane_b))
+    return replace(pair, a=a, b=b)
+
+
+def read_request(args: argparse.Namespace) -> tuple[dict[str, Pair], Pair, str]:
+    """What `run` and `live` both take: checked limits, the pairs, the pair, the prompt."""
+    check_limits(args.max_tokens, args.near_tie)
+    known = known_pairs(args)
+    return known, resolve_pair(args, known), read_prompt(args)
+
+
+def read_prompt(args: argparse.Namespace) -> str:
+    """--prompt, else --prompt-file (- = stdin), else the default prompt; never empty."""
+    if args.prompt is not None:
+        prompt = args.prompt
+    elif args.prompt_file == "-":
+        try:
+            prompt = sys.stdin.buffer.read().decode("utf-8")
+        except UnicodeDecodeError:
+            raise PromptError("the prompt on stdin is not UTF-8 text") from None
+    elif args.prompt_file:
+        prompt = _read_prompt_file(Path(args.prompt_file).expanduser())
+    else:
+        prompt = DEFAULT_PROMPT
+    if not prompt.strip():
+        raise PromptError("the prompt is empty; give some text (--prompt or --prompt-file)")
+    return prompt
+
+
+def _read_prompt_file(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PromptError(f"prompt file not found: {path}") from None
+    except UnicodeDecodeError:
+        raise PromptError(f"prompt file {path} is not UTF-8 text") from None
+    except OSError as error:
+        raise PromptError(f"cannot read prompt file {path}: {error.strerror}") from None
+
+
+def config_theme() -> str | None:
+    """`theme = "NAME"` from the user config file, if there is one."""
+    return config_value("theme")
+
+
+@contextlib.contextmanager
+def interrupt_sets(cancel: threading.Event) -> Iterator[None]:
+    """The first Ctrl+C asks the lanes to stop (llama.cpp aborts a long decode between
+    graph nodes) so the summary still covers what was produced; a second one raises."""
+
+    def on_interrupt(_signum: int, _frame: object) -> None:
+        if cancel.is_set():
+            raise KeyboardInterrupt
+        cancel.set()
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

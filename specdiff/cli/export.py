@@ -1,0 +1,52 @@
+"""`specdiff export`: a saved session as one self-contained report (md, html or json)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from specdiff.cli import options
+from specdiff.cli.common import Exit, Subcommands, add_command
+
+
+def add_parser(commands: Subcommands) -> None:
+    export = add_command(
+        commands,
+        "export",
+        "write a saved session as one self-contained report (md, html, json)",
+        command_export,
+    )
+    options.add_session_file(export)
+    export.add_argument(
+        "--format", metavar="FORMAT", help="md, html or json (default: --output's suffix, else md)"
+    )
+    export.add_argument("--output", "-o", metavar="PATH", help="where to write (default: stdout)")
+    export.add_argument("--force", action="store_true", help="overwrite an existing --output")
+    options.add_near_tie(export)
+
+
+def command_export(args: argparse.Namespace) -> int:
+    """Exit 0 once the report is written; it describes the session, it does not judge it."""
+    # deferred: the engine, session and report modules load only for the command that runs
+    from specdiff.reports.export import check_output, export_session, report_format, write_report
+    from specdiff.sessions.store import load_session
+
+    fmt = report_format(args.format, args.output)
+    output = None if args.output in (None, "-") else Path(args.output).expanduser()
+    if output is not None:
+        check_output(output, args.force)  # refuse before the work of loading and rendering
+    report = export_session(load_session(args.session), fmt, args.near_tie)
+    if output is not None:
+        write_report(report, output, args.force)
+        print(f"specdiff: wrote {output}", file=sys.stderr)
+        return Exit.SAME
+    binary = getattr(sys.stdout, "buffer", None)
+    if binary is None:
+        sys.stdout.write(report)
+    else:
+        # the report says it is UTF-8 (<meta charset>), whatever the terminal's encoding
+        sys.stdout.flush()
+        binary.write(report.encode("utf-8"))
+        binary.flush()
+    return Exit.SAME

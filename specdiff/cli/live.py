@@ -1,0 +1,41 @@
+"""`specdiff live`, the default command: the TUI with both lanes streaming side by side."""
+
+from __future__ import annotations
+
+import argparse
+
+from specdiff.cli import options
+from specdiff.cli.common import Exit, Subcommands, add_command, config_theme, read_request
+
+
+def add_parser(commands: Subcommands) -> None:
+    live = add_command(
+        commands,
+        "live",
+        "the TUI: both lanes streaming side by side (the default command)",
+        command_live,
+    )
+    options.add_request_options(live)
+    live.add_argument("--theme", help="theme name (default: config file, else specdiff-dark)")
+    live.add_argument("--sessions-dir", help="where `s` saves sessions")
+    live.add_argument("--no-start", action="store_true", help="open without starting a run")
+
+
+def command_live(args: argparse.Namespace) -> int:
+    known, pair, prompt = read_request(args)
+    known[pair.name] = pair
+    # deferred: Textual loads only for the commands that open a screen
+    from specdiff.tui.app import make_app
+
+    app = make_app(
+        known,
+        pair.name,
+        prompt,
+        args.max_tokens,
+        near_tie=args.near_tie,
+        theme_name=args.theme or config_theme(),
+        autostart=not args.no_start,
+        sessions_dir=args.sessions_dir,
+    )
+    app.run()
+    return Exit.SAME

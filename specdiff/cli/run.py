@@ -1,0 +1,121 @@
+"""`specdiff run`: both lanes of a pair on one prompt, headless; exit 1 when they fork."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from specdiff.cli import options
+from specdiff.cli.common import Exit, Status, Subcommands, add_command, interrupt_sets, read_request
+from specdiff.errors import SpecdiffError
+from specdiff.lanes import Pair
+from specdiff.steps import TokenStep
+
+if TYPE_CHECKING:
+    from specdiff.engine.pairrun import PairRun
+    from specdiff.sessions.format import PairResult
+    from specdiff.sessions.store import SessionWriter
+
+
+def add_parser(commands: Subcommands) -> None:
+    run = add_command(
+        commands, "run", "run both lanes of a pair on a prompt, headless", command_run
+    )
+    options.add_request_options(run)
+    options.add_stop(run)
+    options.add_json_summary(run)
+    options.add_quiet(run)
+    run.add_argument(
+        "--save", action="store_true", help="write the run as a session file as it streams"
+    )
+    run.add_argument(
+        "--sessions-dir", help="where --save writes (default: ./sessions or the user data dir)"
+    )
+
+
+def command_run(args: argparse.Namespace) -> int:
+    """Exit 0 when the lanes agree, 1 when they fork, 2 when a lane failed, 130 when stopped."""
+    # deferred: the engine, session and report modules load only for the command that runs
+    from specdiff.engine.pairrun import PairRun
+    from specdiff.reports.text import format_result, result_json
+
+    _, pair, prompt = read_request(args)
+    status = Status(sys.stderr, not args.quiet)
+    cancel = threading.Event()
+    counts = {"a": 0, "b": 0}
+    writer: SessionWriter | None = None
+
+    def on_step(step: TokenStep) -> None:
+        counts[step.lane] += 1
+        if writer is not None:
+            writer.step(step)
+        status.update(
+            f"generating: lane a {counts['a']}/{args.max_tokens} · "
+            f"lane b {counts['b']}/{args.max_tokens} tokens"
+        )
+
+    with PairRun(pair, status.message, cancel) as runner:
+        tokens = runner.tokenize(prompt)
+        status.message(f"running {pair.name} on a {len(tokens)}-token prompt")
+        if args.save:
+            writer = start_session(args, runner, pair, prompt, tokens)
+            status.message(f"saving to {writer.partial}")
+        try:
+            with interrupt_sets(cancel):
+                result = runner.run(prompt, args.max_tokens, args.stop, args.near_tie, on_step)
+        except SpecdiffError:
+            if writer is not None:
+                writer.abandon()
+            raise
+        status.done()
+    if writer is not None:
+        saved = writer.finish(result.summary())
+        print(f"specdiff: saved session {saved}", file=sys.stderr)
+    if args.json:
+        json.dump(result_json(result), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print(format_result(result))
+    return exit_code(result)
+
+
+def start_session(
+    args: argparse.Namespace, runner: PairRun, pair: Pair, prompt: str, tokens: list[int]
+) -> SessionWriter:
+    """A session file with its header written, once the input is known to be good."""
+    # deferred: the engine, session and report modules load only for the command that runs
+    from specdiff.sessions.format import SessionHeader
+    from specdiff.sessions.store import SessionWriter
+
+    runner.check(tokens, args.max_tokens)  # bad input leaves no file
+    writer = SessionWriter(args.sessions_dir, pair.name, prompt)
+    writer.header(
+        SessionHeader(
+            pair=pair,
+            prompt=prompt,
+            prompt_token_ids=tuple(tokens),
+            max_tokens=args.max_tokens,
+            stop=tuple(args.stop),
+            executed=runner.executed(),
+            build=runner.build,
+            created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        )
+    )
+    return writer
+
+
+def exit_code(result: PairResult) -> int:
+    """The run's exit code, with a line on stderr for a stop or a failed lane."""
+    if result.cancelled:
+        print("specdiff: interrupted; the summary covers the tokens produced", file=sys.stderr)
+        return Exit.INTERRUPTED
+    errors = [f"lane {o.lane_id}: {o.error}" for o in (result.a, result.b) if o.error]
+    if errors:
+        for error in errors:
+            print(f"specdiff: error: {error}", file=sys.stderr)
+        return Exit.BAD_INPUT
+    return Exit.SAME if result.comparison.identical else Exit.DIFFERENT

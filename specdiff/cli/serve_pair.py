@@ -1,0 +1,94 @@
+"""`specdiff serve-pair`: two local llama-servers (speculative and plain) for the length of
+one run, live or suite command pointed at them."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from specdiff.cli import options
+from specdiff.cli.common import ArgumentError, Status, Subcommands, add_command
+
+SERVE_PAIR_COMMANDS = ("run", "live", "suite")
+
+
+def add_parser(commands: Subcommands) -> None:
+    serve = add_command(
+        commands,
+        "serve-pair",
+        "start two local llama-servers (speculative vs plain), run a command on them, stop them",
+        command_serve_pair,
+    )
+    options.add_model(serve)
+    serve.add_argument("--llama-server", metavar="PATH", help="the llama-server binary")
+    serve.add_argument(
+        "--spec-type",
+        default="ngram-simple",
+        help="server a's speculation, llama-server's --spec-type (default ngram-simple)",
+    )
+    serve.add_argument("--ctx-size", type=int, default=4096, help="each server's context")
+    serve.add_argument(
+        "--threads", type=int, default=0, help="threads per server (default: half the cores)"
+    )
+    serve.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="one more argument for both servers (repeatable)",
+    )
+    serve.add_argument(
+        "inner",
+        nargs=argparse.REMAINDER,
+        metavar="COMMAND ...",
+        help="run (default), live or suite, with their options; the lanes point at the servers",
+    )
+
+
+def inner_command(inner: list[str]) -> list[str]:
+    """The command to run on the servers: `run` when none is named."""
+    command = inner[1:] if inner[:1] == ["--"] else list(inner)
+    if not command or command[0].startswith("-"):
+        command = ["run", *command]
+    if command[0] not in SERVE_PAIR_COMMANDS:
+        raise ArgumentError(
+            f"serve-pair runs one of {', '.join(SERVE_PAIR_COMMANDS)}, not {command[0]!r}"
+        )
+    return command
+
+
+def command_serve_pair(args: argparse.Namespace) -> int:
+    """Start server a (speculative) and server b (plain) on loopback, run the command with
+    `--pair servers` pointed at them, and stop both whatever happens."""
+    # deferred: the package imports this module to build its parser
+    from specdiff.cli import main
+
+    # also deferred: the engine, session and report modules load only for the command that runs
+    from specdiff.engine.models import base_model_path
+    from specdiff.engine.server.process import LlamaServer, find_llama_server
+
+    command = inner_command(args.inner)
+    binary = find_llama_server(args.llama_server)
+    status = Status(sys.stderr, True)
+    model = base_model_path(args.model or "default", status.message)
+    threads = args.threads or max(1, (os.cpu_count() or 2) // 2)
+    common = ["--ctx-size", str(args.ctx_size), "--threads", str(threads), "--parallel", "1"]
+    common += args.server_arg
+    speculative = LlamaServer(binary, model, [*common, "--spec-type", args.spec_type])
+    plain = LlamaServer(binary, model, common)
+    try:
+        for name, server in (("a", speculative), ("b", plain)):
+            status.message(f"starting llama-server {name} on {server.url}")
+            server.start()
+        lanes = [
+            "--pair", "servers",
+            "--lane-a", f"endpoint={speculative.url}", "--lane-a", "api=llama-server",
+            "--lane-a", f"label=llama-server --spec-type {args.spec_type}",
+            "--lane-b", f"endpoint={plain.url}", "--lane-b", "api=llama-server",
+            "--lane-b", "label=llama-server plain",
+        ]  # fmt: skip
+        return main([command[0], *lanes, *command[1:]])
+    finally:
+        for server in (speculative, plain):
+            server.stop()

@@ -1,0 +1,84 @@
+"""`specdiff sessions`: the saved sessions in a folder, a line each, or one of them replayed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from specdiff.cli import options
+from specdiff.cli.common import CommandParser, Exit, Subcommands, add_command
+from specdiff.cli.replay import replay_file
+
+if TYPE_CHECKING:
+    from specdiff.sessions.catalog import SessionInfo
+
+
+def add_parser(commands: Subcommands) -> None:
+    sessions = add_command(
+        commands, "sessions", "list the saved sessions, or open one", command_sessions
+    )
+    sessions.add_argument(
+        "--sessions-dir", help="the folder to list (default: ./sessions or the user data dir)"
+    )
+    sessions.add_argument("--json", action="store_true", help="one JSON object per session")
+    session_commands = sessions.add_subparsers(dest="sessions_command", parser_class=CommandParser)
+    listing = session_commands.add_parser("list", help="a line per session (the default)")
+    listing.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    opening = session_commands.add_parser(
+        "open", help="replay a listed session: its number in the list or its file name"
+    )
+    opening.add_argument("reference", metavar="NUMBER|NAME")
+    options.add_replay_options(opening)
+
+
+def command_sessions(args: argparse.Namespace) -> int:
+    # deferred: the engine, session and report modules load only for the command that runs
+    from specdiff.sessions.catalog import list_sessions, resolve_in
+    from specdiff.sessions.store import sessions_dir
+
+    directory = sessions_dir(args.sessions_dir).absolute()
+    infos = list_sessions(directory)
+    if args.sessions_command == "open":
+        return replay_file(resolve_in(directory, args.reference, infos), args)
+    if args.json:
+        for info in infos:
+            print(json.dumps(session_json(info), ensure_ascii=False))
+    else:
+        print_listing(directory, infos)
+    return Exit.SAME
+
+
+def print_listing(directory: Path, infos: list[SessionInfo]) -> None:
+    if not infos:
+        print(f"no sessions in {directory} (save one with `specdiff run --save` or `s` in the TUI)")
+        return
+    print(f"sessions in {directory}:")
+    print(f"{'#':>3}  {'date (UTC)':<16}  {'pair':<16}  {'diverged at':<12}  {'tokens':>9}  prompt")
+    for number, info in enumerate(infos, 1):
+        if info.problem is not None:
+            print(f"{number:>3}  {info.path.name}: unreadable ({info.problem})")
+            continue
+        tokens = "/".join(str(n) for n in info.generated) if info.generated else "?"
+        prompt = " ".join(info.prompt.split())
+        prompt = prompt if len(prompt) <= 40 else prompt[:39] + "…"
+        print(
+            f"{number:>3}  {info.when:<16}  {info.pair[:16]:<16}  {info.diverged:<12}  "
+            f"{tokens:>9}  {prompt}"
+        )
+    print("open one with: specdiff sessions open NUMBER (or replay, verify, export its file)")
+
+
+def session_json(info: SessionInfo) -> dict[str, Any]:
+    return {
+        "path": str(info.path),
+        "created": info.created,
+        "pair": info.pair,
+        "prompt": info.prompt,
+        "partial": info.partial,
+        "identical": info.identical,
+        "fork_index": info.fork_index,
+        "generated": list(info.generated) if info.generated else None,
+        "problem": info.problem,
+    }

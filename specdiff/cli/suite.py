@@ -1,0 +1,221 @@
+"""`specdiff suite`: run pairs over a set of prompts into a report folder, headless; a
+stopped suite continues with --resume."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from specdiff.cli import options
+from specdiff.cli.common import (
+    ArgumentError,
+    Exit,
+    Status,
+    Subcommands,
+    add_command,
+    check_limits,
+    interrupt_sets,
+    known_pairs,
+    resolve_pair,
+)
+from specdiff.prompts import SETS
+
+if TYPE_CHECKING:
+    from specdiff.suite.prompts import SuitePrompt
+    from specdiff.suite.runner import Progress
+    from specdiff.suite.settings import SuiteSettings
+
+PROMPTS_HELP = (
+    "JSONL file ({id, prompt, max_tokens?} a line), folder of .txt files, or a bundled set: "
+    + ", ".join(SETS)
+)
+
+
+def add_parser(commands: Subcommands) -> None:
+    suite = add_command(
+        commands,
+        "suite",
+        "run pairs over a set of prompts into a report folder, headless",
+        command_suite,
+    )
+    suite.add_argument(
+        "prompts",
+        nargs="?",
+        metavar="PROMPTS",
+        help=PROMPTS_HELP,
+    )
+    options.add_lane_options(suite, one_pair=False)
+    suite.add_argument(
+        "--pair",
+        action="append",
+        dest="pair_names",
+        metavar="PAIR",
+        help=f"pair to run (repeatable; default {options.DEFAULT_PAIR})",
+    )
+    suite.add_argument(
+        "--max-tokens", type=int, help=f"tokens per lane (default {options.DEFAULT_MAX_TOKENS})"
+    )
+    suite.add_argument("--report", required=True, metavar="DIR", help="the report folder")
+    options.add_near_tie(suite)
+    suite.add_argument(
+        "--teacher-forced",
+        action="store_true",
+        help="feed lane b lane a's tokens: count the steps whose argmax flips",
+    )
+    suite.add_argument(
+        "--quants",
+        metavar="LIST",
+        help="run each pair once per weight type, e.g. base,q8_0,f16 (base = the model as is)",
+    )
+    options.add_stop(suite)
+    suite.add_argument("--resume", action="store_true", help="continue a stopped suite in DIR")
+    suite.add_argument("--force", action="store_true", help="replace the report in DIR")
+    suite.add_argument(
+        "--skip-bad", action="store_true", help="run the good prompts when some lines are bad"
+    )
+    options.add_quiet(suite)
+
+
+def command_suite(args: argparse.Namespace) -> int:
+    """Exit 0 when every run finished, 1 when some lane failed, 130 when stopped."""
+    # deferred: the engine, session and report modules load only for the command that runs
+    from specdiff.reports.suite import write_reports
+    from specdiff.suite.folder import prepare_report_dir, read_suite_file, write_settings
+    from specdiff.suite.prompts import load_suite_prompts
+    from specdiff.suite.runner import SuiteRun
+    from specdiff.suite.settings import check_resume
+    from specdiff.suite.stats import outcome_json
+
+    report_dir = Path(args.report).expanduser()
+    check_limits(args.max_tokens, args.near_tie)
+    given, prompts, skipped = given_suite(args)
+    settings = prepare_report_dir(report_dir, given, prompts, args.resume, args.force)
+    if prompts is None:
+        prompts, skipped = load_suite_prompts(settings.source, args.skip_bad)
+        check_resume(read_suite_file(report_dir), None, prompts, report_dir)
+    write_settings(report_dir, settings, prompts)
+    status = Status(sys.stderr, not args.quiet)
+    for problem in skipped:
+        status.message(f"skipped: {problem}")
+    variants = settings.variants()
+    status.message(
+        f"suite: {len(prompts)} prompts x {len(variants)} pair"
+        f"{'s' if len(variants) > 1 else ''} ({', '.join(v[0] for v in variants)}), up to "
+        f"{settings.max_tokens} tokens per lane -> {report_dir}"
+    )
+
+    def on_progress(progress: Progress) -> None:
+        status.update(progress_line(progress))
+
+    cancel = threading.Event()
+    runner = SuiteRun(settings, prompts, report_dir, skipped, on_progress, status.message, cancel)
+    with interrupt_sets(cancel):
+        outcome = runner.run()
+    status.done()
+    data = outcome_json(outcome)
+    print_summary(data, write_reports(report_dir, data))
+    if outcome.cancelled:
+        print(
+            f"specdiff: stopped after {data['finished']} of {data['jobs']} runs; continue "
+            f"with: specdiff suite --resume --report {report_dir}",
+            file=sys.stderr,
+        )
+        return Exit.INTERRUPTED
+    failed = sum(pair["summary"]["failed"] for pair in data["pairs"])
+    return Exit.DIFFERENT if failed else Exit.SAME
+
+
+def given_suite(
+    args: argparse.Namespace,
+) -> tuple[SuiteSettings | None, list[SuitePrompt] | None, list[str]]:
+    """The settings, prompts and skipped lines the command names; (None, None, []) for a
+    --resume without PROMPTS, which takes all of them from the stopped suite."""
+    # deferred: the engine, session and report modules load only for the command that runs
+    from specdiff.suite.prompts import load_suite_prompts
+    from specdiff.suite.settings import SuiteSettings, check_quants
+
+    if args.prompts is None:
+        if not args.resume:
+            raise ArgumentError("give the prompts: a JSONL file, a folder of .txt or a bundled set")
+        refuse_run_options(args)
+        return None, None, []
+    known = known_pairs(args)
+    names = args.pair_names or [options.DEFAULT_PAIR]
+    settings = SuiteSettings(
+        source=args.prompts,
+        pairs=tuple(resolve_pair(args, known, name) for name in dict.fromkeys(names)),
+        max_tokens=args.max_tokens or options.DEFAULT_MAX_TOKENS,
+        near_tie=args.near_tie,
+        teacher_forced=args.teacher_forced,
+        quants=check_quants(args.quants.split(",")) if args.quants else (),
+        stop=tuple(args.stop),
+    )
+    prompts, skipped = load_suite_prompts(args.prompts, args.skip_bad)
+    return settings, prompts, skipped
+
+
+def refuse_run_options(args: argparse.Namespace) -> None:
+    """Without PROMPTS, --resume takes every run option from the stopped suite: one given
+    here would be ignored, so it is refused."""
+    given_options = [
+        name
+        for name, value in (
+            ("--pair", args.pair_names),
+            ("--max-tokens", args.max_tokens),
+            ("--quants", args.quants),
+            ("--teacher-forced", args.teacher_forced or None),
+            ("--stop", args.stop),
+            ("--lane-a", args.lane_a),
+            ("--lane-b", args.lane_b),
+            ("--both", args.both),
+            ("--model", args.model),
+            ("--pairs", args.pairs),
+        )
+        if value
+    ]
+    if given_options:
+        raise ArgumentError(
+            f"--resume continues with the stopped suite's own settings; drop "
+            f"{', '.join(given_options)} (or give PROMPTS and all options as before)"
+        )
+
+
+def progress_line(progress: Progress) -> str:
+    filled = round(24 * progress.fraction)
+    return (
+        f"[{'█' * filled}{'░' * (24 - filled)}] {progress.fraction:4.0%} "
+        f"{progress.job + 1}/{progress.jobs} {progress.label} {progress.prompt_id} "
+        f"· ETA {duration(progress.eta_seconds)}"
+    )
+
+
+def duration(seconds: float | None) -> str:
+    """`…`, `42s`, `3m07s` or `1h05m`: an ETA short enough for a progress line."""
+    if seconds is None:
+        return "…"
+    seconds = int(seconds)
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def print_summary(data: dict[str, Any], paths: list[Path]) -> None:
+    """A line per pair (identical runs, speed, flips, failures), then where the report is."""
+    for pair in data["pairs"]:
+        summary = pair["summary"]
+        ran = summary["prompts"] - summary["failed"]
+        speed = f", speed a/b {summary['speedup']:.2f}x" if summary["speedup"] else ""
+        teacher = summary.get("teacher_forced")
+        flips = (
+            f", teacher-forced flips {teacher['flips']} of {teacher['steps']} steps"
+            if teacher
+            else ""
+        )
+        print(
+            f"{pair['label']}: identical {summary['identical']} of {ran}{speed}{flips}"
+            + (f", {summary['failed']} failed" if summary["failed"] else "")
+        )
+    print(f"report: {paths[2]} (also {', '.join(p.name for p in paths if p != paths[2])})")

@@ -1,0 +1,60 @@
+"""`specdiff verify`: re-run a session's lanes and compare token ids step by step."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from specdiff.cli import options
+from specdiff.cli.common import Exit, Status, Subcommands, add_command
+
+
+def add_parser(commands: Subcommands) -> None:
+    verify = add_command(
+        commands,
+        "verify",
+        "re-run a session's lanes and compare token ids step by step",
+        command_verify,
+    )
+    options.add_session_file(verify)
+    options.add_quiet(verify)
+
+
+def command_verify(args: argparse.Namespace) -> int:
+    """Exit 0 when every recorded token comes out again, 1 at the first that does not."""
+    # deferred: the engine, session and report modules load only for the command that runs
+    from specdiff.engine.pairrun import PairRun
+    from specdiff.sessions.store import load_session
+    from specdiff.sessions.verify import environment_changes, first_drift
+
+    session = load_session(args.session)
+    header = session.header
+    pair = session.pair
+    status = Status(sys.stderr, not args.quiet)
+    with PairRun(pair, status.message) as runner:
+        status.message(f"re-running {pair.name} from {session.path.name}")
+        result = runner.run(
+            session.prompt,
+            header.max_tokens,
+            header.stop,
+            teacher_forced=header.teacher_forced,
+        )
+        executed = runner.executed()
+    drift = first_drift(session, {"a": result.a.token_ids, "b": result.b.token_ids})
+    changes = environment_changes(header, result.build, executed)
+    if drift is None:
+        total = len(session.steps["a"]) + len(session.steps["b"])
+        print(f"verified: all {total} recorded steps came out again ({session.path.name})")
+        for change in changes:
+            print(f"  note: {change}")
+        return Exit.SAME
+    where = f"DRIFT at step {drift.index} of lane {drift.lane}"
+    if drift.length_changed:
+        print(f"{where}: the lane stopped at another length")
+    else:
+        print(f"{where}: recorded token {drift.recorded}, now {drift.now} ({session.path.name})")
+    print(
+        "what changed since the recording: "
+        + ("; ".join(changes) if changes else "nothing in build, system info or model hashes")
+    )
+    return Exit.DIFFERENT

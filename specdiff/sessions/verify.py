@@ -1,0 +1,75 @@
+"""Checking a session against a re-run of its lanes: the first step whose token came out
+differently, and what changed in the build, the system and the lanes since the recording."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from specdiff.sessions.format import SessionHeader
+from specdiff.sessions.store import Session
+
+BUILD_KEYS = ("llama_cpp_build", "llama_cpp_python", "system_info", "cpu", "specdiff")
+"""What in the build and the machine can change a greedy decode."""
+EXECUTED_KEYS = ("model_sha256", "threads", "n_batch", "n_ubatch", "repack")
+"""What in a lane, as llama.cpp applied it, can change a greedy decode."""
+
+
+@dataclass(frozen=True)
+class Drift:
+    """The first step of a lane where the re-run left the recording."""
+
+    index: int
+    lane: str
+    recorded: int | None
+    now: int | None
+    """`recorded` and `now` are both None when the lane stopped at another length."""
+
+    @property
+    def length_changed(self) -> bool:
+        return self.recorded is None
+
+
+def lane_drift(lane: str, recorded: Sequence[int], rerun: Sequence[int]) -> Drift | None:
+    """Where `rerun` first differs from `recorded`, or ends at another length."""
+    for index, (old, new) in enumerate(zip(recorded, rerun)):
+        if old != new:
+            return Drift(index, lane, old, new)
+    if len(recorded) != len(rerun):
+        return Drift(min(len(recorded), len(rerun)), lane, None, None)
+    return None
+
+
+def first_drift(session: Session, rerun: Mapping[str, Sequence[int]]) -> Drift | None:
+    """The earliest drift over both lanes (lane a's first at the same step); None when
+    every recorded token came out again."""
+    drifts = []
+    for lane_id in ("a", "b"):
+        recorded = [step.token_id for step in session.steps[lane_id]]
+        fresh = rerun[lane_id]
+        if session.stopped:
+            fresh = fresh[: len(recorded)]  # a stopped or killed run is checked as far as it got
+        drift = lane_drift(lane_id, recorded, fresh)
+        if drift is not None:
+            drifts.append(drift)
+    return min(drifts, key=lambda drift: (drift.index, drift.lane), default=None)
+
+
+def environment_changes(
+    header: SessionHeader,
+    build: Mapping[str, Any],
+    executed: Mapping[str, Mapping[str, Any]],
+) -> list[str]:
+    """One line per build, system or lane setting that differs from the recording."""
+    changes = []
+    for key in BUILD_KEYS:
+        if header.build.get(key) != build.get(key):
+            changes.append(f"{key}: {header.build.get(key)!r} -> {build.get(key)!r}")
+    for lane_id in ("a", "b"):
+        old = header.executed.get(lane_id, {})
+        new = executed.get(lane_id, {})
+        for key in EXECUTED_KEYS:
+            if old.get(key) != new.get(key):
+                changes.append(f"lane {lane_id} {key}: {old.get(key)!r} -> {new.get(key)!r}")
+    return changes
