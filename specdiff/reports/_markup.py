@@ -95,7 +95,7 @@ def page_head(title_html: str, own_style: str) -> str:
         '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         '<meta name="color-scheme" content="light dark">\n'
-        f"<title>{title_html}</title>\n<style>{BASE_STYLE}{own_style}</style>\n</head>\n"
+        f"<title>{title_html}</title>\n<style>{BASE_STYLE}{own_style.lstrip()}</style>\n</head>\n"
     )
 
 

@@ -11,10 +11,12 @@ import html
 import io
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from specdiff.files import write_text_atomic
+from specdiff.reports._markup import finite, html_table, md_cell, md_table, page_head
 from specdiff.reports.svg import LANE_COLORS, Rule, Series, histogram, line_chart
 
 PAIR_COLORS = ("#3b7dd8", "#e0761b", "#2e9e5b", "#a23bd8", "#d83b5e", "#6b6b6b")
@@ -47,9 +49,9 @@ CSV_COLUMNS = (
 
 
 def write_reports(report_dir: Path, data: dict[str, Any]) -> list[Path]:
-    """Write the four report files (each through a temporary name); their paths."""
+    """Write the four report files, each whole or not at all; their paths."""
     outputs = {
-        "report.json": json.dumps(_finite(data), indent=1, ensure_ascii=False) + "\n",
+        "report.json": json.dumps(finite(data), indent=1, ensure_ascii=False) + "\n",
         "report.md": markdown(data),
         "report.html": html_report(data),
         "results.csv": results_csv(data),
@@ -57,22 +59,9 @@ def write_reports(report_dir: Path, data: dict[str, Any]) -> list[Path]:
     written = []
     for name, text in outputs.items():
         path = report_dir / name
-        temporary = path.with_name(f".{name}.tmp")
-        temporary.write_text(text, encoding="utf-8", newline="")
-        temporary.replace(path)
+        write_text_atomic(path, text)
         written.append(path)
     return written
-
-
-def _finite(value: Any) -> Any:
-    """JSON has no Infinity or NaN: such numbers become null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
 
 
 # -- shared wording ------------------------------------------------------------------
@@ -95,9 +84,28 @@ def _status(data: dict[str, Any]) -> str:
     )
 
 
+def _overview(data: dict[str, Any]) -> str:
+    """The line under the title: state, size, settings, when and how long."""
+    settings = data["settings"]
+    teacher = " · teacher-forced (lane b fed lane a's tokens)" if settings["teacher_forced"] else ""
+    return (
+        f"{_status(data)} · {len(settings['prompt_ids'])} prompts · up to "
+        f"{settings['max_tokens']} tokens per lane · near tie: margin < {settings['near_tie']}"
+        f"{teacher} · created {data['created']} · specdiff {data['specdiff']} · "
+        f"{data['wall_seconds']:.0f} s"
+    )
+
+
 def _identical_text(summary: dict[str, Any]) -> str:
     ran = summary["prompts"] - summary["failed"]
     return f"{summary['identical']} of {ran}"
+
+
+def _pair_line(summary: dict[str, Any]) -> str:
+    return (
+        f"Identical {_identical_text(summary)}; forked {summary['forked']}; lengths "
+        f"differ {summary['lengths_differ']}; failed {summary['failed']}."
+    )
 
 
 def _summary_rows(data: dict[str, Any]) -> list[list[str]]:
@@ -154,7 +162,8 @@ def _by_length_header(data: dict[str, Any]) -> list[int]:
     return sorted(lengths)
 
 
-def _by_length_rows(data: dict[str, Any]) -> list[list[str]]:
+def _by_length_table(data: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Per pair, how many prompts had forked by each generation length."""
     lengths = _by_length_header(data)
     rows = []
     for pair in data["pairs"]:
@@ -168,7 +177,7 @@ def _by_length_rows(data: dict[str, Any]) -> list[list[str]]:
                 else f"{point['forked']}/{point['of']} ({point['forked'] / point['of']:.0%})"
             )
         rows.append(row)
-    return rows
+    return ["pair", *[f"by token {n}" for n in lengths]], rows
 
 
 def _quant_matrix(data: dict[str, Any]) -> tuple[list[str], list[list[str]]] | None:
@@ -272,6 +281,12 @@ def _prompt_rows(data: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+SUMMARY_NOTE = (
+    "Identical: both lanes produced the same token ids. Speed: median tokens/s of each "
+    "lane over its own decode time; speed a/b is their ratio."
+)
+MARGIN_HEADER = ("margin", "steps", "flips", "rate")
+LANE_HEADER = ("key", "lane a", "lane b")
 PROMPT_HEADER = (
     "pair",
     "prompt",
@@ -331,15 +346,8 @@ def delta_histogram_svg(pair: dict[str, Any]) -> str:
 
 
 # -- Markdown ------------------------------------------------------------------------
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(_md_cell(h) for h in header) + " |"]
-    lines.append("|" + "---|" * len(header))
-    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
-    return lines
+    return md_table(header, rows, md_cell)
 
 
 def _text_bars(bins: Sequence[dict[str, Any]], width: int = 30) -> list[str]:
@@ -351,123 +359,115 @@ def _text_bars(bins: Sequence[dict[str, Any]], width: int = 30) -> list[str]:
     return lines
 
 
-def markdown(data: dict[str, Any]) -> str:
-    settings = data["settings"]
-    lines = [
-        f"# specdiff suite: {settings['source']}",
-        "",
-        f"{_status(data)} · {len(settings['prompt_ids'])} prompts · up to "
-        f"{settings['max_tokens']} tokens per lane · near tie: margin < {settings['near_tie']}"
-        + (" · teacher-forced (lane b fed lane a's tokens)" if settings["teacher_forced"] else "")
-        + f" · created {data['created']} · specdiff {data['specdiff']} · "
-        f"{data['wall_seconds']:.0f} s",
-        "",
-        "## Summary",
-        "",
-        *_md_table(SUMMARY_HEADER, _summary_rows(data)),
-        "",
-        "Identical: both lanes produced the same token ids. Speed: median tokens/s of each "
-        "lane over its own decode time; speed a/b is their ratio.",
-        "",
-        "## Forked by generation length",
-        "",
-        *_md_table(
-            ["pair", *[f"by token {n}" for n in _by_length_header(data)]], _by_length_rows(data)
-        ),
-    ]
-    matrix = _quant_matrix(data)
-    if matrix is not None:
-        lines += ["", "## By weight type", "", *_md_table(*matrix)]
-    if data["skipped_prompts"]:
-        lines += ["", "## Skipped", ""]
-        lines += [f"- {_md_cell(problem)}" for problem in data["skipped_prompts"]]
+def _document(
+    data: dict[str, Any],
+    overview: Callable[[dict[str, Any]], list[str]],
+    pair_section: Callable[[dict[str, Any]], list[str]],
+    table_section: Callable[[str, Sequence[str], Sequence[Sequence[str]]], list[str]],
+) -> list[str]:
+    """The report in the order every format shows it: the overview, each pair, the
+    build, every run."""
+    lines = overview(data)
     for pair in data["pairs"]:
-        summary = pair["summary"]
-        lines += [
-            "",
-            f"## {pair['label']}",
-            "",
-            f"Identical {_identical_text(summary)}; forked {summary['forked']}; lengths "
-            f"differ {summary['lengths_differ']}; failed {summary['failed']}.",
-            "",
-            "First divergence index:",
-            "",
-            "```text",
-            *_text_bars(summary["fork_histogram"]),
-            "```",
-        ]
-        teacher = summary.get("teacher_forced")
-        if teacher:
-            lines += ["", "Teacher-forced:", "", *_md_table(["", ""], _teacher_rows(teacher))]
-            lines += [
-                "",
-                "Flips by lane a's margin m:",
-                "",
-                *_md_table(["margin", "steps", "flips", "rate"], _margin_rows(teacher)),
-            ]
-        rows = _lane_rows(pair.get("configuration"))
-        if rows:
-            lines += [
-                "",
-                "Configuration (* where the lanes differ):",
-                "",
-                *_md_table(["key", "lane a", "lane b"], rows),
-            ]
+        lines += pair_section(pair)
     build = _build_rows(data)
     if build:
-        lines += ["", "## Build", "", *_md_table(["", ""], build)]
-    lines += ["", "## Prompts", "", *_md_table(PROMPT_HEADER, _prompt_rows(data)), ""]
-    return "\n".join(lines)
+        lines += table_section("Build", ["", ""], build)
+    return lines + table_section("Prompts", PROMPT_HEADER, _prompt_rows(data))
+
+
+def markdown(data: dict[str, Any]) -> str:
+    return "\n".join([*_document(data, _md_overview, _md_pair, _md_section), ""])
+
+
+def _md_section(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    return ["", f"## {title}", "", *_md_table(header, rows)]
+
+
+def _md_overview(data: dict[str, Any]) -> list[str]:
+    lines = [f"# specdiff suite: {data['settings']['source']}", "", _overview(data)]
+    lines += _md_section("Summary", SUMMARY_HEADER, _summary_rows(data))
+    lines += ["", SUMMARY_NOTE]
+    lines += _md_section("Forked by generation length", *_by_length_table(data))
+    matrix = _quant_matrix(data)
+    if matrix is not None:
+        lines += _md_section("By weight type", *matrix)
+    if data["skipped_prompts"]:
+        lines += ["", "## Skipped", ""]
+        lines += [f"- {md_cell(problem)}" for problem in data["skipped_prompts"]]
+    return lines
+
+
+def _md_pair(pair: dict[str, Any]) -> list[str]:
+    summary = pair["summary"]
+    lines = [
+        "",
+        f"## {pair['label']}",
+        "",
+        _pair_line(summary),
+        "",
+        "First divergence index:",
+        "",
+        "```text",
+        *_text_bars(summary["fork_histogram"]),
+        "```",
+    ]
+    teacher = summary.get("teacher_forced")
+    if teacher:
+        lines += ["", "Teacher-forced:", "", *_md_table(["", ""], _teacher_rows(teacher))]
+        lines += [
+            "",
+            "Flips by lane a's margin m:",
+            "",
+            *_md_table(MARGIN_HEADER, _margin_rows(teacher)),
+        ]
+    rows = _lane_rows(pair.get("configuration"))
+    if rows:
+        lines += [
+            "",
+            "Configuration (* where the lanes differ):",
+            "",
+            *_md_table(LANE_HEADER, rows),
+        ]
+    return lines
 
 
 # -- HTML ----------------------------------------------------------------------------
-STYLE = """
-:root { color-scheme: light dark; --fg: #1f2328; --bg: #ffffff; --muted: #59636e;
-  --line: #d1d9e0; --head: #f6f8fa; }
-@media (prefers-color-scheme: dark) { :root { --fg: #d0d7de; --bg: #0d1117;
-  --muted: #9198a1; --line: #3d444d; --head: #151b23; } }
-body { font: 15px/1.5 system-ui, -apple-system, "Segoe UI", sans-serif; color: var(--fg);
-  background: var(--bg); max-width: 1100px; margin: 2rem auto; padding: 0 1rem; }
-h1 { font-size: 1.6rem; } h2 { border-bottom: 1px solid var(--line); padding-bottom: .2rem; }
-table { border-collapse: collapse; margin: .6rem 0 1rem; font-size: .9rem; }
-th, td { border: 1px solid var(--line); padding: .25rem .5rem; text-align: left;
-  vertical-align: top; }
-table.config td { overflow-wrap: anywhere; }
-th { background: var(--head); }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
-.muted { color: var(--muted); } .charts { display: flex; flex-wrap: wrap; gap: 1rem; }
-figure { margin: 0; } svg { max-width: 100%; height: auto; }
-code { font-size: .85em; }
+SUITE_STYLE = """
+body{max-width:1100px;margin:2rem auto;padding:0 1rem}
+h1{font-size:1.6rem}
+table{margin:.6rem 0 1rem;font-size:.9rem}
+table.config td{overflow-wrap:anywhere}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
+.charts{display:flex;flex-wrap:wrap;gap:1rem}
+code{font-size:.85em}
 """
+"""What the suite report adds to the base stylesheet: its page width and chart row."""
 
 
 def _html_table(
     header: Sequence[str], rows: Sequence[Sequence[str]], css_class: str = ""
 ) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows
-    )
-    opening = f'<table class="{css_class}">' if css_class else "<table>"
-    return f"{opening}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    body = ("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return html_table(header, body, html.escape, css_class)
 
 
 def html_report(data: dict[str, Any]) -> str:
-    settings = data["settings"]
-    escape = html.escape
+    lines = _document(data, _html_overview, _html_pair, _html_section)
+    return "\n".join([*lines, "</body></html>", ""])
+
+
+def _html_section(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    return [f"<h2>{title}</h2>", _html_table(header, rows)]
+
+
+def _html_overview(data: dict[str, Any]) -> list[str]:
+    source = html.escape(data["settings"]["source"])
     parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>specdiff suite: {escape(settings['source'])}</title>",
-        f"<style>{STYLE}</style></head><body>",
-        f"<h1>specdiff suite: {escape(settings['source'])}</h1>",
-        f'<p class="muted">{escape(_status(data))} · {len(settings["prompt_ids"])} prompts · '
-        f"up to {settings['max_tokens']} tokens per lane · near tie: margin &lt; "
-        f"{settings['near_tie']}"
-        + (" · teacher-forced (lane b fed lane a's tokens)" if settings["teacher_forced"] else "")
-        + f" · created {escape(data['created'])} · specdiff {escape(data['specdiff'])} · "
-        f"{data['wall_seconds']:.0f} s</p>",
+        page_head(f"specdiff suite: {source}", SUITE_STYLE) + "<body>",
+        f"<h1>specdiff suite: {source}</h1>",
+        # quotes need no escaping in text, and the wording has an apostrophe
+        f'<p class="muted">{html.escape(_overview(data), quote=False)}</p>',
         "<h2>Summary</h2>",
         _html_table(SUMMARY_HEADER, _summary_rows(data)),
         '<div class="charts">',
@@ -477,50 +477,35 @@ def html_report(data: dict[str, Any]) -> str:
         color = PAIR_COLORS[number % len(PAIR_COLORS)]
         parts.append(f'<figure class="plot">{fork_histogram_svg(pair, color)}</figure>')
     parts.append("</div>")
-    parts += [
-        "<h2>Forked by generation length</h2>",
-        _html_table(
-            ["pair", *[f"by token {n}" for n in _by_length_header(data)]], _by_length_rows(data)
-        ),
-    ]
+    parts += _html_section("Forked by generation length", *_by_length_table(data))
     matrix = _quant_matrix(data)
     if matrix is not None:
-        parts += ["<h2>By weight type</h2>", _html_table(*matrix)]
+        parts += _html_section("By weight type", *matrix)
     if data["skipped_prompts"]:
-        items = "".join(f"<li>{escape(p)}</li>" for p in data["skipped_prompts"])
+        items = "".join(f"<li>{html.escape(p)}</li>" for p in data["skipped_prompts"])
         parts += ["<h2>Skipped</h2>", f"<ul>{items}</ul>"]
-    for pair in data["pairs"]:
-        summary = pair["summary"]
+    return parts
+
+
+def _html_pair(pair: dict[str, Any]) -> list[str]:
+    summary = pair["summary"]
+    parts = [f"<h2>{html.escape(pair['label'])}</h2>", f"<p>{html.escape(_pair_line(summary))}</p>"]
+    teacher = summary.get("teacher_forced")
+    if teacher:
         parts += [
-            f"<h2>{escape(pair['label'])}</h2>",
-            f"<p>Identical {escape(_identical_text(summary))}; forked {summary['forked']}; "
-            f"lengths differ {summary['lengths_differ']}; failed {summary['failed']}.</p>",
+            "<h3>Teacher-forced</h3>",
+            _html_table(["", ""], _teacher_rows(teacher)),
+            f'<figure class="plot">{delta_histogram_svg(pair)}</figure>',
+            "<p>Flips by lane a's margin m:</p>",
+            _html_table(MARGIN_HEADER, _margin_rows(teacher)),
         ]
-        teacher = summary.get("teacher_forced")
-        if teacher:
-            parts += [
-                "<h3>Teacher-forced</h3>",
-                _html_table(["", ""], _teacher_rows(teacher)),
-                f'<figure class="plot">{delta_histogram_svg(pair)}</figure>',
-                "<p>Flips by lane a's margin m:</p>",
-                _html_table(["margin", "steps", "flips", "rate"], _margin_rows(teacher)),
-            ]
-        rows = _lane_rows(pair.get("configuration"))
-        if rows:
-            parts += [
-                '<h3>Configuration</h3><p class="muted">* where the lanes differ</p>',
-                _html_table(["key", "lane a", "lane b"], rows, "config"),
-            ]
-    build = _build_rows(data)
-    if build:
-        parts += ["<h2>Build</h2>", _html_table(["", ""], build)]
-    parts += [
-        "<h2>Prompts</h2>",
-        _html_table(PROMPT_HEADER, _prompt_rows(data)),
-        "</body></html>",
-        "",
-    ]
-    return "\n".join(parts)
+    rows = _lane_rows(pair.get("configuration"))
+    if rows:
+        parts += [
+            '<h3>Configuration</h3><p class="muted">* where the lanes differ</p>',
+            _html_table(LANE_HEADER, rows, "config"),
+        ]
+    return parts
 
 
 # -- CSV -----------------------------------------------------------------------------
@@ -528,38 +513,40 @@ def results_csv(data: dict[str, Any]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
-    for r in data["prompts"]:
-        margins = r["fork_margins"] or (None, None)
-        teacher = r.get("teacher")
-        writer.writerow(
-            [
-                r["pair"],
-                r["quant"],
-                r["prompt_id"],
-                int(r["identical"]),
-                "" if r["fork_index"] is None else r["fork_index"],
-                _csv_number(margins[0]),
-                _csv_number(margins[1]),
-                r["generated"][0],
-                r["generated"][1],
-                _csv_number(r["tokens_per_second"][0]),
-                _csv_number(r["tokens_per_second"][1]),
-                r["drafted"][0],
-                r["accepted"][0],
-                r["drafted"][1],
-                r["accepted"][1],
-                r["near_ties"][0],
-                r["near_ties"][1],
-                r["stop_reasons"][0],
-                r["stop_reasons"][1],
-                "; ".join(e for e in r["errors"] if e),
-                "" if teacher is None else len(teacher["flips"]),
-                r["output_sha256"][0],
-                r["output_sha256"][1],
-                r["session"],
-            ]
-        )
+    writer.writerows(_csv_row(record) for record in data["prompts"])
     return buffer.getvalue()
+
+
+def _csv_row(r: dict[str, Any]) -> list[Any]:
+    """One run in CSV_COLUMNS order."""
+    margins = r["fork_margins"] or (None, None)
+    teacher = r.get("teacher")
+    return [
+        r["pair"],
+        r["quant"],
+        r["prompt_id"],
+        int(r["identical"]),
+        "" if r["fork_index"] is None else r["fork_index"],
+        _csv_number(margins[0]),
+        _csv_number(margins[1]),
+        r["generated"][0],
+        r["generated"][1],
+        _csv_number(r["tokens_per_second"][0]),
+        _csv_number(r["tokens_per_second"][1]),
+        r["drafted"][0],
+        r["accepted"][0],
+        r["drafted"][1],
+        r["accepted"][1],
+        r["near_ties"][0],
+        r["near_ties"][1],
+        r["stop_reasons"][0],
+        r["stop_reasons"][1],
+        "; ".join(e for e in r["errors"] if e),
+        "" if teacher is None else len(teacher["flips"]),
+        r["output_sha256"][0],
+        r["output_sha256"][1],
+        r["session"],
+    ]
 
 
 def _csv_number(value: float | None) -> str:

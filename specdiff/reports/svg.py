@@ -216,11 +216,8 @@ def line_chart(
 ) -> str:
     """Lines with points, x = position in each series. Values outside y_range are drawn
     at its edge as open circles; NaN leaves a gap; +-inf counts as outside the range."""
-    finite = [v for s in series for v in s.values if math.isfinite(v)]
     if y_range is None:
-        low = min([0.0, *finite])
-        high = max([*finite, *(r.value for r in horizontal if math.isfinite(r.value))], default=1)
-        y_range = (low, _nice_ceiling(high) if high > low else low + 1.0)
+        y_range = _y_range(series, horizontal)
     length = max((len(s.values) for s in series), default=0)
     marks = [r.value for r in vertical if math.isfinite(r.value)]
     x_high = max([length - 1, *marks, 1])
@@ -228,46 +225,66 @@ def line_chart(
     parts = _open(title, width, height)
     x_ticks = [(canvas.x(t), label) for t, label in _x_ticks(0, x_high)]
     parts += _axes(canvas, x_label, y_label, x_ticks, nice_ticks(*y_range), height)
-    labels = []
-    for rule in horizontal:
-        if not y_range[0] <= rule.value <= y_range[1]:
-            continue
-        y = _number(canvas.y(rule.value))
-        dash = ' stroke-dasharray="6 4"' if rule.dashed else ""
-        parts.append(
-            f'<line x1="{canvas.left}" y1="{y}" x2="{canvas.right}" y2="{y}" '
-            f'stroke="currentColor" stroke-opacity="0.7"{dash}/>'
-        )
-        labels.append(
-            f'<text x="{canvas.right - 4}" y="{_number(canvas.y(rule.value) - 4)}" '
-            f'text-anchor="end" fill="currentColor" {_HALO}>{xml_text(rule.label)}</text>'
-        )
+    low, high = y_range
+    # a rule outside the plotted range (or not a number) is left out
+    across = [_horizontal_rule(canvas, r) for r in horizontal if low <= r.value <= high]
+    upright = [_vertical_rule(canvas, r) for r in vertical if 0 <= r.value <= x_high]
+    parts += [line for line, _ in across]
     for item in series:
         parts += _series_marks(canvas, item)
     # drawn over the data: a fork line hidden behind 200 points would be no marker at all
-    for rule in vertical:
-        if not (math.isfinite(rule.value) and 0 <= rule.value <= x_high):
-            continue
-        x = _number(canvas.x(rule.value))
-        dash = ' stroke-dasharray="6 4"' if rule.dashed else ""
-        parts.append(
-            f'<line x1="{x}" y1="{canvas.top}" x2="{x}" y2="{canvas.bottom}" '
-            f'class="sdp-rule" stroke="#d1242f" stroke-width="1.5"{dash}/>'
-        )
-        anchor = "end" if canvas.x(rule.value) > (canvas.left + canvas.right) / 2 else "start"
-        offset = 4 if anchor == "start" else -4
-        labels.append(
-            f'<text x="{_number(canvas.x(rule.value) + offset)}" y="{canvas.top - 6}" '
-            f'text-anchor="{anchor}" class="sdp-rule-label" fill="#d1242f">'
-            f"{xml_text(rule.label)}</text>"
-        )
-    parts += labels
+    parts += [line for line, _ in upright]
+    parts += [label for _, label in (*across, *upright)]
     if not length:
         parts.append(_note(canvas, empty_note))
     if series:
         parts += _legend(series, width)
     parts.append("</svg>")
     return "\n".join(parts)
+
+
+def _y_range(series: Sequence[Series], horizontal: Sequence[Rule]) -> tuple[float, float]:
+    """From zero (or the lowest value) to a round number above every value and rule."""
+    finite = [v for s in series for v in s.values if math.isfinite(v)]
+    low = min([0.0, *finite])
+    high = max([*finite, *(r.value for r in horizontal if math.isfinite(r.value))], default=1)
+    return (low, _nice_ceiling(high) if high > low else low + 1.0)
+
+
+def _dash(rule: Rule) -> str:
+    return ' stroke-dasharray="6 4"' if rule.dashed else ""
+
+
+def _horizontal_rule(canvas: _Canvas, rule: Rule) -> tuple[str, str]:
+    """A rule across the plot at y = rule.value: its line and its label."""
+    y = _number(canvas.y(rule.value))
+    line = (
+        f'<line x1="{canvas.left}" y1="{y}" x2="{canvas.right}" y2="{y}" '
+        f'stroke="currentColor" stroke-opacity="0.7"{_dash(rule)}/>'
+    )
+    label = (
+        f'<text x="{canvas.right - 4}" y="{_number(canvas.y(rule.value) - 4)}" '
+        f'text-anchor="end" fill="currentColor" {_HALO}>{xml_text(rule.label)}</text>'
+    )
+    return line, label
+
+
+def _vertical_rule(canvas: _Canvas, rule: Rule) -> tuple[str, str]:
+    """A rule up the plot at x = rule.value, in the rule colour: its line and its label,
+    which stays inside the plot on either half."""
+    x = _number(canvas.x(rule.value))
+    line = (
+        f'<line x1="{x}" y1="{canvas.top}" x2="{x}" y2="{canvas.bottom}" '
+        f'class="sdp-rule" stroke="#d1242f" stroke-width="1.5"{_dash(rule)}/>'
+    )
+    anchor = "end" if canvas.x(rule.value) > (canvas.left + canvas.right) / 2 else "start"
+    offset = 4 if anchor == "start" else -4
+    label = (
+        f'<text x="{_number(canvas.x(rule.value) + offset)}" y="{canvas.top - 6}" '
+        f'text-anchor="{anchor}" class="sdp-rule-label" fill="#d1242f">'
+        f"{xml_text(rule.label)}</text>"
+    )
+    return line, label
 
 
 def _series_marks(canvas: _Canvas, series: Series) -> list[str]:

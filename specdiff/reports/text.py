@@ -73,31 +73,40 @@ def format_result(result: PairResult) -> str:
     fork = comparison.fork
     if result.cancelled:
         out.append("cancelled before the end; what follows covers the tokens produced")
-    if fork is None:
-        if comparison.identical:
-            out.append(f"IDENTICAL: both lanes produced the same {comparison.length_a} tokens.")
-        else:
-            out.append(
-                f"SAME TOKENS, DIFFERENT LENGTHS: a stopped after {comparison.length_a}, "
-                f"b after {comparison.length_b} ({a.stop_reason or a.error} / "
-                f"{b.stop_reason or b.error})."
-            )
-        out.append(_indent(text_of(a.steps)))
-        ties = comparison.near_ties_a
-        out.append(
-            f"near ties (margin < {comparison.near_tie_threshold}): "
-            f"{len(ties)} in lane a, {len(comparison.near_ties_b)} in lane b"
-        )
-    else:
-        out.extend(_fork_lines(result, fork))
+    out.extend(_no_fork_lines(result) if fork is None else _fork_lines(result, fork))
     out.append("")
+    out.extend(_executed_lines(result))
+    return "\n".join(out)
+
+
+def _no_fork_lines(result: PairResult) -> list[str]:
+    comparison = result.comparison
+    a, b = result.a, result.b
+    if comparison.identical:
+        verdict = f"IDENTICAL: both lanes produced the same {comparison.length_a} tokens."
+    else:
+        verdict = (
+            f"SAME TOKENS, DIFFERENT LENGTHS: a stopped after {comparison.length_a}, "
+            f"b after {comparison.length_b} ({a.stop_reason or a.error} / "
+            f"{b.stop_reason or b.error})."
+        )
+    return [
+        verdict,
+        _indent(text_of(a.steps)),
+        f"near ties (margin < {comparison.near_tie_threshold}): "
+        f"{len(comparison.near_ties_a)} in lane a, {len(comparison.near_ties_b)} in lane b",
+    ]
+
+
+def _executed_lines(result: PairResult) -> list[str]:
+    """The build, and per lane the model and settings as they were applied."""
     build = result.build
-    out.append(
+    out = [
         f"executed: llama-cpp-python {build.get('llama_cpp_python')} · llama.cpp "
-        f"{build.get('llama_cpp_build')} · {build.get('cpu')}"
-    )
-    out.append(f"  {build.get('system_info')}")
-    for outcome in (a, b):
+        f"{build.get('llama_cpp_build')} · {build.get('cpu')}",
+        f"  {build.get('system_info')}",
+    ]
+    for outcome in (result.a, result.b):
         ex = outcome.executed
         if ex.get("backend") == "server":
             server = ex.get("server", {})
@@ -115,7 +124,7 @@ def format_result(result: PairResult) -> str:
             f" · flash_attn {ex.get('flash_attn')} · kv {ex.get('type_k')}/{ex.get('type_v')}"
             f" · repack {'on' if ex.get('repack') else 'off'} · n_ctx {ex.get('n_ctx')}"
         )
-    return "\n".join(out)
+    return out
 
 
 def _fork_lines(result: PairResult, fork: Fork) -> list[str]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from specdiff.errors import SpecdiffError
+from specdiff.files import write_text_atomic
 from specdiff.sessions.store import SUFFIX, safe_name
 from specdiff.suite import SuiteError
 from specdiff.suite.prompts import SuitePrompt
@@ -75,7 +76,7 @@ def write_settings(
     report_dir: Path, settings: SuiteSettings, prompts: Sequence[SuitePrompt]
 ) -> None:
     text = json.dumps(settings.as_json(prompts), indent=1, ensure_ascii=False)
-    (report_dir / SUITE_FILE).write_text(text + "\n", encoding="utf-8")
+    write_text_atomic(report_dir / SUITE_FILE, text + "\n")
 
 
 def _clear_report_dir(report_dir: Path, force: bool) -> None:
