@@ -1,7 +1,7 @@
 """A suite's report: report.json, report.md, report.html (inline SVG), results.csv.
 
-Everything is rendered from the one JSON object `suite.outcome_json` builds, so the four
-files cannot disagree.
+Everything is rendered from the one JSON object `specdiff.suite.stats.outcome_json`
+builds, so the four files cannot disagree.
 """
 
 from __future__ import annotations
