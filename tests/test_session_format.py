@@ -204,3 +204,20 @@ def test_a_header_round_trips_through_json() -> None:
         teacher_forced=True,
     )
     assert SessionHeader.from_json(json.loads(json.dumps(header.to_json()))) == header
+
+
+DEMOS = sorted((Path(__file__).parent.parent / "sessions").glob("*.jsonl"))
+
+
+@pytest.mark.parametrize("path", DEMOS, ids=lambda path: path.name)
+def test_the_export_summary_is_the_footer_and_more(path: Path) -> None:
+    from specdiff.reports._markup import finite
+    from specdiff.reports.export import export_session
+
+    session = load_session(path)
+    assert session.footer is not None
+    footer = session.footer.to_json()
+    del footer["type"]
+    summary = json.loads(export_session(session, "json"))["summary"]
+    assert {key: summary[key] for key in footer} == finite(footer)
+    assert set(summary) > set(footer)

@@ -20,6 +20,8 @@ from specdiff.cli import main
 from specdiff.prompts import load as load_prompts
 from specdiff.sessions.store import load_session
 
+pytestmark = pytest.mark.model
+
 TOKENS = 48
 PAIRS = ("spec-vs-plain", "ubatch")
 
@@ -79,6 +81,14 @@ def test_the_report_matches_independent_runs(report: Path, small_set: Path, caps
             assert record["fork_index"] == fork, (label, prompt["id"])
             assert record["generated"] == alone["generated"]
             session = load_session(report / record["session"])
+            # one record, three views: the footer's fields, unchanged, in the suite's
+            # record and in run --json (speeds and times are measured anew by the run)
+            assert session.footer is not None
+            footer = session.footer.to_json()
+            del footer["type"]
+            assert {key: record[key] for key in footer} == footer
+            for key in set(footer) - {"tokens_per_second", "seconds", "first_token_seconds"}:
+                assert alone[key] == footer[key], (label, prompt["id"], key)
             for lane_id in ("a", "b"):
                 assert [s.token_id for s in session.steps[lane_id]] == alone["lanes"][lane_id][
                     "token_ids"
@@ -124,6 +134,7 @@ def test_csv_and_markdown_hold_every_run(report: Path) -> None:
     assert "```text" in text  # the histogram as text bars
 
 
+@pytest.mark.browser
 def test_the_html_report_renders_in_chromium(report: Path, tmp_path: Path) -> None:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "headless Chromium is needed (apt-get install chromium)"

@@ -37,6 +37,7 @@ from specdiff.reports._markup import (
 )
 from specdiff.reports.svg import margin_plot
 from specdiff.reports.text import fork_json, pick_text, piece_text
+from specdiff.sessions.format import MEASURED_FIELDS
 from specdiff.sessions.store import Session
 from specdiff.steps import TokenStep, text_of
 
@@ -90,10 +91,8 @@ class _Report:
 
     def footer_value(self, key: str, lane_id: str) -> Any:
         """A per-lane footer field ([a, b]); None for a partial session."""
-        values = (self.session.footer or {}).get(key)
-        if not isinstance(values, list) or len(values) != 2:
-            return None
-        return values[LANE_IDS.index(lane_id)]
+        footer = self.session.footer
+        return None if footer is None else getattr(footer, key)[LANE_IDS.index(lane_id)]
 
 
 def token_texts(steps: Sequence[TokenStep]) -> list[str]:
@@ -151,14 +150,14 @@ def verdict(session: Session, comparison: Comparison) -> str:
         text = f"same tokens, different lengths: lane a {length_a}, lane b {length_b}"
     if session.partial:
         return f"partial (the run did not finish): {text}"
-    if (session.footer or {}).get("cancelled"):
+    if session.footer is not None and session.footer.cancelled:
         return f"{text} (the run was stopped early)"
     return text
 
 
 def _title(session: Session) -> str:
     state = "partial" if session.partial else "complete"
-    return f"specdiff {session.header.get('pair')}: {session.header.get('created')} ({state})"
+    return f"specdiff {session.pair.name}: {session.header.created} ({state})"
 
 
 def _lane_description(session: Session, lane_id: str) -> str:
@@ -229,7 +228,7 @@ def _config_rows(table_a: dict[str, Any], table_b: dict[str, Any]) -> list[tuple
 
 def _run_rows(report: _Report) -> list[tuple[str, str, str]]:
     """Per-lane facts of the run: counts, speed, stop reason, hashes."""
-    executed = report.session.header.get("executed", {})
+    executed = report.session.header.executed
     partial_note = "— (partial)" if report.session.partial else "—"
 
     def footer(key: str, lane_id: str, shown: str = "{}") -> str:
@@ -244,7 +243,7 @@ def _run_rows(report: _Report) -> list[tuple[str, str, str]]:
         ("output sha256", *(footer("output_sha256", lane) for lane in LANE_IDS)),
         (
             "model sha256",
-            *(str(executed.get(lane, {}).get("model_sha256", "—")) for lane in LANE_IDS),
+            *(str(executed[lane].get("model_sha256", "—")) for lane in LANE_IDS),
         ),
     ]
     if any(report.footer_value("errors", lane) for lane in LANE_IDS):
@@ -253,21 +252,16 @@ def _run_rows(report: _Report) -> list[tuple[str, str, str]]:
     return rows
 
 
-def _build(header: dict[str, Any]) -> dict[str, Any]:
-    build = header.get("build", {})
-    return build if isinstance(build, dict) else {}
-
-
 def _source_rows(report: _Report) -> list[tuple[str, str]]:
     header = report.session.header
     return [
         ("file", report.session.path.name),
-        ("session schema", _value_text(header.get("schema"))),
-        ("written by specdiff", _value_text(header.get("specdiff"))),
+        ("session schema", _value_text(header.schema)),
+        ("written by specdiff", _value_text(header.specdiff)),
         ("exported by specdiff", __version__),
-        ("prompt tokens", str(len(header.get("prompt_token_ids", [])))),
-        ("max tokens", _value_text(header.get("max_tokens"))),
-        ("stop strings", _value_text(header.get("stop", []))),
+        ("prompt tokens", str(len(header.prompt_token_ids))),
+        ("max tokens", _value_text(header.max_tokens)),
+        ("stop strings", _value_text(list(header.stop))),
     ]
 
 
@@ -289,12 +283,11 @@ def _config_tables(report: _Report) -> list[_Table]:
     """The run's facts, both lanes' settings (asked and executed), the build, the file."""
     session = report.session
     header = session.header
-    lanes = header.get("lanes", {})
-    executed = header.get("executed", {})
+    executed = header.executed
     differing = set(differences(session.pair.a, session.pair.b))
-    lane_rows = _config_rows(lanes.get("a", {}), lanes.get("b", {}))
-    executed_rows = _config_rows(executed.get("a", {}), executed.get("b", {}))
-    build = [(key, _value_text(value)) for key, value in _build(header).items()]
+    lane_rows = _config_rows(session.pair.a.as_dict(), session.pair.b.as_dict())
+    executed_rows = _config_rows(executed["a"], executed["b"])
+    build = [(key, _value_text(value)) for key, value in header.build.items()]
     return [
         _Table("Run", "", ("", "lane a", "lane b"), _run_rows(report), literal=False),
         _Table(
@@ -322,7 +315,7 @@ def _plot(report: _Report) -> str:
         [step.margin for step in report.steps("b")],
         fork_index=None if report.fork is None else report.fork.index,
         near_tie=report.comparison.near_tie_threshold,
-        title=f"Logit margin per token, {report.session.header.get('pair')}",
+        title=f"Logit margin per token, {report.session.pair.name}",
     )
 
 
@@ -350,10 +343,9 @@ def _markdown(report: _Report) -> str:
 
 def _md_opening(report: _Report) -> list[str]:
     session = report.session
-    header = session.header
     out = [f"# {md_escape(_title(session))}", ""]
-    if header.get("description"):
-        out += [md_escape(str(header["description"])), ""]
+    if session.pair.description:
+        out += [md_escape(session.pair.description), ""]
     out += [f"**Verdict:** {md_escape(verdict(session, report.comparison))}", ""]
     return out + ["## Prompt", "", md_block(visible(session.prompt)), ""]
 
@@ -536,10 +528,10 @@ def _html_opening(report: _Report) -> list[str]:
     state = "partial" if session.partial else "complete"
     return [
         "<header>",
-        f"<h1>specdiff {xml_text(str(header.get('pair')))}"
+        f"<h1>specdiff {xml_text(session.pair.name)}"
         f'<span class="state {state}">{state}</span></h1>',
-        f'<p class="muted">{xml_text(str(header.get("description", "")))} · created '
-        f"{xml_text(str(header.get('created')))}</p>",
+        f'<p class="muted">{xml_text(session.pair.description)} · created '
+        f"{xml_text(header.created)}</p>",
         "</header>",
         f'<p class="verdict">{xml_text(verdict(session, report.comparison))}</p>',
         "<h2>Prompt</h2>",
@@ -602,32 +594,32 @@ def _html_configuration(report: _Report) -> list[str]:
 
 def _json(report: _Report) -> str:
     session = report.session
-    header = session.header
+    header = session.header.to_json()
     document = {
         "schema": EXPORT_SCHEMA,
         "version": EXPORT_VERSION,
         "exported_by": {"specdiff": __version__},
         "source": {
             "file": session.path.name,
-            "session_schema": header.get("schema"),
-            "written_by": header.get("specdiff"),
+            "session_schema": header["schema"],
+            "written_by": header["specdiff"],
         },
         "title": _title(session),
         "partial": session.partial,
-        "cancelled": bool((session.footer or {}).get("cancelled")),
+        "cancelled": session.footer is not None and session.footer.cancelled,
         "verdict": verdict(session, report.comparison),
-        "pair": header.get("pair"),
-        "description": header.get("description"),
-        "created": header.get("created"),
+        "pair": header["pair"],
+        "description": header["description"],
+        "created": header["created"],
         "prompt": session.prompt,
-        "prompt_token_ids": header.get("prompt_token_ids"),
-        "max_tokens": header.get("max_tokens"),
-        "stop": header.get("stop"),
+        "prompt_token_ids": header["prompt_token_ids"],
+        "max_tokens": header["max_tokens"],
+        "stop": header["stop"],
         "config": {
-            "lanes": header.get("lanes"),
+            "lanes": header["lanes"],
             "lanes_differ_in": differences(session.pair.a, session.pair.b),
-            "executed": header.get("executed"),
-            "build": header.get("build"),
+            "executed": header["executed"],
+            "build": header["build"],
         },
         "summary": _json_summary(report),
         "lanes": {lane_id: _json_lane(report, lane_id) for lane_id in LANE_IDS},
@@ -638,24 +630,23 @@ def _json(report: _Report) -> str:
 def _json_summary(report: _Report) -> dict[str, Any]:
     comparison, fork = report.comparison, report.fork
     after = comparison.after_fork
-    return {
-        "identical": comparison.identical,
-        "generated": [comparison.length_a, comparison.length_b],
-        "fork_index": None if fork is None else fork.index,
-        "fork_margins": None if fork is None else [fork.a.margin, fork.b.margin],
+    summary = report.session.summary().to_json()
+    del summary["type"]
+    if report.session.partial:
+        # no footer: what only the run itself measured is unknown
+        summary.update({key: [None, None] for key in MEASURED_FIELDS})
+    return summary | {
         "fork": fork_json(fork),
         "near_tie_threshold": comparison.near_tie_threshold,
         "near_ties": {"a": list(comparison.near_ties_a), "b": list(comparison.near_ties_b)},
         "near_ties_are_before_fork": fork is not None,
         "similarity_after_fork": None if after is None else after.similarity,
-        "tokens_per_second": [report.footer_value("tokens_per_second", i) for i in LANE_IDS],
-        "output_sha256": [report.footer_value("output_sha256", i) for i in LANE_IDS],
     }
 
 
 def _json_lane(report: _Report, lane_id: str) -> dict[str, Any]:
     steps = report.steps(lane_id)
-    executed = report.session.header.get("executed", {})
+    executed = report.session.header.executed
     return {
         "description": _lane_description(report.session, lane_id),
         "tokens": len(steps),
@@ -664,7 +655,7 @@ def _json_lane(report: _Report, lane_id: str) -> dict[str, Any]:
         "error": report.footer_value("errors", lane_id),
         "output_sha256": report.footer_value("output_sha256", lane_id),
         "recorded_sha256": hashlib.sha256(b"".join(s.piece for s in steps)).hexdigest(),
-        "model_sha256": executed.get(lane_id, {}).get("model_sha256"),
+        "model_sha256": executed[lane_id].get("model_sha256"),
         "text": text_of(steps),
         "token_ids": [step.token_id for step in steps],
         "margins": [round(step.margin, 5) for step in steps],

@@ -200,18 +200,20 @@ def fork_json(fork: Fork | None) -> dict[str, Any] | None:
 
 
 def result_json(result: PairResult) -> dict[str, Any]:
+    """The run's RunSummary (what its session footer holds), and the details beside it."""
     comparison = result.comparison
     after = comparison.after_fork
-    return {
+    summary = result.summary().to_json()
+    del summary["type"]
+    return summary | {
         "pair": result.pair.name,
         "description": result.pair.description,
         "started": result.started,
         "prompt": result.prompt,
         "prompt_token_ids": result.prompt_tokens,
         "max_tokens": result.max_tokens,
-        "identical": comparison.identical,
-        "cancelled": result.cancelled,
-        "generated": [comparison.length_a, comparison.length_b],
+        "stop": result.stop,
+        "teacher_forced": result.teacher_forced,
         "fork": fork_json(comparison.fork),
         "near_tie_threshold": comparison.near_tie_threshold,
         "near_ties_before_fork": {

@@ -266,6 +266,10 @@ class SessionHeader:
 
 # --- footer: the run's summary --------------------------------------------------------
 
+MEASURED_FIELDS = ("tokens_per_second", "stop_reasons", "errors", "drafted", "accepted")
+"""RunSummary fields only the run itself knows: a partial session (no footer) lacks them,
+while the rest follow from its steps."""
+
 
 def output_sha256(steps: Sequence[TokenStep]) -> str:
     return hashlib.sha256(b"".join(step.piece for step in steps)).hexdigest()
