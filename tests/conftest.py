@@ -86,8 +86,9 @@ def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, object, object
     result = yield
     loaded_here = not item.stash.get(_LLAMA_LOADED_BEFORE, True) and LLAMA in sys.modules
     if loaded_here and item.get_closest_marker("model") is None:
-        raise AssertionError(
+        pytest.fail(
             f"{item.nodeid} loaded llama_cpp but is not marked @pytest.mark.model; "
-            "unmarked tests form the fast tier, which runs without the model"
+            "unmarked tests form the fast tier, which runs without the model",
+            pytrace=False,
         )
     return result

@@ -39,6 +39,7 @@ def assert_one_line_error(completed: subprocess.CompletedProcess, *fragments: st
         assert fragment in errors[0], errors[0]
 
 
+@pytest.mark.model
 def test_run_json_identical_lanes_exit_zero() -> None:
     completed = specdiff(
         "run",
@@ -67,6 +68,7 @@ def test_run_json_identical_lanes_exit_zero() -> None:
         assert key in a["executed"]
 
 
+@pytest.mark.model
 def test_run_reports_a_fork_and_exits_one(tmp_path: Path) -> None:
     """ubatch 512 vs 2 forks on this prompt here; the test fails loudly if it stops
     forking (then pick the reason up from the printed JSON)."""
@@ -99,6 +101,7 @@ def test_run_reports_a_fork_and_exits_one(tmp_path: Path) -> None:
     assert 0 <= data["after_fork"]["similarity"] <= 1
 
 
+@pytest.mark.model
 def test_run_human_summary_and_stdin_prompt() -> None:
     completed = specdiff(
         "run",
@@ -117,6 +120,7 @@ def test_run_human_summary_and_stdin_prompt() -> None:
     assert "running spec-vs-plain" in completed.stderr  # progress goes to stderr
 
 
+@pytest.mark.model
 def test_models_lists_the_bundled_model() -> None:
     completed = specdiff("models")
     assert completed.returncode == 0, completed.stderr
@@ -154,6 +158,7 @@ def test_not_a_gguf_file(tmp_path: Path) -> None:
     assert_one_line_error(specdiff("run", "--model", str(path)), "is not a GGUF model")
 
 
+@pytest.mark.model
 def test_truncated_gguf(tmp_path: Path, model_path: Path) -> None:
     path = tmp_path / "model.gguf"
     with model_path.open("rb") as source:
@@ -161,17 +166,20 @@ def test_truncated_gguf(tmp_path: Path, model_path: Path) -> None:
     assert_one_line_error(specdiff("run", "--model", str(path)), "is truncated")
 
 
+@pytest.mark.model
 def test_draft_with_a_different_vocabulary(tmp_path: Path, model_path: Path) -> None:
     other = model_with_changed_token(model_path, tmp_path / "draft.gguf")
     completed = specdiff("run", "--pair", "draft-vs-plain", "--lane-a", f"draft_model={other}")
     assert_one_line_error(completed, "different vocabulary")
 
 
+@pytest.mark.model
 def test_prompt_longer_than_n_ctx() -> None:
     completed = specdiff("run", "--both", "n_ctx=32", "--prompt", "word " * 60)
     assert_one_line_error(completed, "longer than lane a's n_ctx (32)")
 
 
+@pytest.mark.model
 def test_pairs_file_from_the_command_line(tmp_path: Path) -> None:
     pairs = tmp_path / "pairs.toml"
     pairs.write_text("[pairs.kv]\nb = { type_k = 'q8_0' }\n", encoding="utf-8")
@@ -192,6 +200,7 @@ def test_pairs_file_from_the_command_line(tmp_path: Path) -> None:
     assert json.loads(completed.stdout)["lanes_differ_in"] == ["type_k"]
 
 
+@pytest.mark.model
 def test_default_run_forks_on_the_default_prompt() -> None:
     """`specdiff run` with no options is the demo: it must show a fork here."""
     completed = specdiff("run", "--json", "--quiet")
@@ -201,6 +210,7 @@ def test_default_run_forks_on_the_default_prompt() -> None:
     print(f"default prompt forks at token {data['fork']['index']}")
 
 
+@pytest.mark.model
 def test_interrupt_mid_generation_keeps_what_was_produced() -> None:
     process = subprocess.Popen(
         [sys.executable, "-m", "specdiff", "run", "--max-tokens", "3000", "--quiet", "--json"],
@@ -264,6 +274,7 @@ def test_prompt_on_stdin_that_is_not_utf8() -> None:
     assert "the prompt on stdin is not UTF-8 text" in stderr and "Traceback" not in stderr
 
 
+@pytest.mark.model
 def test_output_into_a_closed_pipe_is_quiet() -> None:
     completed = subprocess.run(
         f"{sys.executable} -m specdiff run --max-tokens 4 --quiet --json | head -c 5",

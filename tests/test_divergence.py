@@ -17,6 +17,8 @@ from specdiff.lanes import presets
 from tests.conftest import load_prompts
 
 MAX_TOKENS = 200
+pytestmark = pytest.mark.model
+
 
 
 def run_lane(lane, prompts: list[str], pool: ModelPool) -> list[list]:

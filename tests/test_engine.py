@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-from llama_cpp import Llama
 
 from specdiff.engine.llama.lane import LocalLane
 from specdiff.errors import ModelError, PromptError
 from specdiff.lanes import Lane
 from specdiff.steps import text_of
 from tests.conftest import load_prompts
+
+if TYPE_CHECKING:
+    from llama_cpp import Llama
+
+pytestmark = pytest.mark.model
 
 TOKENS = 48
 
@@ -39,6 +44,9 @@ def plain_lane() -> LocalLane:
 
 def assert_lane_equals_llama(local: LocalLane, model_path: Path, prompts: list[str]) -> None:
     """`Llama` built with the lane's settings generates the lane's tokens."""
+    # deferred: collecting the fast tier must not load llama.cpp
+    from llama_cpp import Llama
+
     lane = local.lane
     llm = Llama(
         str(model_path),

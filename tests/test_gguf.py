@@ -9,6 +9,7 @@ from specdiff.engine.gguf import read_gguf
 from specdiff.errors import ModelError
 
 
+@pytest.mark.model
 def test_reads_the_bundled_model(model_path: Path) -> None:
     info = read_gguf(model_path)
     assert info.architecture == "gemma3"
@@ -30,6 +31,7 @@ def test_not_gguf(tmp_path: Path) -> None:
         read_gguf(path)
 
 
+@pytest.mark.model
 def test_truncated_in_the_header(tmp_path: Path, model_path: Path) -> None:
     path = tmp_path / "cut.gguf"
     with model_path.open("rb") as source:
@@ -38,6 +40,7 @@ def test_truncated_in_the_header(tmp_path: Path, model_path: Path) -> None:
         read_gguf(path)
 
 
+@pytest.mark.model
 def test_truncated_in_the_tensor_data(tmp_path: Path, model_path: Path) -> None:
     path = tmp_path / "cut.gguf"
     shutil.copyfile(model_path, path)
@@ -47,6 +50,7 @@ def test_truncated_in_the_tensor_data(tmp_path: Path, model_path: Path) -> None:
         read_gguf(path)
 
 
+@pytest.mark.model
 def test_vocabulary_digest_sees_one_changed_token(tmp_path: Path, model_path: Path) -> None:
     from tests.fixtures import model_with_changed_token
 

@@ -4,7 +4,6 @@ in-process engine."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
@@ -16,7 +15,10 @@ from specdiff.engine.server.process import LlamaServer, find_llama_server
 from specdiff.lanes import Lane, Pair, presets
 from specdiff.prompts import DEFAULT_PROMPT
 from specdiff.prompts import load as load_prompts
+from tests.conftest import wait_for
 from tests.servers import report_agreement
+
+pytestmark = [pytest.mark.model, pytest.mark.server]
 
 REPETITIVE = load_prompts("repetitive")[0]["prompt"]
 
@@ -78,7 +80,7 @@ def test_server_cache_vs_fresh_primes_the_prompt_cache(plain_server: str) -> Non
     assert len(result.a.steps) == len(result.b.steps) == 40
 
 
-def test_the_tui_streams_two_llama_servers(binary: Path, model_path: Path) -> None:
+async def test_the_tui_streams_two_llama_servers(binary: Path, model_path: Path) -> None:
     from specdiff.tui.app import make_app
 
     arguments = ["--threads", "1", "--parallel", "1"]
@@ -90,15 +92,11 @@ def test_the_tui_streams_two_llama_servers(binary: Path, model_path: Path) -> No
         known["pair"] = Pair("pair", llama_lane(a.url), llama_lane(b.url), "")
         app = make_app(known, "pair", REPETITIVE, 48)
 
-        async def scenario() -> None:
-            async with app.run_test(size=(120, 36)) as pilot:
-                while app.running or app.result is None:
-                    await pilot.pause(0.1)
-                assert app.lanes["a"].error is None and app.lanes["b"].error is None
-                assert len(app.lanes["a"].steps) == len(app.lanes["b"].steps) == 48
-                assert app.result is not None and app.result.a.drafted > 0
-
-        asyncio.run(scenario())
+        async with app.run_test(size=(120, 36)) as pilot:
+            await wait_for(pilot, lambda: not app.running and app.result is not None)
+            assert app.lanes["a"].error is None and app.lanes["b"].error is None
+            assert len(app.lanes["a"].steps) == len(app.lanes["b"].steps) == 48
+            assert app.result is not None and app.result.a.drafted > 0
 
 
 def test_repeat_with_concurrent_requests(plain_server: str, capsys) -> None:

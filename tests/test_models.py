@@ -12,6 +12,8 @@ import pytest
 from specdiff.engine import models
 from specdiff.engine.gguf import read_gguf
 
+pytestmark = pytest.mark.model
+
 
 @pytest.fixture
 def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

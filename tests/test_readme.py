@@ -1,21 +1,42 @@
-"""The README's two commands are what a newcomer types; CI must run the same test command."""
+"""The README's commands are what a newcomer types; CI must run the same test command, and
+the fast tier must leave out every marked tier."""
 
 from __future__ import annotations
 
+import re
+import sys
 from pathlib import Path
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
 ROOT = Path(__file__).resolve().parent.parent
-TEST_COMMAND = "python3 -m pip install -e '.[test]' && python3 -m ruff check . && python3 -m pytest"
+TEST_COMMAND = (
+    "python3 -m pip install -e '.[test]' && python3 -m ruff check . && lint-imports"
+    " && python3 -m pytest"
+)
+FAST_COMMAND = 'python3 -m pytest -m "not model and not server and not browser"'
 RUN_COMMAND = "python3 -m pip install -e . && specdiff"
 
 
-def test_readme_states_both_commands() -> None:
+def test_readme_states_the_commands() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert RUN_COMMAND in readme
     assert TEST_COMMAND in readme
+    assert FAST_COMMAND in readme
 
 
 def test_ci_runs_the_readme_test_command_verbatim() -> None:
     script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     commands = [line for line in script.splitlines() if line and not line.startswith("#")]
     assert commands[-1] == TEST_COMMAND
+
+
+def test_the_fast_tier_leaves_out_every_registered_marker() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    pytest_options = config["tool"]["pytest"]["ini_options"]
+    registered = {line.split(":", 1)[0] for line in pytest_options["markers"]}
+    assert "--strict-markers" in pytest_options["addopts"]
+    assert set(re.findall(r"not (\w+)", FAST_COMMAND)) == registered

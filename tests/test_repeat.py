@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from specdiff.cli import main
 from specdiff.engine.llama.batched import BatchedLane
 from specdiff.engine.llama.lane import LocalLane
@@ -12,6 +14,7 @@ from specdiff.prompts import DEFAULT_PROMPT
 from specdiff.repeat import companions_for, first_split
 
 
+@pytest.mark.model
 def test_alone_in_its_batches_a_run_equals_the_plain_lane() -> None:
     lane = Lane()
     plain = LocalLane(lane, "a")
@@ -39,6 +42,7 @@ def test_first_split() -> None:
     assert first_split([[1, 2], [1, 2, 3]]) == 2
 
 
+@pytest.mark.model
 def test_repeat_reports_unique_completions_and_the_split(capsys) -> None:
     code = main(
         ["repeat", "-n", "4", "--companions", "3", "--max-tokens", "40", "--json", "--quiet"]

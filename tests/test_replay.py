@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -21,6 +19,7 @@ from specdiff.sessions.playback import (
 )
 from specdiff.sessions.store import load_session
 from specdiff.tui.app import make_app
+from tests.conftest import wait_for
 
 SESSION = Path(__file__).parent / "data" / "ubatch-roman-empire.jsonl"
 
@@ -104,16 +103,6 @@ def test_replay_command_refuses_bad_pace_options(capsys, arguments, message) -> 
     assert message in err and len(err.strip().splitlines()) == 1
 
 
-def sync(scenario):
-    """Run an async pilot scenario as a plain test."""
-
-    @functools.wraps(scenario)
-    def test() -> None:
-        asyncio.run(scenario())
-
-    return test
-
-
 def replay_app(speed: float | None):
     session = load_session(SESSION)
     return make_app(presets(), "ubatch", session.prompt, 60, session=session, replay_speed=speed)
@@ -123,7 +112,6 @@ def shown(app) -> int:
     return len(app.lanes["a"].steps) + len(app.lanes["b"].steps)
 
 
-@sync
 async def test_replay_streams_at_the_recorded_pace_and_ends_with_the_fork() -> None:
     app = replay_app(1.0)
     async with app.run_test(size=(120, 36)) as pilot:
@@ -138,7 +126,6 @@ async def test_replay_streams_at_the_recorded_pace_and_ends_with_the_fork() -> N
         assert "replayed: 120/120 steps" in app.query_one("#status").plain
 
 
-@sync
 async def test_space_pauses_and_arrows_step_token_by_token() -> None:
     app = replay_app(0.01)  # slow enough that nothing but the first steps play
     async with app.run_test(size=(120, 36)) as pilot:
@@ -158,7 +145,6 @@ async def test_space_pauses_and_arrows_step_token_by_token() -> None:
         assert not app.playback.paused
 
 
-@sync
 async def test_d_plays_up_to_the_fork_and_stops_there() -> None:
     app = replay_app(0.01)
     async with app.run_test(size=(120, 36)) as pilot:
@@ -175,7 +161,6 @@ async def test_d_plays_up_to_the_fork_and_stops_there() -> None:
         assert app.fork is not None and app.fork.index == 11
 
 
-@sync
 async def test_space_at_the_end_plays_again_from_the_start() -> None:
     app = replay_app(1000.0)
     async with app.run_test(size=(120, 36)) as pilot:
@@ -186,7 +171,6 @@ async def test_space_at_the_end_plays_again_from_the_start() -> None:
         assert not app.playback.finished and shown(app) < 120 and app.fork is None
 
 
-@sync
 async def test_stepping_back_keeps_split_characters_whole() -> None:
     app = replay_app(0.01)
     async with app.run_test(size=(120, 36)) as pilot:
@@ -217,14 +201,6 @@ def big_session(path: Path, steps: int, bad_line: int | None = None) -> Path:
     return path
 
 
-async def wait_until(pilot, condition, timeout: float = 30.0) -> None:
-    waited = 0.0
-    while not condition():
-        assert waited < timeout, "timed out"
-        await pilot.pause(0.05)
-        waited += 0.05
-
-
 def streamed_app(path: Path, speed: float | None):
     from specdiff.cli.replay import REPLAY_FIRST_STEPS, open_for_replay
 
@@ -243,37 +219,31 @@ def streamed_app(path: Path, speed: float | None):
 
 
 @pytest.mark.parametrize("speed", [None, 1000.0])
-def test_a_long_session_opens_after_its_first_steps_and_reads_the_rest(tmp_path, speed):
+async def test_a_long_session_opens_after_its_first_steps_and_reads_the_rest(tmp_path, speed):
     path = big_session(tmp_path / "big.jsonl", 6000)
     whole = load_session(path)
     app, stream = streamed_app(path, speed)
 
-    async def scenario() -> None:
-        async with app.run_test(size=(120, 36)) as pilot:
-            await wait_until(pilot, lambda: stream.done and shown(app) == 6000)
-            await pilot.pause(0.1)
-            assert app.load_error is None and not app.loading
-            for lane_id in ("a", "b"):
-                assert app.lanes[lane_id].steps == whole.steps[lane_id]
-            assert app.fork is not None and app.fork.index == whole.comparison().fork.index
-            assert "reading" not in app.query_one("#status").plain
-
-    asyncio.run(scenario())
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for(pilot, lambda: stream.done and shown(app) == 6000)
+        await pilot.pause(0.1)
+        assert app.load_error is None and not app.loading
+        for lane_id in ("a", "b"):
+            assert app.lanes[lane_id].steps == whole.steps[lane_id]
+        assert app.fork is not None and app.fork.index == whole.comparison().fork.index
+        assert "reading" not in app.query_one("#status").plain
 
 
-def test_a_bad_line_past_the_first_steps_is_reported_in_the_replay(tmp_path: Path) -> None:
+async def test_a_bad_line_past_the_first_steps_is_reported_in_the_replay(tmp_path: Path) -> None:
     path = big_session(tmp_path / "bad.jsonl", 3000, bad_line=2500)
     app, stream = streamed_app(path, 1000.0)
 
-    async def scenario() -> None:
-        async with app.run_test(size=(120, 36)) as pilot:
-            await wait_until(pilot, lambda: app.load_error is not None)
-            await wait_until(pilot, lambda: app.playback.finished)
-            assert f"{path}:2500:" in app.load_error and "index" in app.load_error
-            assert shown(app) == 2498  # every good step before it still plays
-            assert "unreadable past this point" in app.query_one("#status").plain
-
-    asyncio.run(scenario())
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for(pilot, lambda: app.load_error is not None)
+        await wait_for(pilot, lambda: app.playback.finished)
+        assert f"{path}:2500:" in app.load_error and "index" in app.load_error
+        assert shown(app) == 2498  # every good step before it still plays
+        assert "unreadable past this point" in app.query_one("#status").plain
 
 
 def test_a_bad_line_among_the_first_steps_stops_replay_before_it_opens(tmp_path, capsys):

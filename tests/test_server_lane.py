@@ -17,6 +17,7 @@ from specdiff.prompts import DEFAULT_PROMPT
 from specdiff.sessions.store import load_session
 from specdiff.steps import TokenStep
 from tests.servers import fault_server, free_port, llama_cpp_server, report_agreement
+from tests.conftest import wait_for
 
 TOKENS = 40
 
@@ -52,6 +53,8 @@ def one_line_error(capsys, code: int) -> str:
 
 
 def test_a_server_lane_streams_tokens_with_top_k_and_margins(server: str) -> None:
+@pytest.mark.server
+@pytest.mark.model
     lane = ServerLane(server_lane(server), "a")
     try:
         steps = list(lane.generate(DEFAULT_PROMPT, TOKENS))
@@ -68,6 +71,8 @@ def test_a_server_lane_streams_tokens_with_top_k_and_margins(server: str) -> Non
 
 
 def test_the_server_lane_matches_the_in_process_lane(server: str, capsys) -> None:
+@pytest.mark.server
+@pytest.mark.model
     pair = presets()["spec-vs-plain"]
     pair = type(pair)("server-vs-local", server_lane(server), Lane(), "")
     with PairRun(pair) as runner:
@@ -79,6 +84,8 @@ def test_the_server_lane_matches_the_in_process_lane(server: str, capsys) -> Non
 
 
 def test_run_and_save_with_a_server_lane(server: str, tmp_path: Path, capsys) -> None:
+@pytest.mark.server
+@pytest.mark.model
     code = main(
         [*server_vs_local(server), "--max-tokens", "24", "--save", "--sessions-dir", str(tmp_path)]
     )
@@ -93,9 +100,9 @@ def test_run_and_save_with_a_server_lane(server: str, tmp_path: Path, capsys) ->
     assert len(session.steps["a"]) == 24
 
 
-def test_the_tui_runs_a_server_lane(server: str) -> None:
-    import asyncio
-
+@pytest.mark.server
+@pytest.mark.model
+async def test_the_tui_runs_a_server_lane(server: str) -> None:
     from specdiff.tui.app import make_app
 
     known = presets()
@@ -104,17 +111,15 @@ def test_the_tui_runs_a_server_lane(server: str) -> None:
     )
     app = make_app(known, "server-vs-local", DEFAULT_PROMPT, 20)
 
-    async def scenario() -> None:
-        async with app.run_test(size=(120, 36)) as pilot:
-            while app.running or app.result is None:
-                await pilot.pause(0.1)
-            assert len(app.lanes["a"].steps) == 20 and app.lanes["a"].error is None
-            assert len(app.lanes["b"].steps) == 20
-
-    asyncio.run(scenario())
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for(pilot, lambda: not app.running and app.result is not None)
+        assert len(app.lanes["a"].steps) == 20 and app.lanes["a"].error is None
+        assert len(app.lanes["b"].steps) == 20
 
 
 def test_a_server_killed_mid_stream_fails_its_lane_only(model_path: Path) -> None:
+@pytest.mark.server
+@pytest.mark.model
     with llama_cpp_server(model_path) as (url, process):
         pair = type(presets()["ubatch"])("kill", server_lane(url), Lane(), "")
         with PairRun(pair) as runner:
@@ -134,6 +139,7 @@ def test_a_server_killed_mid_stream_fails_its_lane_only(model_path: Path) -> Non
 
 
 def test_a_server_that_is_not_running(capsys) -> None:
+@pytest.mark.model
     port = free_port()
     err = one_line_error(
         capsys,
@@ -152,6 +158,7 @@ def test_a_server_that_is_not_running(capsys) -> None:
 
 
 @pytest.mark.parametrize(
+@pytest.mark.server
     "mode, settings, message",
     [
         ("http500", {}, "HTTP 500: out of memory (injected)"),
@@ -175,6 +182,8 @@ def test_server_faults_are_one_line_lane_errors(mode: str, settings: dict, messa
 
 
 def test_a_wrong_api_key_is_refused_without_leaking_it(
+@pytest.mark.server
+@pytest.mark.model
     model_path: Path, tmp_path: Path, capsys, monkeypatch
 ) -> None:
     secret = "sk-specdiff-test-5d1e"
@@ -206,6 +215,8 @@ def test_an_unset_key_variable_is_named(capsys, monkeypatch) -> None:
 
 
 def test_repeat_against_a_server_counts_completions(server: str, capsys) -> None:
+@pytest.mark.server
+@pytest.mark.model
     code = main(
         [
             "repeat",

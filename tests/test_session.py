@@ -17,6 +17,7 @@ def forked_result():
         return runner.run("The history of the Roman Empire", 40)
 
 
+@pytest.mark.model
 def test_round_trip_keeps_every_step_and_the_summary(forked_result, tmp_path: Path) -> None:
     path = save_result(forked_result, tmp_path)
     assert path.suffix == ".jsonl" and not list(tmp_path.glob("*.partial"))
@@ -29,12 +30,14 @@ def test_round_trip_keeps_every_step_and_the_summary(forked_result, tmp_path: Pa
     assert session.footer["fork_index"] == forked_result.comparison.fork.index
 
 
+@pytest.mark.model
 def test_saving_never_overwrites(forked_result, tmp_path: Path) -> None:
     first = save_result(forked_result, tmp_path)
     second = save_result(forked_result, tmp_path)
     assert first != second and first.exists() and second.exists()
 
 
+@pytest.mark.model
 def test_a_session_without_footer_loads_as_partial(forked_result, tmp_path: Path) -> None:
     path = save_result(forked_result, tmp_path)
     lines = path.read_text(encoding="utf-8").splitlines()
@@ -44,6 +47,7 @@ def test_a_session_without_footer_loads_as_partial(forked_result, tmp_path: Path
     assert session.partial and len(session.steps["a"]) + len(session.steps["b"]) == 10
 
 
+@pytest.mark.model
 def test_a_broken_line_is_named(forked_result, tmp_path: Path) -> None:
     path = save_result(forked_result, tmp_path)
     lines = path.read_text(encoding="utf-8").splitlines()

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from specdiff.engine.llama.lane import LocalLane
 from specdiff.engine.pairrun import PairRun
 from specdiff.lanes import Lane, presets
 from specdiff.prompts import DEFAULT_PROMPT
+
+pytestmark = pytest.mark.model
 
 
 def test_the_first_flip_is_the_free_running_fork() -> None:

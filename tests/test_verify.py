@@ -37,6 +37,7 @@ def recorded(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.model
 def test_saved_run_loads_with_its_summary(recorded: Path) -> None:
     session = load_session(recorded)
     assert not session.partial
@@ -45,12 +46,14 @@ def test_saved_run_loads_with_its_summary(recorded: Path) -> None:
     assert session.header["max_tokens"] == 24 and session.header["stop"] == []
 
 
+@pytest.mark.model
 def test_verify_passes_on_a_fresh_recording(recorded: Path) -> None:
     completed = specdiff("verify", str(recorded), "--quiet")
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert "verified: all 48 recorded steps" in completed.stdout
 
 
+@pytest.mark.model
 def test_verify_names_the_step_of_an_altered_token(recorded: Path, tmp_path: Path) -> None:
     lines = recorded.read_text(encoding="utf-8").splitlines()
     records = [json.loads(line) for line in lines]
@@ -65,6 +68,7 @@ def test_verify_names_the_step_of_an_altered_token(recorded: Path, tmp_path: Pat
     assert f"DRIFT at step 7 of lane b: recorded token {target['token_id']}" in completed.stdout
 
 
+@pytest.mark.model
 def test_verify_fails_when_the_lane_configuration_changed(recorded: Path, tmp_path: Path) -> None:
     records = [json.loads(line) for line in recorded.read_text(encoding="utf-8").splitlines()]
     records[0]["lanes"]["b"]["n_batch"] = 512  # lane b recorded with n_batch 2, re-run at 512
@@ -85,6 +89,7 @@ def test_verify_bad_input(tmp_path: Path) -> None:
     assert_one_line_error(specdiff("verify", str(broken)), "broken.jsonl:1:")
 
 
+@pytest.mark.model
 def test_killed_run_leaves_a_partial_session(tmp_path: Path) -> None:
     process = subprocess.Popen(
         [
@@ -142,6 +147,7 @@ def test_replay_bad_input(tmp_path: Path) -> None:
     assert_one_line_error(specdiff("replay", str(tmp_path / "absent.jsonl")), "not found")
 
 
+@pytest.mark.model
 def test_verify_checks_a_stopped_run_as_far_as_it_got(recorded: Path, tmp_path: Path) -> None:
     records = [json.loads(line) for line in recorded.read_text(encoding="utf-8").splitlines()]
     header, footer = records[0], records[-1]
@@ -154,6 +160,7 @@ def test_verify_checks_a_stopped_run_as_far_as_it_got(recorded: Path, tmp_path: 
     assert "all 20 recorded steps" in completed.stdout
 
 
+@pytest.mark.model
 def test_save_with_bad_input_leaves_no_file(tmp_path: Path) -> None:
     completed = specdiff(
         "run",
@@ -171,6 +178,7 @@ def test_save_with_bad_input_leaves_no_file(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.model
 def test_sessions_dir_that_is_a_file(tmp_path: Path) -> None:
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("x")
