@@ -16,9 +16,9 @@ from specdiff.engine.llama.lane import LocalLane, ModelPool
 from specdiff.lanes import presets
 from tests.conftest import load_prompts
 
-MAX_TOKENS = 200
 pytestmark = pytest.mark.model
 
+MAX_TOKENS = 200
 
 
 def run_lane(lane, prompts: list[str], pool: ModelPool) -> list[list]:

@@ -16,8 +16,8 @@ from specdiff.lanes import Lane, presets
 from specdiff.prompts import DEFAULT_PROMPT
 from specdiff.sessions.store import load_session
 from specdiff.steps import TokenStep
-from tests.servers import fault_server, free_port, llama_cpp_server, report_agreement
 from tests.conftest import wait_for
+from tests.servers import fault_server, free_port, llama_cpp_server, report_agreement
 
 TOKENS = 40
 
@@ -52,9 +52,9 @@ def one_line_error(capsys, code: int) -> str:
     return err
 
 
-def test_a_server_lane_streams_tokens_with_top_k_and_margins(server: str) -> None:
 @pytest.mark.server
 @pytest.mark.model
+def test_a_server_lane_streams_tokens_with_top_k_and_margins(server: str) -> None:
     lane = ServerLane(server_lane(server), "a")
     try:
         steps = list(lane.generate(DEFAULT_PROMPT, TOKENS))
@@ -70,9 +70,9 @@ def test_a_server_lane_streams_tokens_with_top_k_and_margins(server: str) -> Non
     assert lane.executed()["server"]["models"]
 
 
-def test_the_server_lane_matches_the_in_process_lane(server: str, capsys) -> None:
 @pytest.mark.server
 @pytest.mark.model
+def test_the_server_lane_matches_the_in_process_lane(server: str, capsys) -> None:
     pair = presets()["spec-vs-plain"]
     pair = type(pair)("server-vs-local", server_lane(server), Lane(), "")
     with PairRun(pair) as runner:
@@ -83,9 +83,9 @@ def test_the_server_lane_matches_the_in_process_lane(server: str, capsys) -> Non
     assert fork is None or min(fork.a.margin, fork.b.margin) < 0.5
 
 
-def test_run_and_save_with_a_server_lane(server: str, tmp_path: Path, capsys) -> None:
 @pytest.mark.server
 @pytest.mark.model
+def test_run_and_save_with_a_server_lane(server: str, tmp_path: Path, capsys) -> None:
     code = main(
         [*server_vs_local(server), "--max-tokens", "24", "--save", "--sessions-dir", str(tmp_path)]
     )
@@ -117,9 +117,9 @@ async def test_the_tui_runs_a_server_lane(server: str) -> None:
         assert len(app.lanes["b"].steps) == 20
 
 
-def test_a_server_killed_mid_stream_fails_its_lane_only(model_path: Path) -> None:
 @pytest.mark.server
 @pytest.mark.model
+def test_a_server_killed_mid_stream_fails_its_lane_only(model_path: Path) -> None:
     with llama_cpp_server(model_path) as (url, process):
         pair = type(presets()["ubatch"])("kill", server_lane(url), Lane(), "")
         with PairRun(pair) as runner:
@@ -138,8 +138,8 @@ def test_a_server_killed_mid_stream_fails_its_lane_only(model_path: Path) -> Non
     assert result.b.error is None and len(result.b.steps) == 200
 
 
-def test_a_server_that_is_not_running(capsys) -> None:
 @pytest.mark.model
+def test_a_server_that_is_not_running(capsys) -> None:
     port = free_port()
     err = one_line_error(
         capsys,
@@ -157,8 +157,8 @@ def test_a_server_that_is_not_running(capsys) -> None:
     assert "cannot connect (connection refused); is the server running?" in err
 
 
-@pytest.mark.parametrize(
 @pytest.mark.server
+@pytest.mark.parametrize(
     "mode, settings, message",
     [
         ("http500", {}, "HTTP 500: out of memory (injected)"),
@@ -181,9 +181,9 @@ def test_server_faults_are_one_line_lane_errors(mode: str, settings: dict, messa
     assert type(caught.value).__name__ == "ServerError"
 
 
-def test_a_wrong_api_key_is_refused_without_leaking_it(
 @pytest.mark.server
 @pytest.mark.model
+def test_a_wrong_api_key_is_refused_without_leaking_it(
     model_path: Path, tmp_path: Path, capsys, monkeypatch
 ) -> None:
     secret = "sk-specdiff-test-5d1e"
@@ -214,9 +214,9 @@ def test_an_unset_key_variable_is_named(capsys, monkeypatch) -> None:
     assert "SPECDIFF_MISSING_KEY (api_key_env) is not set" in err
 
 
-def test_repeat_against_a_server_counts_completions(server: str, capsys) -> None:
 @pytest.mark.server
 @pytest.mark.model
+def test_repeat_against_a_server_counts_completions(server: str, capsys) -> None:
     code = main(
         [
             "repeat",
