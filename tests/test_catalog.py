@@ -40,7 +40,7 @@ def test_the_list_shows_date_pair_prompt_fork_and_tokens(folder: Path, capsys) -
         row = next(line for line in rows if f" {session.pair.name} " in line)
         assert f"token {fork.index}" in row
         assert f"{len(session.steps['a'])}/{len(session.steps['b'])}" in row
-        assert session.header["created"][:10] in row
+        assert session.header.created[:10] in row
         assert "The history of the Roman" in row
 
 

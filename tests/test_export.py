@@ -195,11 +195,11 @@ def test_markdown_has_the_verdict_the_fork_token_and_the_plot(path: Path) -> Non
     assert f"{fork.a.margin:.3f}" in markdown and f"{fork.b.margin:.3f}" in markdown
     assert "complete" in markdown.splitlines()[0]
     # the whole configuration: every lane key, both models' hashes, the build
-    for key in session.header["lanes"]["a"]:
+    for key in session.header.pair.a.as_dict():
         assert key.replace("_", "\\_") in markdown
-    assert session.header["executed"]["a"]["model_sha256"] in markdown
-    assert session.header["build"]["llama_cpp_build"] in markdown
-    for digest in session.footer["output_sha256"]:
+    assert session.header.executed["a"]["model_sha256"] in markdown
+    assert session.header.build["llama_cpp_build"] in markdown
+    for digest in session.footer.output_sha256:
         assert digest in markdown
     encoded = re.search(r"\(data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)\)", markdown)
     assert encoded is not None
@@ -269,11 +269,11 @@ def test_json_round_trips_and_agrees_with_the_comparison(path: Path) -> None:
         "b": list(comparison.near_ties_b),
     }
     assert summary["similarity_after_fork"] == comparison.after_fork.similarity
-    assert summary["tokens_per_second"] == session.footer["tokens_per_second"]
-    assert summary["output_sha256"] == session.footer["output_sha256"]
-    assert data["config"]["lanes"] == session.header["lanes"]
-    assert data["config"]["executed"] == session.header["executed"]
-    assert data["config"]["build"] == session.header["build"]
+    assert summary["tokens_per_second"] == list(session.footer.tokens_per_second)
+    assert summary["output_sha256"] == list(session.footer.output_sha256)
+    assert data["config"]["lanes"] == session.header.to_json()["lanes"]
+    assert data["config"]["executed"] == session.header.executed
+    assert data["config"]["build"] == session.header.build
     assert data["partial"] is False
     for lane in ("a", "b"):
         assert data["lanes"][lane]["text"] == text_of(session.steps[lane])

@@ -167,4 +167,4 @@ def test_a_server_killed_while_saving_keeps_the_session(
     (saved,) = tmp_path.glob("*.jsonl")
     session = load_session(saved)
     assert 1 <= len(session.steps["a"]) < 400 and len(session.steps["b"]) == 400
-    assert session.footer is not None and session.footer["errors"][0]
+    assert session.footer is not None and session.footer.errors[0]

@@ -27,7 +27,7 @@ def test_round_trip_keeps_every_step_and_the_summary(forked_result, tmp_path: Pa
     assert session.steps["b"] == forked_result.b.steps
     assert session.comparison() == forked_result.comparison
     assert session.pair == forked_result.pair
-    assert session.footer["fork_index"] == forked_result.comparison.fork.index
+    assert session.footer.fork_index == forked_result.comparison.fork.index
 
 
 @pytest.mark.model

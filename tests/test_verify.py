@@ -42,8 +42,8 @@ def test_saved_run_loads_with_its_summary(recorded: Path) -> None:
     session = load_session(recorded)
     assert not session.partial
     assert len(session.steps["a"]) == len(session.steps["b"]) == 24
-    assert session.footer["fork_index"] == session.comparison().fork.index
-    assert session.header["max_tokens"] == 24 and session.header["stop"] == []
+    assert session.footer.fork_index == session.comparison().fork.index
+    assert session.header.max_tokens == 24 and session.header.stop == ()
 
 
 @pytest.mark.model
