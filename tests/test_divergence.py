@@ -12,7 +12,8 @@ from dataclasses import replace
 import pytest
 
 from specdiff.compare import compare
-from specdiff.engine.llama.lane import LocalLane, ModelPool
+from specdiff.engine.llama.context import ModelPool
+from specdiff.engine.llama.lane import LocalLane
 from specdiff.lanes import presets
 from tests.conftest import load_prompts
 

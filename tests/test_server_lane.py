@@ -11,7 +11,8 @@ import pytest
 
 from specdiff.cli import main
 from specdiff.engine.pairrun import PairRun
-from specdiff.engine.server.lane import UNKNOWN_TOKEN, ServerLane
+from specdiff.engine.server.lane import ServerLane
+from specdiff.engine.server.vocab import UNKNOWN_TOKEN
 from specdiff.lanes import Lane, presets
 from specdiff.prompts import DEFAULT_PROMPT
 from specdiff.sessions.store import load_session

@@ -1,15 +1,16 @@
-"""What every lane backend shares: the interface PairRun drives, and the records a
-generate() call leaves besides its steps.
+"""What every lane backend shares: the interface PairRun drives, the prompt it hands
+each lane, and the records a generate() call leaves besides its steps.
 
 A backend is the in-process llama.cpp lane (``engine.llama``) or a server lane
 (``engine.server``); PairRun, the suite and the TUI see only this Protocol, so a new
-backend is one new package that satisfies it.
+backend is one new package that satisfies it (and one entry in ``engine.backends``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from specdiff.errors import SpecdiffError
@@ -40,40 +41,62 @@ class Generation:
     stop_reason: str = ""
 
 
+class Prompt(tuple[int, ...]):
+    """A prompt's token ids that keep the text they were tokenized from.
+
+    A backend that decodes takes the ids; one that is sent text (a server) takes
+    `text`, as any client would send it. Being the ids themselves, a Prompt goes
+    wherever a list of token ids does."""
+
+    text: str
+
+    def __new__(cls, text: str, tokens: Iterable[int]) -> Prompt:
+        prompt = super().__new__(cls, tokens)
+        prompt.text = text
+        return prompt
+
+
 class LaneBackend(Protocol):
-    """One lane of a pair: loads its model or connects to its server in __init__, then
+    """One lane of a pair: loads its model or connects to its server when built, then
     generates greedily on as many prompts as asked."""
 
     lane: Lane
     lane_id: str
+    model_path: Path
+    """The GGUF file whose vocabulary this lane's token ids index (a server lane's
+    tokenizer)."""
     generation: Generation
     """The current (or last) generate() call's counters, filled in as it runs."""
 
     def tokenize(self, text: str) -> list[int]: ...
 
     def check(self, tokens: Sequence[int], max_tokens: int) -> None:
-        """Raise PromptError for a prompt that cannot run on this lane (context room,
-        cached prefix), before anything decodes."""
+        """Raise PromptError for a prompt that cannot run on this lane (budget, context
+        room, cached prefix), before anything decodes."""
 
     def generate(
         self,
-        prompt: str,
-        tokens: Sequence[int],
+        prompt: Sequence[int],
         max_tokens: int,
         stop: Sequence[bytes] = (),
         forced: Sequence[int] | None = None,
     ) -> Iterator[TokenStep]:
-        """Yield one TokenStep per generated token; `forced` feeds these tokens instead of
-        the lane's own picks (teacher forcing). Raises Cancelled when stopped."""
+        """Yield one TokenStep per generated token for `prompt` (token ids, or a Prompt
+        that also carries its text); `forced` feeds these tokens instead of the lane's
+        own picks (teacher forcing). Raises Cancelled when stopped, a SpecdiffError
+        when this lane fails."""
 
     def probe(self, index: int, token_ids: Sequence[int]) -> tuple[Probe, ...]:
-        """Logit and rank of other tokens at step `index` (the fork); () if unknown."""
+        """Logit and rank of other tokens at step `index` (the fork); () where the
+        backend no longer holds, or never saw, that step's logits."""
 
     def normalizer(self, index: int) -> float | None:
-        """log-sum-exp of step `index`'s logits, where the backend can compute it."""
+        """log-sum-exp of step `index`'s logits, or None where the backend cannot
+        compute it."""
 
     def tokens_per_second(self, steps: Sequence[TokenStep]) -> float | None:
-        """The backend's own speed figure for these steps, or None to time them."""
+        """The backend's own speed figure for these steps, or None: time the decode loop
+        instead."""
 
     def vocab_digest(self) -> str:
         """Identifies the vocabulary, so two lanes' token ids can be compared."""

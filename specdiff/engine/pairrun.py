@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
 from specdiff import __version__
 from specdiff.compare import DEFAULT_NEAR_TIE, compare
-from specdiff.engine.base import Cancelled, Generation
-from specdiff.engine.llama.lane import LocalLane, ModelPool
+from specdiff.engine.backends import open_lane
+from specdiff.engine.base import Cancelled, Generation, LaneBackend, Prompt
+from specdiff.engine.llama.context import ModelPool
 from specdiff.engine.runtime import build_info
 from specdiff.errors import PromptError, SpecdiffError
 from specdiff.lanes import Pair
@@ -45,25 +46,19 @@ class PairRun:
         self.pair = pair
         self.cancel = cancel or threading.Event()
         self.pool = ModelPool()
-        self.lanes: dict[str, Any] = {}
-        """LocalLane, or ServerLane for backend=server: the same interface."""
+        self.lanes: dict[str, LaneBackend] = {}
         try:
             for lane_id, lane in (("a", pair.a), ("b", pair.b)):
                 progress(f"loading lane {lane_id}: {lane.describe()}")
-                kind: Any = LocalLane
-                if lane.backend == "server":
-                    from specdiff.engine.server.lane import ServerLane
-
-                    kind = ServerLane
-                self.lanes[lane_id] = kind(lane, lane_id, self.pool, progress, self.cancel)
+                self.lanes[lane_id] = open_lane(lane, lane_id, self.pool, progress, self.cancel)
         except BaseException:
             self.close()
             raise
-        a_model, b_model = self.lanes["a"].model, self.lanes["b"].model
-        if a_model.info.vocab_digest != b_model.info.vocab_digest:
+        a, b = self.lanes["a"], self.lanes["b"]
+        if a.vocab_digest() != b.vocab_digest():
             self.close()
             raise SpecdiffError(
-                f"lane a's model ({a_model.path.name}) and lane b's ({b_model.path.name}) have "
+                f"lane a's model ({a.model_path.name}) and lane b's ({b.model_path.name}) have "
                 "different vocabularies, so their token ids cannot be compared; "
                 "use models of the same family"
             )
@@ -82,9 +77,7 @@ class PairRun:
         if max_tokens < 1:
             raise PromptError(f"--max-tokens must be at least 1, got {max_tokens}")
         for local in self.lanes.values():
-            local.check_prompt(tokens, max_tokens)
-            if local.lane.prefix == "cached":
-                local.prefix_length(tokens)
+            local.check(tokens, max_tokens)
 
     def stream(
         self,
@@ -110,70 +103,26 @@ class PairRun:
         for local in self.lanes.values():
             # a lane whose loop never starts (cancelled first) must not show the last run's
             local.generation = Generation(prompt_tokens=len(tokens))
+        # each lane takes the ids or, a server lane, the text they came from
+        ids = Prompt(prompt, tokens)
         generators = {
-            # a server lane is sent the prompt's text, as any client sends it
-            lane_id: local.generate(
-                prompt if local.lane.backend == "server" else tokens, max_tokens, stop_bytes
-            )
+            lane_id: local.generate(ids, max_tokens, stop_bytes)
             for lane_id, local in self.lanes.items()
             if not (teacher_forced and lane_id == "b")
         }
-        live = dict(generators)
-        forked = False
-        cancelled = False
+
+        def forced_b(forced: list[int]) -> Iterator[TokenStep]:
+            return self.lanes["b"].generate(ids, max_tokens, stop_bytes, forced=forced)
+
         try:
-            while live and not cancelled:
-                fresh: dict[str, TokenStep] = {}
-                for lane_id in list(live):
-                    outcome = outcomes[lane_id]
-                    began = time.perf_counter()
-                    try:
-                        step = next(live[lane_id])
-                    except StopIteration:
-                        del live[lane_id]
-                        if teacher_forced and lane_id == "a":
-                            forced = outcomes["a"].token_ids
-                            live["b"] = generators["b"] = self.lanes["b"].generate(
-                                tokens, max_tokens, stop_bytes, forced=forced
-                            )
-                        continue
-                    except Cancelled:
-                        cancelled = True
-                        break
-                    except SpecdiffError as error:
-                        outcome.error = str(error)
-                        del live[lane_id]
-                        continue
-                    finally:
-                        elapsed = time.perf_counter() - began
-                        outcome.seconds += elapsed
-                        if len(outcome.steps) == 0:
-                            outcome.first_token_seconds += elapsed
-                    outcome.steps.append(step)
-                    fresh[lane_id] = step
-                if not forked and len(fresh) == 2 and fresh["a"].token_id != fresh["b"].token_id:
-                    forked = True
-                    fresh = self._probe_fork(fresh, outcomes)
-                for step in fresh.values():
-                    yield step
-                if self.cancel.is_set():
-                    cancelled = True
+            cancelled, stopped = yield from self._lockstep(
+                generators, forced_b if teacher_forced else None
+            )
         finally:
             # also on an error or a second Ctrl+C: a server lane's reader thread must stop
             for generator in generators.values():
                 generator.close()
-        for lane_id, local in self.lanes.items():
-            outcome = outcomes[lane_id]
-            generation = local.generation
-            stopped_early = cancelled and lane_id in live
-            outcome.stop_reason = "cancelled" if stopped_early else generation.stop_reason
-            outcome.drafted = generation.drafted
-            outcome.accepted = generation.accepted
-            outcome.verify_calls = generation.verify_calls
-            outcome.prefix_tokens = generation.prefix_tokens
-            outcome.executed = local.executed()
-            if local.lane.backend == "server":
-                outcome.reported_tokens_per_second = local.tokens_per_second(outcome.steps)
+        self._settle(stopped)
         self.result = PairResult(
             pair=self.pair,
             prompt=prompt,
@@ -189,22 +138,88 @@ class PairRun:
             stop=list(stop),
         )
 
+    def _lockstep(
+        self,
+        generators: dict[str, Iterator[TokenStep]],
+        forced_b: Callable[[list[int]], Iterator[TokenStep]] | None,
+    ) -> Generator[TokenStep, None, tuple[bool, set[str]]]:
+        """Step the lanes in turn until all have finished or a cancel; with `forced_b`,
+        lane b starts when lane a has finished, fed a's tokens (and is added to
+        `generators`). Returns whether the run was cancelled, and the lanes that were
+        still generating then."""
+        live = dict(generators)
+        forked = cancelled = False
+        while live and not cancelled:
+            fresh: dict[str, TokenStep] = {}
+            for lane_id in list(live):
+                try:
+                    step = self._advance(lane_id, live[lane_id])
+                except Cancelled:
+                    cancelled = True
+                    break
+                if step is not None:
+                    fresh[lane_id] = step
+                    continue
+                del live[lane_id]
+                if lane_id == "a" and forced_b is not None and self.outcomes["a"].error is None:
+                    live["b"] = generators["b"] = forced_b(self.outcomes["a"].token_ids)
+            if not forked and len(fresh) == 2 and fresh["a"].token_id != fresh["b"].token_id:
+                forked = True
+                fresh = self._probe_fork(fresh, self.outcomes)
+            yield from fresh.values()
+            cancelled = cancelled or self.cancel.is_set()
+        return cancelled, set(live) if cancelled else set()
+
+    def _advance(self, lane_id: str, generator: Iterator[TokenStep]) -> TokenStep | None:
+        """A lane's next step, its time added to the lane's; None once the lane has
+        finished or failed (its error noted in its outcome). Raises Cancelled."""
+        outcome = self.outcomes[lane_id]
+        began = time.perf_counter()
+        try:
+            step = next(generator)
+        except StopIteration:
+            return None
+        except SpecdiffError as error:
+            outcome.error = str(error)
+            return None
+        finally:
+            elapsed = time.perf_counter() - began
+            outcome.seconds += elapsed
+            if len(outcome.steps) == 0:
+                outcome.first_token_seconds += elapsed
+        outcome.steps.append(step)
+        return step
+
+    def _settle(self, stopped: set[str]) -> None:
+        """Copy each lane's counters into its outcome; lanes in `stopped` were cut short
+        by a cancel."""
+        for lane_id, local in self.lanes.items():
+            outcome = self.outcomes[lane_id]
+            generation = local.generation
+            outcome.stop_reason = "cancelled" if lane_id in stopped else generation.stop_reason
+            outcome.drafted = generation.drafted
+            outcome.accepted = generation.accepted
+            outcome.verify_calls = generation.verify_calls
+            outcome.prefix_tokens = generation.prefix_tokens
+            outcome.executed = local.executed()
+            outcome.reported_tokens_per_second = local.tokens_per_second(outcome.steps)
+
     def executed(self) -> dict[str, dict[str, Any]]:
         """What each lane runs on: model path and sha256, context settings as applied."""
         return {lane_id: local.executed() for lane_id, local in self.lanes.items()}
 
     def live(self) -> dict[str, tuple[float, int, int]]:
         """Per lane, while a run streams: (tokens/s so far, drafted, accepted)."""
-        return {
-            lane_id: (
-                self.lanes[lane_id].tokens_per_second(outcome.steps)
-                if self.lanes[lane_id].lane.backend == "server"
-                else outcome.tokens_per_second,
-                self.lanes[lane_id].generation.drafted,
-                self.lanes[lane_id].generation.accepted,
+        speeds = {}
+        for lane_id, outcome in self.outcomes.items():
+            local = self.lanes[lane_id]
+            speed = local.tokens_per_second(outcome.steps)
+            speeds[lane_id] = (
+                outcome.tokens_per_second if speed is None else speed,
+                local.generation.drafted,
+                local.generation.accepted,
             )
-            for lane_id, outcome in self.outcomes.items()
-        }
+        return speeds
 
     def _probe_fork(
         self, fresh: dict[str, TokenStep], outcomes: dict[str, LaneOutcome]

@@ -9,6 +9,7 @@ sequence) are decoded in the same llama_decode calls.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Sequence
@@ -16,10 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specdiff.engine.base import Cancelled, EngineError
-from specdiff.engine.llama.lane import ModelPool, context_params
+from specdiff.engine.llama.context import Context, ModelPool, Row
 from specdiff.engine.models import Progress, resolve_model
-from specdiff.engine.runtime import clear_errors, last_error, llama
 from specdiff.engine.topk import TopK
 from specdiff.errors import PromptError
 from specdiff.lanes import Lane
@@ -69,108 +68,49 @@ class BatchedLane:
         path = resolve_model(lane.model, lane.quant, lane.threads, progress)
         self.model = self.pool.get(path, lane.repack)
         self.sequences = 1 + max_companions
-        lib = llama()
         # one KV memory for all sequences, as a server's shared cache: where a sequence's
         # cells land depends on its neighbours
-        params = context_params(lane, self.sequences)
-        clear_errors()
-        self.pointer = lib.llama_init_from_model(self.model.pointer, params)
-        if not self.pointer:
-            reason = last_error() or "llama.cpp could not create it"
-            self.close()
-            raise EngineError(f"cannot create a context for {path.name}: {reason}")
-        self.memory = lib.llama_get_memory(self.pointer)
-        self.batch = lib.llama_batch_init(lane.n_batch, 0, self.sequences)
+        try:
+            self.context = Context(self.model, lane, self.cancel, self.sequences)
+        except BaseException:
+            if self._own_pool:
+                self.pool.close()
+            raise
         self.topk = TopK(lane.top_k)
         self.model_path = path
 
     def tokenize(self, text: str) -> list[int]:
         return self.model.tokenize(text)
 
-    def _decode(self, entries: Sequence[tuple[int, int, int]]) -> None:
-        """One llama_decode call of (token, position, sequence) rows, logits on all."""
-        if self.cancel.is_set():
-            raise Cancelled("cancelled")
-        batch = self.batch
-        batch.n_tokens = len(entries)
-        for i, (token, position, sequence) in enumerate(entries):
-            batch.token[i] = token
-            batch.pos[i] = position
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = sequence
-            batch.logits[i] = True
-        status = llama().llama_decode(self.pointer, batch)
-        if status != 0:
-            raise EngineError(
-                f"llama_decode failed with status {status} "
-                f"({last_error() or 'the KV memory may be too small: raise n_ctx'})"
-            )
-
-    def _row(self, index: int) -> np.ndarray:
-        pointer = llama().llama_get_logits_ith(self.pointer, index)
-        if not pointer:
-            raise EngineError(f"llama.cpp has no logits for row {index}")
-        return np.ctypeslib.as_array(pointer, shape=(self.model.n_vocab,))
-
     def run(
         self, prompt: Sequence[int], companions: Sequence[Sequence[int]], max_tokens: int
     ) -> BatchedRun:
         """Greedy decoding of `prompt` (sequence 0) with each companion prompt decoded in
         the same calls, prompts first, then one token per sequence per call."""
-        if len(companions) >= self.sequences:
-            raise PromptError(
-                f"{len(companions)} companions, but the context holds {self.sequences - 1}"
-            )
         prompts = [list(prompt), *[list(c) for c in companions]]
-        if sum(len(p) for p in prompts) > self.lane.n_batch:
-            raise PromptError(
-                f"the prompt and its companions hold {sum(len(p) for p in prompts)} tokens; "
-                f"they must fit one batch of n_batch={self.lane.n_batch}"
-            )
-        needed = sum(len(p) for p in prompts) + max_tokens * len(prompts)
-        if needed > self.lane.n_ctx:
-            raise PromptError(
-                f"{len(prompts)} sequences of up to {max_tokens} tokens need {needed} KV "
-                f"cells; n_ctx is {self.lane.n_ctx}: raise n_ctx or lower --max-tokens"
-            )
-        llama().llama_memory_clear(self.memory, True)
+        self._check(prompts, max_tokens)
+        context, model = self.context, self.model
+        context.clear()
         outcome = BatchedRun(len(companions))
         began = time.perf_counter()
-        entries = [
+        entries: list[Row] = [
             (token, position, sequence)
             for sequence, tokens in enumerate(prompts)
             for position, token in enumerate(tokens)
         ]
-        self._decode(entries)
+        context.decode_rows(entries)
         # each sequence's next token comes from the row of its last decoded token
-        rows = {}
-        offset = 0
-        for sequence, tokens in enumerate(prompts):
-            offset += len(tokens)
-            rows[sequence] = offset - 1
+        ends = itertools.accumulate(len(tokens) for tokens in prompts)
+        rows = {sequence: end - 1 for sequence, end in enumerate(ends)}
         positions = {sequence: len(tokens) for sequence, tokens in enumerate(prompts)}
-        model = self.model
         while True:
             entries = []
             for sequence, row_index in rows.items():
-                row = self._row(row_index)
+                row = context.row(row_index)
                 if sequence == 0:
-                    ids, logits = self.topk(row)
-                    token = ids[0]
-                    outcome.steps.append(
-                        TokenStep(
-                            lane="a",
-                            index=len(outcome.steps),
-                            token_id=token,
-                            piece=model.piece(token),
-                            top=tuple(
-                                Candidate(i, v, model.piece(i)) for i, v in zip(ids, logits)
-                            ),
-                            drafted=False,
-                            verify_width=len(rows),
-                            timestamp=time.perf_counter(),
-                        )
-                    )
+                    step = self._step(row, len(outcome.steps), len(rows))
+                    outcome.steps.append(step)
+                    token = step.token_id
                     if model.is_end_of_generation(token) or len(outcome.steps) >= max_tokens:
                         outcome.seconds = time.perf_counter() - began
                         return outcome
@@ -181,17 +121,45 @@ class BatchedLane:
                 entries.append((token, positions[sequence], sequence))
                 positions[sequence] += 1
             outcome.widths.append(len(entries))
-            self._decode(entries)
+            context.decode_rows(entries)
             rows = {sequence: i for i, (_, _, sequence) in enumerate(entries)}
 
+    def _check(self, prompts: list[list[int]], max_tokens: int) -> None:
+        """The sequences must fit the context: one batch for the prompts, and a KV cell
+        for every token."""
+        if len(prompts) > self.sequences:
+            raise PromptError(
+                f"{len(prompts) - 1} companions, but the context holds {self.sequences - 1}"
+            )
+        prompt_tokens = sum(len(p) for p in prompts)
+        if prompt_tokens > self.lane.n_batch:
+            raise PromptError(
+                f"the prompt and its companions hold {prompt_tokens} tokens; "
+                f"they must fit one batch of n_batch={self.lane.n_batch}"
+            )
+        needed = prompt_tokens + max_tokens * len(prompts)
+        if needed > self.lane.n_ctx:
+            raise PromptError(
+                f"{len(prompts)} sequences of up to {max_tokens} tokens need {needed} KV "
+                f"cells; n_ctx is {self.lane.n_ctx}: raise n_ctx or lower --max-tokens"
+            )
+
+    def _step(self, row: np.ndarray, index: int, width: int) -> TokenStep:
+        ids, logits = self.topk(row)
+        piece = self.model.piece
+        return TokenStep(
+            lane="a",
+            index=index,
+            token_id=ids[0],
+            piece=piece(ids[0]),
+            top=tuple(Candidate(i, v, piece(i)) for i, v in zip(ids, logits)),
+            drafted=False,
+            verify_width=width,
+            timestamp=time.perf_counter(),
+        )
+
     def close(self) -> None:
-        lib = llama()
-        if getattr(self, "batch", None) is not None:
-            lib.llama_batch_free(self.batch)
-            self.batch = None
-        if getattr(self, "pointer", None):
-            lib.llama_free(self.pointer)
-            self.pointer = None
+        self.context.close()
         if self._own_pool:
             self.pool.close()
 

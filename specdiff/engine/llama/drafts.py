@@ -8,11 +8,16 @@ through the kernels, the numbers), never the rule.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from pathlib import Path
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from specdiff.engine.llama.lane import Context
+from specdiff.engine.gguf import GGUFInfo, read_gguf
+from specdiff.engine.llama.context import Context, ModelPool
+from specdiff.engine.models import Progress, resolve_model
+from specdiff.errors import ModelError
+from specdiff.lanes import Lane
 
 
 class Drafter(Protocol):
@@ -158,3 +163,51 @@ class ModelDrafter:
 
     def close(self) -> None:
         self.context.close()
+
+
+def make_drafter(
+    lane: Lane,
+    model_path: Path,
+    pool: ModelPool,
+    cancel: threading.Event,
+    progress: Progress,
+) -> tuple[Drafter | None, Path | None]:
+    """The drafter a lane's `speculation` asks for, and the draft model's file if any
+    (the lane's own model at `model_path` when draft_model is not set)."""
+    if lane.speculation == "ngram":
+        drafter = NgramDrafter(
+            lane.spec_ngram,
+            lane.spec_ngram_min,
+            lane.spec_drafts,
+            lane.spec_adaptive,
+            lane.spec_align,
+        )
+        return drafter, None
+    if lane.speculation != "draft":
+        return None, None
+    path = (
+        resolve_model(lane.draft_model, "", lane.threads, progress)
+        if lane.draft_model
+        else model_path
+    )
+    check_same_vocabulary(pool.get(model_path, lane.repack).info, read_gguf(path))
+    context = Context(pool.get(path, lane.repack), lane, cancel)
+    return ModelDrafter(context, lane.spec_drafts, lane.spec_adaptive, lane.spec_align), path
+
+
+def check_same_vocabulary(target: GGUFInfo, draft: GGUFInfo) -> None:
+    """A draft model must speak the target's token ids, or its drafts mean nothing."""
+    target_tokens, draft_tokens = target.tokens, draft.tokens
+    if target.vocab_digest == draft.vocab_digest:
+        return
+    if len(target_tokens) != len(draft_tokens):
+        detail = f"{len(draft_tokens)} tokens vs the target's {len(target_tokens)}"
+    else:
+        first = next(i for i, (x, y) in enumerate(zip(target_tokens, draft_tokens)) if x != y)
+        detail = (
+            f"token {first} is {draft_tokens[first]!r} vs the target's {target_tokens[first]!r}"
+        )
+    raise ModelError(
+        f"draft model {draft.path} has a different vocabulary from {target.path.name} "
+        f"({detail}); use a draft model of the same family"
+    )

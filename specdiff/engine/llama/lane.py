@@ -19,250 +19,40 @@ The loop for one lane:
 
 from __future__ import annotations
 
-import ctypes
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from specdiff.engine.base import Cancelled, EngineError, Generation
-from specdiff.engine.gguf import GGUFInfo, read_gguf
-from specdiff.engine.llama.drafts import Drafter, ModelDrafter, NgramDrafter
+from specdiff.engine.base import Generation
+from specdiff.engine.llama.context import Context, ModelPool
+from specdiff.engine.llama.drafts import make_drafter
 from specdiff.engine.models import Progress, resolve_model, sha256_file
-from specdiff.engine.runtime import clear_errors, last_error, llama
 from specdiff.engine.topk import TopK, logsumexp, rank_of
-from specdiff.errors import ModelError, PromptError
+from specdiff.errors import PromptError
 from specdiff.lanes import Lane
 from specdiff.steps import Candidate, Probe, TokenStep
-
-_KV_TYPES = {
-    "f32": 0,
-    "f16": 1,
-    "q4_0": 2,
-    "q4_1": 3,
-    "q5_0": 6,
-    "q5_1": 7,
-    "q8_0": 8,
-    "iq4_nl": 20,
-    "bf16": 30,
-}
-_FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
 
 
 def _quiet(_: str) -> None:
     return None
 
 
-class LoadedModel:
-    """One llama_model in memory, shared by every lane that uses the same file."""
+class _StopText:
+    """The text generated so far, searched for stop strings near its end."""
 
-    def __init__(self, path: Path, repack: bool) -> None:
-        self.path = path
-        self.repack = repack
-        self.info: GGUFInfo = read_gguf(path)
-        lib = llama()
-        params = lib.llama_model_default_params()
-        params.n_gpu_layers = 0
-        params.use_extra_bufts = repack
-        clear_errors()
-        pointer = lib.llama_model_load_from_file(str(path).encode(), params)
-        if not pointer:
-            reason = last_error() or "llama.cpp could not load it"
-            raise ModelError(f"cannot load model {path}: {reason}")
-        self.pointer = pointer
-        self.vocab = lib.llama_model_get_vocab(pointer)
-        self.n_vocab = int(lib.llama_vocab_n_tokens(self.vocab))
-        self._pieces: dict[int, bytes] = {}
-        self._sha256: str | None = None
+    def __init__(self, stop: Sequence[bytes]) -> None:
+        self.stop = list(stop)
+        self.reach = max((len(s) for s in stop), default=0) + 64
+        self.text = bytearray()
 
-    @property
-    def sha256(self) -> str:
-        if self._sha256 is None:
-            self._sha256 = sha256_file(self.path)
-        return self._sha256
-
-    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
-        """Token ids of `text`; `add_special` puts the BOS token first, as for a prompt."""
-        lib = llama()
-        data = text.encode("utf-8")
-        capacity = len(data) + 8
-        buffer = (lib.llama_token * capacity)()
-        count = lib.llama_tokenize(
-            self.vocab, data, len(data), buffer, capacity, add_special, True
-        )
-        if count < 0:
-            capacity = -count
-            buffer = (lib.llama_token * capacity)()
-            count = lib.llama_tokenize(
-                self.vocab, data, len(data), buffer, capacity, add_special, True
-            )
-        if count < 0:
-            raise EngineError(f"tokenization failed ({count})")
-        return list(buffer[:count])
-
-    def piece(self, token_id: int) -> bytes:
-        cached = self._pieces.get(token_id)
-        if cached is not None:
-            return cached
-        lib = llama()
-        buffer = ctypes.create_string_buffer(64)
-        length = lib.llama_token_to_piece(self.vocab, token_id, buffer, 64, 0, True)
-        if length < 0:
-            buffer = ctypes.create_string_buffer(-length)
-            length = lib.llama_token_to_piece(self.vocab, token_id, buffer, -length, 0, True)
-        value = buffer.raw[: max(length, 0)]
-        self._pieces[token_id] = value
-        return value
-
-    def is_end_of_generation(self, token_id: int) -> bool:
-        return bool(llama().llama_vocab_is_eog(self.vocab, token_id))
-
-    def close(self) -> None:
-        if self.pointer:
-            llama().llama_model_free(self.pointer)
-            self.pointer = None
-
-
-class ModelPool:
-    """Loads each (file, repack) once; lanes of a pair share the weights, not the KV."""
-
-    def __init__(self) -> None:
-        self._models: dict[tuple[Path, bool], LoadedModel] = {}
-
-    def get(self, path: Path, repack: bool) -> LoadedModel:
-        key = (path.resolve(), repack)
-        model = self._models.get(key)
-        if model is None:
-            model = LoadedModel(key[0], repack)
-            self._models[key] = model
-        return model
-
-    def close(self) -> None:
-        for model in self._models.values():
-            model.close()
-        self._models.clear()
-
-
-def context_params(lane: Lane, sequences: int = 1) -> Any:
-    """llama_context_params for a lane; several sequences share one KV memory."""
-    params = llama().llama_context_default_params()
-    params.n_ctx = lane.n_ctx
-    params.n_batch = lane.n_batch
-    params.n_ubatch = lane.n_ubatch
-    params.n_seq_max = sequences
-    params.kv_unified = sequences > 1
-    params.n_threads = lane.threads
-    params.n_threads_batch = lane.threads_batch or lane.threads
-    params.flash_attn_type = _FLASH_ATTN[lane.flash_attn]
-    params.type_k = _KV_TYPES[lane.type_k]
-    params.type_v = _KV_TYPES[lane.type_v]
-    params.no_perf = True
-    return params
-
-
-class Context:
-    """A llama_context with one reusable batch; decode calls report their failures."""
-
-    def __init__(self, model: LoadedModel, lane: Lane, cancel: threading.Event) -> None:
-        lib = llama()
-        self.model = model
-        self.lane = lane
-        params = context_params(lane)
-        # Stops a long prompt decode between graph nodes when the user cancels. Installed
-        # only around prompt decodes: llama.cpp calls it once per graph node (~450 per
-        # token here) and each call takes the GIL, which a UI thread would then contend for.
-        self._abort = lib.ggml_abort_callback(lambda _data: cancel.is_set())
-        self._no_abort = lib.ggml_abort_callback()
-        clear_errors()
-        pointer = lib.llama_init_from_model(model.pointer, params)
-        if not pointer:
-            reason = last_error() or "llama.cpp could not create it"
-            raise EngineError(f"cannot create a context for {model.path.name}: {reason}")
-        self.pointer = pointer
-        self.memory = lib.llama_get_memory(pointer)
-        self.batch = lib.llama_batch_init(lane.n_batch, 0, 1)
-        self.n_vocab = model.n_vocab
-        self.cancel = cancel
-        self.executed = {
-            "n_ctx": int(lib.llama_n_ctx(pointer)),
-            "n_batch": int(lib.llama_n_batch(pointer)),
-            "n_ubatch": int(lib.llama_n_ubatch(pointer)),
-            "threads": int(lib.llama_n_threads(pointer)),
-            "threads_batch": int(lib.llama_n_threads_batch(pointer)),
-            "flash_attn": lane.flash_attn,
-            "type_k": lane.type_k,
-            "type_v": lane.type_v,
-            "repack": model.repack,
-        }
-
-    def clear(self) -> None:
-        llama().llama_memory_clear(self.memory, True)
-
-    def remove_from(self, position: int) -> None:
-        """Drop every KV entry at `position` and after; llama.cpp may refuse, so check."""
-        if not llama().llama_memory_seq_rm(self.memory, 0, position, -1):
-            raise EngineError(
-                f"llama.cpp could not remove KV positions from {position} on "
-                "(partial removal unsupported for this model's memory)"
-            )
-
-    def decode(self, tokens: Sequence[int], start: int, all_logits: bool) -> None:
-        """Decode tokens at positions start.. in one call; logits on the last row, or on
-        every row."""
-        if self.cancel.is_set():
-            raise Cancelled("cancelled")
-        count = len(tokens)
-        batch = self.batch
-        batch.n_tokens = count
-        for i, token in enumerate(tokens):
-            batch.token[i] = token
-            batch.pos[i] = start + i
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = 0
-            batch.logits[i] = all_logits
-        batch.logits[count - 1] = True
-        status = llama().llama_decode(self.pointer, batch)
-        if status == 2 and self.cancel.is_set():
-            raise Cancelled("cancelled")
-        if status != 0:
-            raise EngineError(
-                f"llama_decode failed with status {status} at position {start} "
-                f"({last_error() or 'no reason given'})"
-            )
-
-    def decode_chunks(self, tokens: Sequence[int], start: int) -> int:
-        """Decode a long sequence in n_batch chunks (cancellable inside a chunk); returns
-        the last chunk's width."""
-        lib = llama()
-        width = 0
-        lib.llama_set_abort_callback(self.pointer, self._abort, None)
-        try:
-            for offset in range(0, len(tokens), self.lane.n_batch):
-                chunk = tokens[offset : offset + self.lane.n_batch]
-                self.decode(chunk, start + offset, all_logits=False)
-                width = len(chunk)
-        finally:
-            lib.llama_set_abort_callback(self.pointer, self._no_abort, None)
-        return width
-
-    def row(self, index: int) -> np.ndarray:
-        """Logits of output row `index` of the last decode (-1 = the last), a view."""
-        pointer = llama().llama_get_logits_ith(self.pointer, index)
-        if not pointer:
-            raise EngineError(f"llama.cpp has no logits for row {index}")
-        return np.ctypeslib.as_array(pointer, shape=(self.n_vocab,))
-
-    def close(self) -> None:
-        lib = llama()
-        if self.batch is not None:
-            lib.llama_batch_free(self.batch)
-            self.batch = None
-        if self.pointer:
-            lib.llama_free(self.pointer)
-            self.pointer = None
+    def add(self, piece: bytes) -> bool:
+        """Append a step's bytes; True once a stop string has appeared."""
+        if not self.stop:
+            return False
+        self.text += piece
+        tail = bytes(self.text[-self.reach :])
+        return any(s in tail for s in self.stop)
 
 
 class LocalLane:
@@ -284,41 +74,17 @@ class LocalLane:
         self.model_path = resolve_model(lane.model, lane.quant, lane.threads, progress)
         self.model = self.pool.get(self.model_path, lane.repack)
         self.context = Context(self.model, lane, self.cancel)
-        self.drafter: Drafter | None = None
-        self.draft_path: Path | None = None
         try:
-            self._make_drafter(lane, progress)
+            self.drafter, self.draft_path = make_drafter(
+                lane, self.model_path, self.pool, self.cancel, progress
+            )
         except BaseException:
             self.context.close()  # the lane never existed: free its KV memory now
             raise
         self.topk = TopK(lane.top_k)
         self.generation = Generation()
         self._rows: dict[int, int] = {}
-
-    def _make_drafter(self, lane: Lane, progress: Progress) -> None:
-        if lane.speculation == "ngram":
-            self.drafter = NgramDrafter(
-                lane.spec_ngram,
-                lane.spec_ngram_min,
-                lane.spec_drafts,
-                lane.spec_adaptive,
-                lane.spec_align,
-            )
-        elif lane.speculation == "draft":
-            self.draft_path = (
-                resolve_model(lane.draft_model, "", lane.threads, progress)
-                if lane.draft_model
-                else self.model_path
-            )
-            draft_info = read_gguf(self.draft_path)
-            check_same_vocabulary(self.model.info, draft_info)
-            draft_model = self.pool.get(self.draft_path, lane.repack)
-            self.drafter = ModelDrafter(
-                Context(draft_model, lane, self.cancel),
-                lane.spec_drafts,
-                lane.spec_adaptive,
-                lane.spec_align,
-            )
+        """Step index -> the output row of the last decode that holds its logits."""
 
     # -- what a session or report needs to know about this lane ------------------------
     def executed(self) -> dict[str, Any]:
@@ -335,21 +101,33 @@ class LocalLane:
             record["draft_model_sha256"] = sha256_file(self.draft_path)
         return record
 
+    def vocab_digest(self) -> str:
+        return self.model.info.vocab_digest
+
+    def tokens_per_second(self, steps: Sequence[TokenStep]) -> float | None:
+        return None  # the decode loop runs in the caller's thread: timing it is exact
+
     def tokenize(self, text: str) -> list[int]:
         return self.model.tokenize(text)
 
-    def check_prompt(self, prompt: Sequence[int], max_tokens: int) -> None:
+    def check(self, tokens: Sequence[int], max_tokens: int) -> None:
+        if max_tokens < 1:
+            raise PromptError(f"--max-tokens must be at least 1, got {max_tokens}")
+        if not tokens:
+            raise PromptError("the prompt is empty; give some text")
         n_ctx = self.lane.n_ctx
-        if len(prompt) >= n_ctx:
+        if len(tokens) >= n_ctx:
             raise PromptError(
-                f"the prompt is {len(prompt)} tokens, longer than lane {self.lane_id}'s n_ctx "
-                f"({n_ctx}); shorten it or raise n_ctx (--both n_ctx={len(prompt) + max_tokens})"
+                f"the prompt is {len(tokens)} tokens, longer than lane {self.lane_id}'s n_ctx "
+                f"({n_ctx}); shorten it or raise n_ctx (--both n_ctx={len(tokens) + max_tokens})"
             )
-        if len(prompt) + max_tokens > n_ctx:
+        if len(tokens) + max_tokens > n_ctx:
             raise PromptError(
-                f"the prompt ({len(prompt)} tokens) plus --max-tokens {max_tokens} does not fit "
+                f"the prompt ({len(tokens)} tokens) plus --max-tokens {max_tokens} does not fit "
                 f"lane {self.lane_id}'s n_ctx ({n_ctx}); lower --max-tokens or raise n_ctx"
             )
+        if self.lane.prefix == "cached":
+            self.prefix_length(tokens)
 
     def prefix_length(self, prompt: Sequence[int]) -> int:
         """How many prompt tokens the earlier call decodes in prefix-cached mode."""
@@ -388,74 +166,61 @@ class LocalLane:
         a step's `token_id` is the forced token, `top[0]` is still this lane's argmax,
         and a forced token outside the top-k comes with a probe (its logit and rank).
         The lane stops where `forced` ends."""
-        if max_tokens < 1:
-            raise PromptError(f"--max-tokens must be at least 1, got {max_tokens}")
-        if not prompt:
-            raise PromptError("the prompt is empty; give some text")
-        self.check_prompt(prompt, max_tokens)
-        context = self.context
-        drafter = self.drafter
-        generation = self.generation = Generation(prompt_tokens=len(prompt))
-        context.clear()
-        if drafter is not None:
-            drafter.reset()
-
+        self.check(prompt, max_tokens)
+        self.generation = Generation(prompt_tokens=len(prompt))
+        self.context.clear()
+        if self.drafter is not None:
+            self.drafter.reset()
         if forced is not None:
             max_tokens = min(max_tokens, len(forced))
             if max_tokens < 1:
                 return
-        if self.lane.prefix == "cached":
-            cached = self.prefix_length(prompt)
-            generation.prefix_tokens = cached
-            context.decode_chunks(prompt[:cached], 0)
-            width = context.decode_chunks(prompt[cached:], cached)
-        else:
-            width = context.decode_chunks(prompt, 0)
-        history = list(prompt)
-        n_past = len(prompt)  # tokens in the KV memory
-        text = bytearray()
-        max_stop = max((len(s) for s in stop), default=0)
+        width = self._decode_prompt(prompt)
+        yield from self._decode_loop(list(prompt), width, max_tokens, _StopText(stop), forced)
+
+    def _decode_prompt(self, prompt: Sequence[int]) -> int:
+        """Decode the prompt (in prefix-cached mode the prefix first, in a call of its
+        own, as an earlier turn would have); returns the last decode call's width."""
+        context = self.context
+        if self.lane.prefix != "cached":
+            return context.decode_chunks(prompt, 0)
+        cached = self.prefix_length(prompt)
+        self.generation.prefix_tokens = cached
+        context.decode_chunks(prompt[:cached], 0)
+        return context.decode_chunks(prompt[cached:], cached)
+
+    def _decode_loop(
+        self,
+        history: list[int],
+        width: int,
+        max_tokens: int,
+        stop: _StopText,
+        forced: Sequence[int] | None,
+    ) -> Iterator[TokenStep]:
+        """Emit a step per row of the last decode while its drafts are accepted, then
+        decode the next batch: the last token alone, or with drafts to verify."""
+        context, drafter, generation = self.context, self.drafter, self.generation
+        n_past = len(history)  # tokens in the KV memory
         emitted = 0
         rows = [-1]  # output rows of the last decode to read, in order
         drafts: list[int] = []
         batch_length = 0  # 0: the rows come from the prompt decode
-        piece = self.model.piece
-
         while True:
             self._rows = {}
             accepted = 0
             for position, row_index in enumerate(rows):
-                row = context.row(row_index)
-                ids, logits = self.topk(row)
-                token = ids[0] if forced is None else forced[emitted]
-                drafted = position < len(drafts) and drafts[position] == token
-                probes: tuple[Probe, ...] = ()
-                if token not in ids:
-                    logit, rank = rank_of(row, token)
-                    probes = (Probe(token, logit, rank),)
-                step = TokenStep(
-                    lane=self.lane_id,
-                    index=emitted,
-                    token_id=token,
-                    piece=piece(token),
-                    top=tuple(Candidate(i, v, piece(i)) for i, v in zip(ids, logits)),
-                    drafted=drafted,
-                    verify_width=width,
-                    timestamp=time.perf_counter(),
-                    probes=probes,
-                )
-                self._rows[emitted] = row_index
-                history.append(token)
-                text += step.piece
+                draft = drafts[position] if position < len(drafts) else None
+                step = self._read_step(row_index, emitted, width, forced, draft)
+                history.append(step.token_id)
                 emitted += 1
-                if drafted:
+                if step.drafted:
                     generation.accepted += 1
                 yield step
-                reason = self._stop_reason(token, emitted, max_tokens, text, stop, max_stop)
+                reason = self._stop_reason(step, emitted, max_tokens, stop)
                 if reason:
                     generation.stop_reason = reason
                     return
-                if not drafted:
+                if not step.drafted:
                     break
                 accepted += 1
             if batch_length:
@@ -466,36 +231,60 @@ class LocalLane:
                 n_past += kept
             if drafter is not None and drafts:
                 drafter.feedback(len(drafts), accepted)
-
-            room = min(
-                max_tokens - emitted - 1,  # drafts past the budget would be thrown away
-                self.lane.n_ctx - n_past - 1,
-                self.lane.n_batch - 1,  # one llama_decode call holds at most n_batch tokens
-            )
-            drafts = drafter.propose(history, room) if drafter is not None and room > 0 else []
-            if drafts:
-                generation.drafted += len(drafts)
-                generation.verify_calls += 1
+            # drafts past the token budget would be thrown away
+            drafts = self._propose(history, max_tokens - emitted - 1, n_past)
             batch = [history[-1], *drafts]
             context.decode(batch, n_past, all_logits=bool(drafts))
             batch_length = width = len(batch)
             rows = list(range(batch_length)) if drafts else [-1]
 
-    def _stop_reason(
+    def _read_step(
         self,
-        token: int,
-        emitted: int,
-        max_tokens: int,
-        text: bytearray,
-        stop: Sequence[bytes],
-        max_stop: int,
-    ) -> str:
-        if self.model.is_end_of_generation(token):
+        row_index: int,
+        index: int,
+        width: int,
+        forced: Sequence[int] | None,
+        draft: int | None,
+    ) -> TokenStep:
+        """Step `index` from output row `row_index`: the lane's pick (or the forced
+        token) with the top-k; `draft` is the token drafted for this row, if any."""
+        row = self.context.row(row_index)
+        ids, logits = self.topk(row)
+        token = ids[0] if forced is None else forced[index]
+        probes: tuple[Probe, ...] = ()
+        if token not in ids:
+            logit, rank = rank_of(row, token)
+            probes = (Probe(token, logit, rank),)
+        self._rows[index] = row_index
+        piece = self.model.piece
+        return TokenStep(
+            lane=self.lane_id,
+            index=index,
+            token_id=token,
+            piece=piece(token),
+            top=tuple(Candidate(i, v, piece(i)) for i, v in zip(ids, logits)),
+            drafted=draft == token,
+            verify_width=width,
+            timestamp=time.perf_counter(),
+            probes=probes,
+        )
+
+    def _propose(self, history: list[int], budget: int, n_past: int) -> list[int]:
+        """Drafts to verify with the next decode, within the budget, the context and
+        one llama_decode call (at most n_batch tokens)."""
+        drafter = self.drafter
+        room = min(budget, self.lane.n_ctx - n_past - 1, self.lane.n_batch - 1)
+        drafts = drafter.propose(history, room) if drafter is not None and room > 0 else []
+        if drafts:
+            self.generation.drafted += len(drafts)
+            self.generation.verify_calls += 1
+        return drafts
+
+    def _stop_reason(self, step: TokenStep, emitted: int, max_tokens: int, stop: _StopText) -> str:
+        if self.model.is_end_of_generation(step.token_id):
             return "eos"
-        if stop:
-            tail = bytes(text[-(max_stop + 64) :])
-            if any(s in tail for s in stop):
-                return "stop"
+        if stop.add(step.piece):
+            return "stop"
         if emitted >= max_tokens:
             return "length"
         return ""
@@ -527,21 +316,3 @@ class LocalLane:
         self.context.close()
         if self._own_pool:
             self.pool.close()
-
-
-def check_same_vocabulary(target: GGUFInfo, draft: GGUFInfo) -> None:
-    """A draft model must speak the target's token ids, or its drafts mean nothing."""
-    target_tokens, draft_tokens = target.tokens, draft.tokens
-    if target.vocab_digest == draft.vocab_digest:
-        return
-    if len(target_tokens) != len(draft_tokens):
-        detail = f"{len(draft_tokens)} tokens vs the target's {len(target_tokens)}"
-    else:
-        first = next(i for i, (x, y) in enumerate(zip(target_tokens, draft_tokens)) if x != y)
-        detail = (
-            f"token {first} is {draft_tokens[first]!r} vs the target's {target_tokens[first]!r}"
-        )
-    raise ModelError(
-        f"draft model {draft.path} has a different vocabulary from {target.path.name} "
-        f"({detail}); use a draft model of the same family"
-    )

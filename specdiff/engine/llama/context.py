@@ -1,0 +1,263 @@
+"""Thin wrappers over llama.cpp's model and context handles.
+
+Each wrapper registers a handle's free call the moment the handle exists, so one
+``close()`` (an ExitStack, as llama-cpp-python's ``_internals`` does) releases whatever
+was made, in reverse order, also when construction failed halfway.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Sequence
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specdiff.engine.base import Cancelled, EngineError
+from specdiff.engine.gguf import GGUFInfo, read_gguf
+from specdiff.engine.models import sha256_file
+from specdiff.engine.runtime import clear_errors, last_error, llama
+from specdiff.errors import ModelError
+from specdiff.lanes import Lane
+
+_KV_TYPES = {
+    "f32": 0,
+    "f16": 1,
+    "q4_0": 2,
+    "q4_1": 3,
+    "q5_0": 6,
+    "q5_1": 7,
+    "q8_0": 8,
+    "iq4_nl": 20,
+    "bf16": 30,
+}
+_FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
+
+Row = tuple[int, int, int]
+"""One batch row: (token, position, sequence)."""
+
+
+class LoadedModel:
+    """One llama_model in memory, shared by every lane that uses the same file."""
+
+    def __init__(self, path: Path, repack: bool) -> None:
+        self.path = path
+        self.repack = repack
+        self.info: GGUFInfo = read_gguf(path)
+        lib = llama()
+        params = lib.llama_model_default_params()
+        params.n_gpu_layers = 0
+        params.use_extra_bufts = repack
+        clear_errors()
+        pointer = lib.llama_model_load_from_file(str(path).encode(), params)
+        if not pointer:
+            reason = last_error() or "llama.cpp could not load it"
+            raise ModelError(f"cannot load model {path}: {reason}")
+        self._resources = ExitStack()
+        self._resources.callback(lib.llama_model_free, pointer)
+        self.pointer = pointer
+        self.vocab = lib.llama_model_get_vocab(pointer)
+        self.n_vocab = int(lib.llama_vocab_n_tokens(self.vocab))
+        self._pieces: dict[int, bytes] = {}
+        self._sha256: str | None = None
+
+    @property
+    def sha256(self) -> str:
+        if self._sha256 is None:
+            self._sha256 = sha256_file(self.path)
+        return self._sha256
+
+    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
+        """Token ids of `text`; `add_special` puts the BOS token first, as for a prompt."""
+        lib = llama()
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        for _ in range(2):  # the second pass has the room the first one asked for
+            buffer = (lib.llama_token * capacity)()
+            count = lib.llama_tokenize(
+                self.vocab, data, len(data), buffer, capacity, add_special, True
+            )
+            if count >= 0:
+                return list(buffer[:count])
+            capacity = -count
+        raise EngineError(f"tokenization failed ({count})")
+
+    def piece(self, token_id: int) -> bytes:
+        cached = self._pieces.get(token_id)
+        if cached is not None:
+            return cached
+        lib = llama()
+        buffer = ctypes.create_string_buffer(64)
+        length = lib.llama_token_to_piece(self.vocab, token_id, buffer, 64, 0, True)
+        if length < 0:
+            buffer = ctypes.create_string_buffer(-length)
+            length = lib.llama_token_to_piece(self.vocab, token_id, buffer, -length, 0, True)
+        value = buffer.raw[: max(length, 0)]
+        self._pieces[token_id] = value
+        return value
+
+    def bos(self) -> int:
+        return int(llama().llama_vocab_bos(self.vocab))
+
+    def is_end_of_generation(self, token_id: int) -> bool:
+        return bool(llama().llama_vocab_is_eog(self.vocab, token_id))
+
+    def close(self) -> None:
+        self._resources.close()
+        self.pointer = None
+
+
+class ModelPool:
+    """Loads each (file, repack) once; lanes of a pair share the weights, not the KV."""
+
+    def __init__(self) -> None:
+        self._models: dict[tuple[Path, bool], LoadedModel] = {}
+
+    def get(self, path: Path, repack: bool) -> LoadedModel:
+        key = (path.resolve(), repack)
+        model = self._models.get(key)
+        if model is None:
+            model = LoadedModel(key[0], repack)
+            self._models[key] = model
+        return model
+
+    def close(self) -> None:
+        for model in self._models.values():
+            model.close()
+        self._models.clear()
+
+
+def context_params(lane: Lane, sequences: int = 1) -> Any:
+    """llama_context_params for a lane; several sequences share one KV memory."""
+    params = llama().llama_context_default_params()
+    params.n_ctx = lane.n_ctx
+    params.n_batch = lane.n_batch
+    params.n_ubatch = lane.n_ubatch
+    params.n_seq_max = sequences
+    params.kv_unified = sequences > 1
+    params.n_threads = lane.threads
+    params.n_threads_batch = lane.threads_batch or lane.threads
+    params.flash_attn_type = _FLASH_ATTN[lane.flash_attn]
+    params.type_k = _KV_TYPES[lane.type_k]
+    params.type_v = _KV_TYPES[lane.type_v]
+    params.no_perf = True
+    return params
+
+
+class Context:
+    """A llama_context with one reusable batch; decode calls report their failures.
+
+    `sequences` > 1 puts that many sequences in one unified KV memory, as a server's
+    shared cache does."""
+
+    def __init__(
+        self, model: LoadedModel, lane: Lane, cancel: threading.Event, sequences: int = 1
+    ) -> None:
+        lib = llama()
+        self.model = model
+        self.lane = lane
+        self.cancel = cancel
+        self.sequences = sequences
+        self.n_vocab = model.n_vocab
+        # Stops a long prompt decode between graph nodes when the user cancels. Installed
+        # only around prompt decodes: llama.cpp calls it once per graph node (~450 per
+        # token here) and each call takes the GIL, which a UI thread would then contend for.
+        self._abort = lib.ggml_abort_callback(lambda _data: cancel.is_set())
+        self._no_abort = lib.ggml_abort_callback()
+        with ExitStack() as resources:  # frees what was made if a later step fails
+            clear_errors()
+            pointer = lib.llama_init_from_model(model.pointer, context_params(lane, sequences))
+            if not pointer:
+                reason = last_error() or "llama.cpp could not create it"
+                raise EngineError(f"cannot create a context for {model.path.name}: {reason}")
+            resources.callback(lib.llama_free, pointer)
+            self.pointer = pointer
+            self.memory = lib.llama_get_memory(pointer)
+            self.batch = lib.llama_batch_init(lane.n_batch, 0, sequences)
+            resources.callback(lib.llama_batch_free, self.batch)
+            self.executed = self._applied()
+            self._resources = resources.pop_all()
+
+    def _applied(self) -> dict[str, Any]:
+        """The settings as llama.cpp applied them (it may round n_ctx or n_ubatch)."""
+        lib, pointer, lane = llama(), self.pointer, self.lane
+        return {
+            "n_ctx": int(lib.llama_n_ctx(pointer)),
+            "n_batch": int(lib.llama_n_batch(pointer)),
+            "n_ubatch": int(lib.llama_n_ubatch(pointer)),
+            "threads": int(lib.llama_n_threads(pointer)),
+            "threads_batch": int(lib.llama_n_threads_batch(pointer)),
+            "flash_attn": lane.flash_attn,
+            "type_k": lane.type_k,
+            "type_v": lane.type_v,
+            "repack": self.model.repack,
+        }
+
+    def clear(self) -> None:
+        llama().llama_memory_clear(self.memory, True)
+
+    def remove_from(self, position: int) -> None:
+        """Drop every KV entry at `position` and after; llama.cpp may refuse, so check."""
+        if not llama().llama_memory_seq_rm(self.memory, 0, position, -1):
+            raise EngineError(
+                f"llama.cpp could not remove KV positions from {position} on "
+                "(partial removal unsupported for this model's memory)"
+            )
+
+    def decode(self, tokens: Sequence[int], start: int, all_logits: bool) -> None:
+        """Decode tokens of sequence 0 at positions start.. in one call; logits on the
+        last row, or on every row."""
+        self.decode_rows([(token, start + i, 0) for i, token in enumerate(tokens)], all_logits)
+
+    def decode_rows(self, rows: Sequence[Row], all_logits: bool = True) -> None:
+        """One llama_decode call of (token, position, sequence) rows; logits on the last
+        row, or on every row."""
+        if self.cancel.is_set():
+            raise Cancelled("cancelled")
+        batch = self.batch
+        batch.n_tokens = len(rows)
+        for i, (token, position, sequence) in enumerate(rows):
+            batch.token[i] = token
+            batch.pos[i] = position
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = sequence
+            batch.logits[i] = all_logits
+        batch.logits[len(rows) - 1] = True
+        status = llama().llama_decode(self.pointer, batch)
+        if status == 2 and self.cancel.is_set():
+            raise Cancelled("cancelled")
+        if status != 0:
+            hint = "the KV memory may be too small: raise n_ctx"
+            reason = last_error() or (hint if self.sequences > 1 else "no reason given")
+            raise EngineError(
+                f"llama_decode failed with status {status} at position {rows[0][1]} ({reason})"
+            )
+
+    def decode_chunks(self, tokens: Sequence[int], start: int) -> int:
+        """Decode a long sequence in n_batch chunks (cancellable inside a chunk); returns
+        the last chunk's width."""
+        lib = llama()
+        width = 0
+        lib.llama_set_abort_callback(self.pointer, self._abort, None)
+        try:
+            for offset in range(0, len(tokens), self.lane.n_batch):
+                chunk = tokens[offset : offset + self.lane.n_batch]
+                self.decode(chunk, start + offset, all_logits=False)
+                width = len(chunk)
+        finally:
+            lib.llama_set_abort_callback(self.pointer, self._no_abort, None)
+        return width
+
+    def row(self, index: int) -> np.ndarray:
+        """Logits of output row `index` of the last decode (-1 = the last), a view."""
+        pointer = llama().llama_get_logits_ith(self.pointer, index)
+        if not pointer:
+            raise EngineError(f"llama.cpp has no logits for row {index}")
+        return np.ctypeslib.as_array(pointer, shape=(self.n_vocab,))
+
+    def close(self) -> None:
+        self._resources.close()
+        self.pointer = None
