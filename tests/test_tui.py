@@ -160,6 +160,7 @@ async def test_layout_is_readable_at_small_and_large_sizes(size: tuple[int, int]
 async def test_a_lane_error_shows_in_its_pane_and_the_other_lane_finishes(monkeypatch) -> None:
     """Lane b's decode loop fails after a few tokens (an injected llama.cpp refusal); the
     app reports it once, shows it in b's pane, and lane a runs to the end."""
+    from specdiff.engine.base import EngineError
     from specdiff.engine.llama import lane as llama_local
 
     real_generate = llama_local.LocalLane.generate
@@ -168,7 +169,7 @@ async def test_a_lane_error_shows_in_its_pane_and_the_other_lane_finishes(monkey
         for step in real_generate(self, prompt, max_tokens, stop):
             yield step
             if self.lane_id == "b" and step.index == 4:
-                raise llama_local.EngineError("llama_decode failed with status -3 (injected)")
+                raise EngineError("llama_decode failed with status -3 (injected)")
 
     monkeypatch.setattr(llama_local.LocalLane, "generate", failing_generate)
     notes: list[str] = []
