@@ -15,17 +15,24 @@ import asyncio
 import sys
 from collections.abc import Callable, Generator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from specdiff.engine.models import bundled_model_path, make_variant
 from specdiff.prompts import load as load_prompts
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
 if TYPE_CHECKING:
     from textual.pilot import Pilot
 
-__all__ = ["load_prompts", "wait_for"]
+__all__ = ["ROOT", "load_prompts", "pyproject", "wait_for"]
+
+ROOT = Path(__file__).resolve().parent.parent
 
 MODEL_FIXTURES = frozenset({"model_path", "q8_model_path"})
 LLAMA = "llama_cpp"
@@ -40,6 +47,11 @@ def model_path() -> Path:
 @pytest.fixture(scope="session")
 def q8_model_path(model_path: Path) -> Path:
     return make_variant(model_path, "q8_0", threads=2)
+
+
+def pyproject() -> dict[str, Any]:
+    """The repo's pyproject.toml, for tests that hold other files to its settings."""
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 
 
 async def wait_for(pilot: Pilot, condition: Callable[[], object], timeout: float = 120.0) -> None:

@@ -7,16 +7,11 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:
-    import tomli as tomllib
+from tests.conftest import ROOT, pyproject
 
-ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "specdiff"
 # the front ends: the TUI, and the command line that starts it (__main__ runs it)
 FRONT_ENDS = ("tui", "cli", "__main__")
@@ -102,8 +97,7 @@ def test_reading_and_exporting_sessions_does_not_load_llama_cpp() -> None:
 
 def test_the_core_contract_names_every_core_package() -> None:
     """lint-imports checks only the packages its contract names: a new one must be added."""
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    contracts = config["tool"]["importlinter"]["contracts"]
+    contracts = pyproject()["tool"]["importlinter"]["contracts"]
     (core,) = [c for c in contracts if "textual" in c["forbidden_modules"]]
     top_level = {".".join(name.split(".")[:2]) for name in core_modules() if name != "specdiff"}
     assert set(core["source_modules"]) == top_level

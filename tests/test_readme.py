@@ -4,15 +4,9 @@ the fast tier must leave out every marked tier."""
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:
-    import tomli as tomllib
+from tests.conftest import ROOT, pyproject
 
-ROOT = Path(__file__).resolve().parent.parent
 TEST_COMMAND = (
     "python3 -m pip install -e '.[test]' && python3 -m ruff check . && lint-imports"
     " && python3 -m pytest"
@@ -35,8 +29,7 @@ def test_ci_runs_the_readme_test_command_verbatim() -> None:
 
 
 def test_the_fast_tier_leaves_out_every_registered_marker() -> None:
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    pytest_options = config["tool"]["pytest"]["ini_options"]
+    pytest_options = pyproject()["tool"]["pytest"]["ini_options"]
     registered = {line.split(":", 1)[0] for line in pytest_options["markers"]}
     assert "--strict-markers" in pytest_options["addopts"]
     assert set(re.findall(r"not (\w+)", FAST_COMMAND)) == registered
