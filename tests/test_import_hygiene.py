@@ -95,6 +95,13 @@ def test_reading_and_exporting_sessions_does_not_load_llama_cpp() -> None:
     assert loader is None, f"importing {loader} loaded llama_cpp"
 
 
+def test_reading_and_exporting_sessions_does_not_load_the_engine() -> None:
+    """Stronger than the llama_cpp check, which holds as long as the engine defers its
+    import of llama_cpp: listing or exporting sessions loads no engine code at all."""
+    loader = first_import_loading("specdiff.engine", SESSION_READERS)
+    assert loader is None, f"importing {loader} loaded specdiff.engine"
+
+
 def test_the_core_contract_names_every_core_package() -> None:
     """lint-imports checks only the packages its contract names: a new one must be added."""
     contracts = pyproject()["tool"]["importlinter"]["contracts"]

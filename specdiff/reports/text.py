@@ -11,8 +11,8 @@ import textwrap
 from typing import Any
 
 from specdiff.compare import Fork, LaneAtFork, PickView
-from specdiff.engine.pairrun import LaneOutcome, PairResult
 from specdiff.lanes import differences
+from specdiff.sessions.format import LaneOutcome, PairResult
 from specdiff.steps import text_of
 
 
