@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,11 +31,11 @@ else:
 if TYPE_CHECKING:
     from textual.pilot import Pilot
 
-__all__ = ["ROOT", "load_prompts", "pyproject", "wait_for"]
+__all__ = ["ROOT", "ForkingPrompt", "load_prompts", "pyproject", "wait_for"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
-MODEL_FIXTURES = frozenset({"model_path", "q8_model_path"})
+MODEL_FIXTURES = frozenset({"model_path", "q8_model_path", "forking_prompt"})
 LLAMA = "llama_cpp"
 _LLAMA_LOADED_BEFORE = pytest.StashKey[bool]()
 
@@ -47,6 +48,60 @@ def model_path() -> Path:
 @pytest.fixture(scope="session")
 def q8_model_path(model_path: Path) -> Path:
     return make_variant(model_path, "q8_0", threads=2)
+
+
+FORK_SEARCH_SETS = ("divergence", "open")
+"""Where `forking_prompt` looks, in order; the divergence set opens with the default prompt."""
+
+
+@dataclass(frozen=True)
+class ForkingPrompt:
+    """A bundled prompt on which a pair forked, and the token where it did on this CPU."""
+
+    prompt: str
+    prompt_id: str
+    fork_index: int
+
+
+@pytest.fixture(scope="session")
+def forking_prompt(model_path: Path) -> Callable[[str, int], ForkingPrompt]:
+    """`forking_prompt(pair, max_tokens)`: the first bundled prompt on which the preset
+    pair forks within `max_tokens`, both lanes generating all of them.
+
+    Where greedy lanes fork depends on the CPU (its kernels round differently), so a test
+    that needs a fork finds one here instead of assuming a prompt and an index. Searches
+    are remembered for the whole test run."""
+    found: dict[tuple[str, int], ForkingPrompt] = {}
+
+    def search(pair: str, max_tokens: int) -> ForkingPrompt | None:
+        # deferred: llama_cpp loads only once a model test asks for a fork
+        from specdiff.engine.pairrun import PairRun
+        from specdiff.lanes import presets
+
+        with PairRun(presets()[pair]) as runner:
+            for name in FORK_SEARCH_SETS:
+                for entry in load_prompts(name):
+                    result = runner.run(entry["prompt"], max_tokens)
+                    fork = result.comparison.fork
+                    full = len(result.a.steps) == len(result.b.steps) == max_tokens
+                    if fork is not None and full:
+                        return ForkingPrompt(entry["prompt"], entry["id"], fork.index)
+        return None
+
+    def find(pair: str, max_tokens: int) -> ForkingPrompt:
+        if (pair, max_tokens) not in found:
+            hit = search(pair, max_tokens)
+            if hit is None:
+                from specdiff.engine.runtime import cpu_name  # deferred, as above
+
+                pytest.skip(
+                    f"no prompt of the bundled sets {', '.join(FORK_SEARCH_SETS)} forks "
+                    f"under {pair} within {max_tokens} tokens on this CPU ({cpu_name()})"
+                )
+            found[(pair, max_tokens)] = hit
+        return found[(pair, max_tokens)]
+
+    return find
 
 
 def pyproject() -> dict[str, Any]:

@@ -7,23 +7,26 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from specdiff.sessions.store import load_session
+from tests.conftest import ForkingPrompt
 from tests.test_cli import assert_one_line_error, specdiff
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory) -> Path:
+def recorded(tmp_path_factory, forking_prompt: Callable[[str, int], ForkingPrompt]) -> Path:
+    """A saved 24-token ubatch run on a prompt where the pair forks on this CPU."""
     folder = tmp_path_factory.mktemp("sessions")
     completed = specdiff(
         "run",
         "--pair",
         "ubatch",
         "--prompt",
-        "The history of the Roman Empire",
+        forking_prompt("ubatch", 24).prompt,
         "--max-tokens",
         "24",
         "--save",
@@ -31,7 +34,7 @@ def recorded(tmp_path_factory) -> Path:
         str(folder),
         "--quiet",
     )
-    assert completed.returncode == 1, completed.stderr  # this pair forks here
+    assert completed.returncode == 1, completed.stderr
     (path,) = folder.glob("*.jsonl")
     assert f"saved session {path}" in completed.stderr
     return path
@@ -80,6 +83,70 @@ def test_verify_fails_when_the_lane_configuration_changed(recorded: Path, tmp_pa
     assert completed.returncode == 1
     assert f"DRIFT at step {fork} of lane b" in completed.stdout
     assert "lane b n_batch: 2 -> 512" in completed.stdout
+
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO = next(path for path in sorted((ROOT / "sessions").glob("*.jsonl")) if "ubatch" in path.name)
+OTHER_CPUS = (
+    {
+        "cpu": "Intel(R) Xeon(R) Platinum 8480+",
+        "system_info": "CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | "
+        "BMI2 = 1 | AVX512 = 1 | AVX512_VBMI = 1 | AVX512_VNNI = 1 | AVX512_BF16 = 1 | "
+        "AMX_INT8 = 1 | LLAMAFILE = 1 | OPENMP = 1 | REPACK = 1 |",
+    },
+    {
+        "cpu": "AMD EPYC 7B13",
+        "system_info": "CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | "
+        "BMI2 = 1 | LLAMAFILE = 1 | OPENMP = 1 | REPACK = 1 |",
+    },
+)
+
+
+@pytest.fixture(scope="module")
+def this_cpu() -> dict[str, str]:
+    from specdiff.engine.runtime import build_info  # deferred: it loads llama.cpp
+
+    return {key: build_info()[key] for key in ("cpu", "system_info")}
+
+
+def demo_recorded_on(cpu: dict[str, str], target: Path, tokens: int = 12) -> Path:
+    """The ubatch demo session cut to its first `tokens` steps, its header saying it was
+    recorded on `cpu`, and lane a's first token changed: the re-run drifts there on any
+    CPU, so only the recorded machine decides whether verify blames the CPU."""
+    records = [json.loads(line) for line in DEMO.read_text(encoding="utf-8").splitlines()]
+    header, footer = records[0], records[-1]
+    header["max_tokens"] = tokens
+    header["build"].update(cpu)
+    steps = [r for r in records[1:-1] if r["index"] < tokens]
+    next(r for r in steps if r["lane"] == "a" and r["index"] == 0)["token_id"] += 1
+    lines = [json.dumps(r) for r in [header, *steps, footer]]
+    target.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return target
+
+
+@pytest.mark.model
+def test_verify_names_another_cpu_as_the_likely_cause(
+    this_cpu: dict[str, str], tmp_path: Path
+) -> None:
+    other = next(cpu for cpu in OTHER_CPUS if cpu["system_info"] != this_cpu["system_info"])
+    session = demo_recorded_on(other, tmp_path / "elsewhere.jsonl")
+    completed = specdiff("verify", str(session), "--quiet")
+    assert completed.returncode == 1, completed.stdout + completed.stderr
+    assert "DRIFT at step 0 of lane a" in completed.stdout
+    (cause,) = [line for line in completed.stdout.splitlines() if "likely cause" in line]
+    assert cause.startswith(f"likely cause: recorded on another CPU ({other['cpu']}, ")
+    assert f" -> {this_cpu['cpu']}" in cause and "round differently" in cause
+
+
+@pytest.mark.model
+def test_verify_blames_no_cpu_when_it_is_the_recording_one(
+    this_cpu: dict[str, str], tmp_path: Path
+) -> None:
+    session = demo_recorded_on(this_cpu, tmp_path / "here.jsonl")
+    completed = specdiff("verify", str(session), "--quiet")
+    assert completed.returncode == 1, completed.stdout + completed.stderr
+    assert "DRIFT at step 0 of lane a" in completed.stdout
+    assert "another CPU" not in completed.stdout and "likely cause" not in completed.stdout
 
 
 def test_verify_bad_input(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ def command_verify(args: argparse.Namespace) -> int:
     # deferred: the engine, session and report modules load only for the command that runs
     from specdiff.engine.pairrun import PairRun
     from specdiff.sessions.store import load_session
-    from specdiff.sessions.verify import environment_changes, first_drift
+    from specdiff.sessions.verify import environment_changes, first_drift, likely_cause
 
     session = load_session(args.session)
     header = session.header
@@ -57,4 +57,7 @@ def command_verify(args: argparse.Namespace) -> int:
         "what changed since the recording: "
         + ("; ".join(changes) if changes else "nothing in build, system info or model hashes")
     )
+    cause = likely_cause(header.build, result.build)
+    if cause is not None:
+        print(f"likely cause: {cause}")
     return Exit.DIFFERENT

@@ -1,8 +1,10 @@
 """Checking a session against a re-run of its lanes: the first step whose token came out
-differently, and what changed in the build, the system and the lanes since the recording."""
+differently, what changed in the build, the system and the lanes since the recording, and
+the likely cause of a drift."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +16,12 @@ BUILD_KEYS = ("llama_cpp_build", "llama_cpp_python", "system_info", "cpu", "spec
 """What in the build and the machine can change a greedy decode."""
 EXECUTED_KEYS = ("model_sha256", "threads", "n_batch", "n_ubatch", "repack")
 """What in a lane, as llama.cpp applied it, can change a greedy decode."""
+CPU_KEYS = ("system_info", "cpu")
+"""What names the machine: another CPU, or another instruction set, picks other kernels."""
+FEATURE = re.compile(r"([A-Za-z0-9_]+) = 1\b")
+"""One feature llama.cpp's system info reports on, e.g. `AVX512 = 1`."""
+WIDEST_FIRST = ("AMX_INT8", "AVX512", "AVX2", "AVX", "SSE3", "SVE", "NEON")
+"""Vector instruction sets, widest first: the one that names a CPU's kernels."""
 
 
 @dataclass(frozen=True)
@@ -73,3 +81,33 @@ def environment_changes(
             if old.get(key) != new.get(key):
                 changes.append(f"lane {lane_id} {key}: {old.get(key)!r} -> {new.get(key)!r}")
     return changes
+
+
+def cpu_features(system_info: str) -> list[str]:
+    """The features llama.cpp's system info reports as present, in its order."""
+    return FEATURE.findall(system_info)
+
+
+def _machine(name: str, features: Sequence[str], others: Sequence[str]) -> str:
+    """A CPU by its name and the features the other machine lacks, or when it lacks none,
+    its widest vector instructions."""
+    own = [feature for feature in features if feature not in others]
+    if not own:
+        own = [feature for feature in WIDEST_FIRST if feature in features][:1]
+    return ", ".join(part for part in (name, " ".join(own)) if part) or "unknown"
+
+
+def likely_cause(recorded: Mapping[str, Any], build: Mapping[str, Any]) -> str | None:
+    """Why a re-run drifted when the recording comes from another CPU, or None when the
+    CPU and llama.cpp's view of it are the same: the same weights and settings on other
+    instructions add in another order, and a near tie can then fall the other way."""
+    if all(recorded.get(key) == build.get(key) for key in CPU_KEYS):
+        return None
+    old = cpu_features(str(recorded.get("system_info") or ""))
+    new = cpu_features(str(build.get("system_info") or ""))
+    then = _machine(str(recorded.get("cpu") or ""), old, new)
+    now = _machine(str(build.get("cpu") or ""), new, old)
+    return (
+        f"recorded on another CPU ({then} -> {now}): "
+        "kernels that round differently change near ties"
+    )
