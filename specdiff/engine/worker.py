@@ -1,0 +1,456 @@
+"""Both lanes of a pair in a worker process: llama.cpp runs in a child, the front end
+receives records.
+
+specdiff drives llama.cpp into unusual corners (ubatch 1, KV types, drafts, other
+people's GGUFs, CPUs whose kernels crash), and a native crash there (a SIGSEGV in a
+kernel, a GGML_ASSERT abort) must end one run, not the program and its terminal. So
+`PairWorker` offers PairRun's interface but runs PairRun in a child process (a fresh
+interpreter, so the front-end process never loads llama.cpp, and no caller's main
+module is imported again as multiprocessing's spawn would). Steps arrive one message
+each, as they are produced, so when the child dies the front end holds every step it
+produced and knows which lane died at which step.
+
+A fault-injection switch read only in the worker makes every crash path testable on
+any CPU: ``SPECDIFF_FAULT=LANE:STEP:KIND`` (e.g. ``b:5:segv``, ``a:0:abort``) kills the
+worker by that signal just before it hands over that lane's step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any, cast
+
+from specdiff.compare import DEFAULT_NEAR_TIE, compare
+from specdiff.errors import SpecdiffError
+from specdiff.lanes import Pair
+from specdiff.sessions.format import LaneOutcome, PairResult
+from specdiff.steps import TokenStep
+
+FAULT_ENV = "SPECDIFF_FAULT"
+CANCEL_SIGNAL = signal.SIGUSR1
+WORKER_MAIN = "import sys; from specdiff.engine.worker import serve; serve(int(sys.argv[1]))"
+CRASHED = "crashed"
+"""A lane's stop reason when the worker died under it."""
+POLL_SECONDS = 0.05
+"""How often a silent worker is checked for death and a cancel is passed on."""
+CLOSE_SECONDS = 5.0
+LOG_TAIL_BYTES = 4096
+
+Progress = Callable[[str], None]
+Live = dict[str, tuple[float, int, int]]
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+class WorkerCrashed(SpecdiffError):
+    """The worker process died: a native crash in llama.cpp, or an unexpected exit."""
+
+
+class WorkerFailed(SpecdiffError):
+    """The worker hit a Python error it could not report as bad input: a bug."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Where SPECDIFF_FAULT asks the worker to die, and how."""
+
+    lane: str
+    step: int
+    kind: str
+
+    KINDS = {"segv": signal.SIGSEGV, "abort": signal.SIGABRT, "ill": signal.SIGILL}
+
+    @classmethod
+    def from_env(cls) -> Fault | None:
+        value = os.environ.get(FAULT_ENV, "")
+        parts = value.split(":")
+        if len(parts) != 3 or parts[0] not in ("a", "b") or not parts[1].isdigit():
+            return None
+        if parts[2] not in cls.KINDS:
+            return None
+        return cls(parts[0], int(parts[1]), parts[2])
+
+    def fire_at(self, step: TokenStep) -> None:
+        if step.lane == self.lane and step.index == self.step:
+            signal.signal(self.KINDS[self.kind], signal.SIG_DFL)
+            os.kill(os.getpid(), self.KINDS[self.kind])
+
+
+# --- the worker process --------------------------------------------------------------
+
+
+def serve(descriptor: int) -> None:
+    """The child's main: load the pair it is sent, then answer requests until told to
+    close or until the front end goes away."""
+    # Ctrl+C reaches the whole process group; the front end decides what it means
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    cancel = threading.Event()
+    # a cancel arrives as a signal, so it is seen while the decode loop runs
+    signal.signal(CANCEL_SIGNAL, lambda *_: cancel.set())
+    conn = Connection(descriptor)
+    try:
+        kind, (pair,) = conn.recv()
+    except (EOFError, OSError):
+        return
+    # deferred: this module is imported by front ends, which must not load llama.cpp
+    from specdiff.engine.pairrun import PairRun
+
+    try:
+        run = PairRun(pair, lambda text: conn.send(("progress", text)), cancel)
+    except SpecdiffError as error:
+        conn.send(("raise", error))
+        return
+    except Exception:
+        conn.send(("bug", traceback.format_exc()))
+        return
+    with run:
+        conn.send(("ready", run.build, run.executed()))
+        _answer(conn, run, Fault.from_env())
+
+
+def _answer(conn: Connection, run: Any, fault: Fault | None) -> None:
+    while True:
+        try:
+            kind, args = conn.recv()
+        except EOFError:
+            return
+        if kind == "close":
+            return
+        try:
+            if kind == "stream":
+                run.cancel.clear()
+                _stream(conn, run, fault, args)
+            elif kind == "tokenize":
+                conn.send(("ok", run.tokenize(*args)))
+            elif kind == "check":
+                conn.send(("ok", run.check(*args)))
+            else:
+                conn.send(("bug", f"unknown request {kind!r}"))
+        except SpecdiffError as error:
+            conn.send(("raise", error))
+        except Exception:
+            conn.send(("bug", traceback.format_exc()))
+
+
+def _stream(conn: Connection, run: Any, fault: Fault | None, args: tuple[Any, ...]) -> None:
+    for step in run.stream(*args):
+        if fault is not None:
+            fault.fire_at(step)
+        conn.send(("step", step, run.live()))
+    conn.send(("result", run.result))
+
+
+# --- the front end's side ------------------------------------------------------------
+
+
+class PairWorker:
+    """PairRun's interface, with the lanes in a worker process.
+
+    A crash while a run streams ends the run, not the caller: `stream` stops, and
+    `result` holds every step that arrived, both lanes stopped as "crashed" and the
+    crash in the lane that died. A crash at any other time raises WorkerCrashed. Once
+    the worker has died the object is spent (`alive` is False); open a new one.
+    """
+
+    def __init__(
+        self,
+        pair: Pair,
+        progress: Progress = _quiet,
+        cancel: threading.Event | None = None,
+    ) -> None:
+        self.pair = pair
+        self.cancel = cancel or threading.Event()
+        self.result: PairResult | None = None
+        self.build: dict[str, str] = {}
+        self._executed: dict[str, dict[str, Any]] = {}
+        self._live: Live = {}
+        self._received: dict[str, list[TokenStep]] = {"a": [], "b": []}
+        self._streaming = False
+        self._cancel_sent = False
+        self._log = self._log_file()
+        ours, theirs = socket.socketpair()
+        self._conn = Connection(ours.detach())
+        try:
+            with theirs, contextlib.ExitStack() as files:
+                # llama.cpp's own aborts (GGML_ASSERT) write to fd 2: keep them off the
+                # terminal, where a TUI is drawn, and let the crash message quote them
+                log = None if self._log is None else files.enter_context(self._log.open("ab"))
+                self.process = subprocess.Popen(
+                    [sys.executable, "-c", WORKER_MAIN, str(theirs.fileno())],
+                    pass_fds=[theirs.fileno()],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL if log is None else log,
+                    stderr=None if log is None else subprocess.STDOUT,
+                )
+            self._conn.send(("open", (pair,)))
+            ready = self._reply(progress, "ready")
+        except BaseException:
+            self.close()
+            raise
+        self.build, self._executed = ready[1], ready[2]
+
+    @staticmethod
+    def _log_file() -> Path | None:
+        if os.environ.get("SPECDIFF_LLAMA_LOG") == "1":
+            return None  # asked to see everything llama.cpp prints: leave stderr alone
+        handle, name = tempfile.mkstemp(prefix="specdiff-worker-", suffix=".log")
+        os.close(handle)
+        return Path(name)
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    # -- requests
+
+    def tokenize(self, prompt: str) -> list[int]:
+        return cast(list[int], self._call("tokenize", prompt))
+
+    def check(self, tokens: Sequence[int], max_tokens: int) -> None:
+        self._call("check", list(tokens), max_tokens)
+
+    def executed(self) -> dict[str, dict[str, Any]]:
+        return self._executed
+
+    def live(self) -> Live:
+        """Per lane, while a run streams: (tokens/s so far, drafted, accepted)."""
+        return self._live
+
+    def stream(
+        self,
+        prompt: str,
+        max_tokens: int,
+        stop: Sequence[str] = (),
+        near_tie: float = DEFAULT_NEAR_TIE,
+        teacher_forced: bool = False,
+    ) -> Iterator[TokenStep]:
+        """Yield both lanes' steps as the worker produces them; `self.result` holds the
+        outcome once the iterator is exhausted, a crash included."""
+        self.result = None
+        self._received = {"a": [], "b": []}
+        self._live = {}
+        # asked first, so that a result cut short by a crash still names its prompt
+        tokens = self.tokenize(prompt)
+        started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        self._cancel_sent = False
+        self._send("stream", prompt, max_tokens, list(stop), near_tie, teacher_forced)
+        self._streaming = True
+        try:
+            while True:
+                try:
+                    message = self._next()
+                except WorkerCrashed as crash:
+                    self.result = self._crashed_result(
+                        crash, prompt, tokens, started, max_tokens, stop, near_tie, teacher_forced
+                    )
+                    return
+                if message[0] == "step":
+                    step, self._live = message[1], message[2]
+                    self._received[step.lane].append(step)
+                    yield step
+                elif message[0] == "result":
+                    self.result = message[1]
+                    return
+                else:
+                    self._unexpected(message)
+        finally:
+            self._streaming = False
+
+    def run(
+        self,
+        prompt: str,
+        max_tokens: int,
+        stop: Sequence[str] = (),
+        near_tie: float = DEFAULT_NEAR_TIE,
+        on_step: Callable[[TokenStep], None] | None = None,
+        teacher_forced: bool = False,
+    ) -> PairResult:
+        for step in self.stream(prompt, max_tokens, stop, near_tie, teacher_forced):
+            if on_step is not None:
+                on_step(step)
+        assert self.result is not None
+        return self.result
+
+    # -- messages
+
+    def _send(self, kind: str, *args: Any) -> None:
+        if not self.alive:
+            raise self._death()
+        try:
+            self._conn.send((kind, args))
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            raise self._death() from None
+
+    def _call(self, kind: str, *args: Any) -> Any:
+        self._send(kind, *args)
+        return self._reply(_quiet, "ok")[1]
+
+    def _reply(self, progress: Progress, wanted: str) -> tuple[Any, ...]:
+        """Messages until the one `wanted`, passing progress on; errors are raised."""
+        while True:
+            message = self._next()
+            if message[0] == wanted:
+                return cast(tuple[Any, ...], message)
+            if message[0] == "progress":
+                progress(message[1])
+            else:
+                self._unexpected(message)
+
+    def _unexpected(self, message: tuple[Any, ...]) -> None:
+        if message[0] == "raise":
+            raise message[1]
+        if message[0] == "bug":
+            raise WorkerFailed(f"the lanes' worker failed: {message[1].strip().splitlines()[-1]}")
+        raise WorkerFailed(f"the lanes' worker sent an unknown message {message[0]!r}")
+
+    def _next(self) -> tuple[Any, ...]:
+        """The worker's next message; WorkerCrashed once it has died and said everything."""
+        while True:
+            if self._conn.poll(POLL_SECONDS):
+                try:
+                    return cast(tuple[Any, ...], self._conn.recv())
+                except (EOFError, OSError):
+                    raise self._death() from None
+            if self.cancel.is_set() and self._streaming and not self._cancel_sent:
+                self._cancel_sent = True
+                with contextlib.suppress(ProcessLookupError):
+                    self.process.send_signal(CANCEL_SIGNAL)
+            if not self.alive and not self._conn.poll():
+                raise self._death()
+
+    # -- a crash
+
+    def _death(self) -> WorkerCrashed:
+        try:
+            code: int | None = self.process.wait(CLOSE_SECONDS)
+        except subprocess.TimeoutExpired:
+            code = None
+        how = _how_it_ended(code)
+        where = self._where() if self._streaming else "while loading or preparing the lanes"
+        build = self.build.get("llama_cpp_build", "unknown build")
+        cpu = self.build.get("cpu") or _cpu_name()
+        native = self._native_message()
+        return WorkerCrashed(
+            f"the lanes' worker crashed {where} ({how}) in llama.cpp {build} on {cpu}"
+            + (f": {native}" if native else "")
+            + "; try --both repack=false (llama.cpp's repacked CPU kernels), and run "
+            "`specdiff doctor` for a report"
+        )
+
+    def _where(self) -> str:
+        """The lane whose step was due: lanes run in lockstep, a's step i before b's."""
+        a, b = len(self._received["a"]), len(self._received["b"])
+        lane, step = ("b", b) if a > b else ("a", a)
+        return f"in lane {lane} at step {step}"
+
+    def _native_message(self) -> str:
+        """llama.cpp's last words (a GGML_ASSERT line), from the worker's log."""
+        if self._log is None:
+            return ""
+        try:
+            with self._log.open("rb") as handle:
+                handle.seek(max(0, self._log.stat().st_size - LOG_TAIL_BYTES))
+                tail = handle.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        lines = [line.strip() for line in tail.splitlines() if line.strip()]
+        for line in reversed(lines):
+            if "GGML_ASSERT" in line or "error" in line.lower():
+                return "".join(c if c.isprintable() else "?" for c in line)[:200]
+        return ""
+
+    def _crashed_result(
+        self,
+        crash: WorkerCrashed,
+        prompt: str,
+        tokens: list[int],
+        started: str,
+        max_tokens: int,
+        stop: Sequence[str],
+        near_tie: float,
+        teacher_forced: bool,
+    ) -> PairResult:
+        """What arrived before the crash, as a result: every step kept, both lanes
+        stopped as crashed, the crash named in both lanes' errors."""
+        outcomes = {}
+        for lane_id, lane in (("a", self.pair.a), ("b", self.pair.b)):
+            speed = self._live.get(lane_id, (0.0, 0, 0))
+            outcomes[lane_id] = LaneOutcome(
+                lane_id,
+                lane,
+                steps=self._received[lane_id],
+                stop_reason=CRASHED,
+                error=str(crash),
+                drafted=speed[1],
+                accepted=speed[2],
+                executed=self._executed.get(lane_id, {}),
+                reported_tokens_per_second=speed[0],
+            )
+        return PairResult(
+            pair=self.pair,
+            prompt=prompt,
+            prompt_tokens=tokens,
+            max_tokens=max_tokens,
+            a=outcomes["a"],
+            b=outcomes["b"],
+            comparison=compare(outcomes["a"].steps, outcomes["b"].steps, near_tie),
+            build=self.build,
+            started=started,
+            teacher_forced=teacher_forced,
+            stop=list(stop),
+        )
+
+    # -- life cycle
+
+    def close(self) -> None:
+        process = getattr(self, "process", None)
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(OSError):
+                self._conn.send(("close", ()))
+            try:
+                process.wait(CLOSE_SECONDS)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(CLOSE_SECONDS)
+        self._conn.close()
+        if self._log is not None:
+            self._log.unlink(missing_ok=True)
+
+    def __enter__(self) -> PairWorker:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def _how_it_ended(code: int | None) -> str:
+    if code is None:
+        return "it stopped answering"
+    if code < 0:
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit status {code}"
+
+
+def _cpu_name() -> str:
+    # deferred: runtime is cheap to import (llama.cpp itself loads only on first use)
+    from specdiff.engine.runtime import cpu_name
+
+    return cpu_name()
