@@ -1,22 +1,48 @@
-"""Local llama-server processes for `specdiff serve-pair`: found, started on free loopback
-ports, waited for, and stopped."""
+"""Local llama-server processes for `specdiff serve-pair` and `specdiff doctor`: found,
+started on free loopback ports, waited for, and stopped.
+
+On some CPUs (Intel Xeons with AMX) llama.cpp's repacked CPU kernels kill llama-server
+with a signal while it loads the model. A server that dies by a signal before it is
+healthy is started once more with --no-repack, and says so.
+"""
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from specdiff.errors import SpecdiffError
 
+NO_REPACK = "--no-repack"
+"""llama-server's switch that keeps the weights out of llama.cpp's repacked CPU kernels."""
+REPACK_OFF = (NO_REPACK, "-nr")
+REPACK_ENV = "LLAMA_ARG_REPACK"
+
 
 class ServerProcessError(SpecdiffError):
     """llama-server could not be found or would not start."""
+
+
+def _to_stderr(line: str) -> None:
+    print(f"specdiff: {line}", file=sys.stderr, flush=True)
+
+
+def exit_description(code: int) -> str:
+    """A process's exit status in words: `killed by SIGILL` or `exited with status 1`."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with status {code}"
 
 
 def find_llama_server(given: str | None = None) -> Path:
@@ -58,13 +84,49 @@ class LlamaServer:
     arguments: Sequence[str] = ()
     port: int = field(default_factory=free_port)
     log: Path | None = None
+    say: Callable[[str], None] = _to_stderr
+    """Where the one line about a --no-repack restart goes."""
     process: subprocess.Popen | None = None
+    fell_back: bool = False
+    """Started again with --no-repack after the first start died by a signal."""
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def repack(self) -> bool:
+        """Whether the server runs llama.cpp's repacked CPU kernels: neither --no-repack
+        among its arguments nor LLAMA_ARG_REPACK=0 (or false, off) in its environment."""
+        if os.environ.get(REPACK_ENV, "").strip().lower() in ("0", "false", "off", "no"):
+            return False
+        return not any(argument in REPACK_OFF for argument in self.arguments)
+
     def start(self, wait_seconds: float = 120.0) -> None:
+        """Start the server and wait until /health answers; a server killed by a signal
+        before that is started once more with --no-repack."""
+        code = self._launch(wait_seconds, append=False)
+        if code is None:
+            return
+        if code < 0 and self.repack:
+            self.say(
+                f"llama-server on port {self.port} was {exit_description(code)} at start; "
+                f"starting it again with {NO_REPACK} (llama.cpp's repacked CPU kernels "
+                "crash on some CPUs)"
+            )
+            self.arguments = [*self.arguments, NO_REPACK]
+            self.fell_back = True
+            code = self._launch(wait_seconds, append=True)
+            if code is None:
+                return
+        where = f"; its output is in {self.log}" if self.log else ""
+        also = f", also with {NO_REPACK}" if self.fell_back else ""
+        raise ServerProcessError(
+            f"llama-server on port {self.port} was {exit_description(code)} at start{also}{where}"
+        )
+
+    def _launch(self, wait_seconds: float, append: bool) -> int | None:
+        """One start: None once /health answers, else the status the process ended with."""
         import httpx
 
         command = [
@@ -74,7 +136,7 @@ class LlamaServer:
             "--port", str(self.port),
             *self.arguments,
         ]  # fmt: skip
-        output = self.log.open("wb") if self.log else subprocess.DEVNULL
+        output = self.log.open("ab" if append else "wb") if self.log else subprocess.DEVNULL
         try:
             # its own session: the Ctrl+C that asks specdiff to stop a run must not also
             # shut the server down under the running lane
@@ -85,21 +147,20 @@ class LlamaServer:
             raise ServerProcessError(
                 f"cannot start {self.binary}: {error.strerror or error}"
             ) from None
+        finally:
+            if self.log:
+                output.close()  # the child holds its own copy
         deadline = time.monotonic() + wait_seconds
         while time.monotonic() < deadline:
             code = self.process.poll()
             if code is not None:
-                where = f"; its output is in {self.log}" if self.log else ""
-                raise ServerProcessError(
-                    f"llama-server on port {self.port} exited with status {code} at start"
-                    f"{where}"
-                )
+                return code
             try:
                 if httpx.get(f"{self.url}/health", timeout=1.0).status_code == 200:
-                    return
+                    return None
             except httpx.HTTPError:
                 pass
-            time.sleep(0.2)
+            time.sleep(0.1)
         self.stop()
         raise ServerProcessError(
             f"llama-server on port {self.port} was not healthy after {wait_seconds:.0f} s"
