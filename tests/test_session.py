@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from specdiff.engine.pairrun import PairRun
 from specdiff.lanes import presets
+from specdiff.sessions.format import PairResult
 from specdiff.sessions.store import SessionError, load_session, save_result, session_name
+from tests.conftest import ForkingPrompt
 
 
 @pytest.fixture(scope="module")
-def forked_result():
+def forked_result(forking_prompt: Callable[[str, int], ForkingPrompt]) -> PairResult:
     with PairRun(presets()["ubatch"]) as runner:
-        return runner.run("The history of the Roman Empire", 40)
+        return runner.run(forking_prompt("ubatch", 40).prompt, 40)
 
 
 @pytest.mark.model

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
@@ -9,16 +11,20 @@ from specdiff.engine.llama.lane import LocalLane
 from specdiff.engine.pairrun import PairRun
 from specdiff.lanes import Lane, presets
 from specdiff.prompts import DEFAULT_PROMPT
+from tests.conftest import ForkingPrompt
 
 pytestmark = pytest.mark.model
 
 
-def test_the_first_flip_is_the_free_running_fork() -> None:
+def test_the_first_flip_is_the_free_running_fork(
+    forking_prompt: Callable[[str, int], ForkingPrompt],
+) -> None:
     # Up to the fork both lanes saw the same text, so fed A's tokens, B's argmax first
     # differs from A's pick exactly where the free-running lanes forked.
+    prompt = forking_prompt("ubatch", 60).prompt
     with PairRun(presets()["ubatch"]) as runner:
-        free = runner.run(DEFAULT_PROMPT, 60)
-        forced = runner.run(DEFAULT_PROMPT, 60, teacher_forced=True)
+        free = runner.run(prompt, 60)
+        forced = runner.run(prompt, 60, teacher_forced=True)
     assert free.comparison.fork is not None
     a, b = forced.a.steps, forced.b.steps
     assert forced.teacher_forced and [s.token_id for s in b] == [s.token_id for s in a]
