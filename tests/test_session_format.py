@@ -113,9 +113,7 @@ def _accepts(record: dict, key: str, value: object) -> bool:
         return True
     if key in ("stop", "prompt_token_ids") and value in ([], [1, 2, 3]):
         return True
-    if key == "build" and isinstance(value, dict):
-        return True
-    return False
+    return key == "build" and isinstance(value, dict)
 
 
 @pytest.mark.parametrize("key", HEADER_FIELDS)

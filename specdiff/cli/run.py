@@ -16,7 +16,7 @@ from specdiff.lanes import Pair
 from specdiff.steps import TokenStep
 
 if TYPE_CHECKING:
-    from specdiff.engine.pairrun import PairRun
+    from specdiff.engine.worker import PairWorker
     from specdiff.sessions.format import PairResult
     from specdiff.sessions.store import SessionWriter
 
@@ -40,7 +40,7 @@ def add_parser(commands: Subcommands) -> None:
 def command_run(args: argparse.Namespace) -> int:
     """Exit 0 when the lanes agree, 1 when they fork, 2 when a lane failed, 130 when stopped."""
     # deferred: the engine, session and report modules load only for the command that runs
-    from specdiff.engine.pairrun import PairRun
+    from specdiff.engine.worker import PairWorker
     from specdiff.reports.text import format_result, result_json
 
     _, pair, prompt = read_request(args)
@@ -58,7 +58,7 @@ def command_run(args: argparse.Namespace) -> int:
             f"lane b {counts['b']}/{args.max_tokens} tokens"
         )
 
-    with PairRun(pair, status.message, cancel) as runner:
+    with PairWorker(pair, status.message, cancel) as runner:
         tokens = runner.tokenize(prompt)
         status.message(f"running {pair.name} on a {len(tokens)}-token prompt")
         if args.save:
@@ -84,7 +84,7 @@ def command_run(args: argparse.Namespace) -> int:
 
 
 def start_session(
-    args: argparse.Namespace, runner: PairRun, pair: Pair, prompt: str, tokens: list[int]
+    args: argparse.Namespace, runner: PairWorker, pair: Pair, prompt: str, tokens: list[int]
 ) -> SessionWriter:
     """A session file with its header written, once the input is known to be good."""
     # deferred: the engine, session and report modules load only for the command that runs
@@ -113,7 +113,7 @@ def exit_code(result: PairResult) -> int:
     if result.cancelled:
         print("specdiff: interrupted; the summary covers the tokens produced", file=sys.stderr)
         return Exit.INTERRUPTED
-    errors = [f"lane {o.lane_id}: {o.error}" for o in (result.a, result.b) if o.error]
+    errors = result.error_lines()
     if errors:
         for error in errors:
             print(f"specdiff: error: {error}", file=sys.stderr)

@@ -23,7 +23,7 @@ def add_parser(commands: Subcommands) -> None:
 def command_verify(args: argparse.Namespace) -> int:
     """Exit 0 when every recorded token comes out again, 1 at the first that does not."""
     # deferred: the engine, session and report modules load only for the command that runs
-    from specdiff.engine.pairrun import PairRun
+    from specdiff.engine.worker import PairWorker
     from specdiff.sessions.store import load_session
     from specdiff.sessions.verify import environment_changes, first_drift, likely_cause
 
@@ -31,7 +31,7 @@ def command_verify(args: argparse.Namespace) -> int:
     header = session.header
     pair = session.pair
     status = Status(sys.stderr, not args.quiet)
-    with PairRun(pair, status.message) as runner:
+    with PairWorker(pair, status.message) as runner:
         status.message(f"re-running {pair.name} from {session.path.name}")
         result = runner.run(
             session.prompt,
@@ -40,6 +40,11 @@ def command_verify(args: argparse.Namespace) -> int:
             teacher_forced=header.teacher_forced,
         )
         executed = runner.executed()
+    if result.crashed:
+        # a re-run that died says nothing about drift: report the crash, not a length change
+        for line in result.error_lines():
+            print(f"specdiff: error: {line}", file=sys.stderr)
+        return Exit.BAD_INPUT
     drift = first_drift(session, {"a": result.a.token_ids, "b": result.b.token_ids})
     changes = environment_changes(header, result.build, executed)
     if drift is None:

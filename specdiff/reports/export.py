@@ -142,7 +142,7 @@ def verdict(session: Session, comparison: Comparison) -> str:
     length_a, length_b = comparison.length_a, comparison.length_b
     if fork is not None:
         text = f"forked at token {fork.index} of {max(length_a, length_b)}"
-    elif session.partial:
+    elif session.stopped:
         text = f"no fork in the tokens recorded (lane a {length_a}, lane b {length_b})"
     elif comparison.identical:
         text = f"identical: both lanes produced the same {length_a} tokens"
@@ -150,13 +150,20 @@ def verdict(session: Session, comparison: Comparison) -> str:
         text = f"same tokens, different lengths: lane a {length_a}, lane b {length_b}"
     if session.partial:
         return f"partial (the run did not finish): {text}"
+    if session.footer is not None and session.footer.crashed:
+        return f"crashed (the lanes' process died): {text}"
     if session.footer is not None and session.footer.cancelled:
         return f"{text} (the run was stopped early)"
     return text
 
 
 def _title(session: Session) -> str:
-    state = "partial" if session.partial else "complete"
+    if session.partial:
+        state = "partial"
+    elif session.footer is not None and session.footer.crashed:
+        state = "crashed"
+    else:
+        state = "complete"
     return f"specdiff {session.pair.name}: {session.header.created} ({state})"
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from specdiff.compare import Fork, LaneAtFork, PickView
 from specdiff.lanes import differences
-from specdiff.sessions.format import LaneOutcome, PairResult
+from specdiff.sessions.format import CRASHED, LaneOutcome, PairResult
 from specdiff.steps import text_of
 
 
@@ -40,7 +40,9 @@ def _lane_line(outcome: LaneOutcome) -> str:
         parts.append(f"acceptance {outcome.acceptance:.0%} ({outcome.accepted}/{outcome.drafted})")
     if outcome.prefix_tokens:
         parts.append(f"cached prefix {outcome.prefix_tokens} tokens")
-    if outcome.error:
+    if outcome.stop_reason == CRASHED:
+        parts.append("CRASHED (below)")
+    elif outcome.error:
         parts.append(f"ERROR: {outcome.error}")
     return "  ".join(parts)
 
@@ -73,6 +75,9 @@ def format_result(result: PairResult) -> str:
     fork = comparison.fork
     if result.cancelled:
         out.append("cancelled before the end; what follows covers the tokens produced")
+    if result.crashed:
+        out.append(f"CRASHED: {result.error_lines()[0]}")
+        out.append("what follows covers the tokens produced before the crash")
     out.extend(_no_fork_lines(result) if fork is None else _fork_lines(result, fork))
     out.append("")
     out.extend(_executed_lines(result))
@@ -122,7 +127,8 @@ def _executed_lines(result: PairResult) -> list[str]:
             f"sha256 {str(ex.get('model_sha256'))[:12]} · threads {ex.get('threads')}/"
             f"{ex.get('threads_batch')} · batch {ex.get('n_batch')} · ubatch {ex.get('n_ubatch')}"
             f" · flash_attn {ex.get('flash_attn')} · kv {ex.get('type_k')}/{ex.get('type_v')}"
-            f" · repack {'on' if ex.get('repack') else 'off'} · n_ctx {ex.get('n_ctx')}"
+            f" · {ex.get('repack_choice') or ('repack on' if ex.get('repack') else 'repack off')}"
+            f" · n_ctx {ex.get('n_ctx')}"
         )
     return out
 

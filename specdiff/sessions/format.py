@@ -25,6 +25,9 @@ SCHEMA_VERSION = 1
 """Fields added since schema 1 are optional, so a reader of any version loads them."""
 
 LANE_IDS = ("a", "b")
+CRASHED = "crashed"
+"""A lane's stop reason when the process running the lanes died under it (a native
+crash in llama.cpp); the other stop reasons are eos, length, stop and cancelled."""
 MAX_TOKEN_ID = 1 << 31
 MAX_INDEX = 1 << 24
 
@@ -100,6 +103,16 @@ class PairResult:
 
     def lane(self, lane_id: str) -> LaneOutcome:
         return self.a if lane_id == "a" else self.b
+
+    @property
+    def crashed(self) -> bool:
+        return CRASHED in (self.a.stop_reason, self.b.stop_reason)
+
+    def error_lines(self) -> list[str]:
+        """Each lane's error, once: a crash names its lane and is the same for both."""
+        if self.a.error is not None and self.a.error == self.b.error:
+            return [self.a.error]
+        return [f"lane {o.lane_id}: {o.error}" for o in (self.a, self.b) if o.error]
 
     def header(self) -> SessionHeader:
         return SessionHeader(
@@ -303,6 +316,10 @@ class RunSummary:
     @property
     def failed(self) -> bool:
         return any(self.errors)
+
+    @property
+    def crashed(self) -> bool:
+        return CRASHED in self.stop_reasons
 
     @classmethod
     def of_steps(

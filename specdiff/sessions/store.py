@@ -187,8 +187,8 @@ class Session:
 
     @property
     def stopped(self) -> bool:
-        """The run did not finish: killed (no footer) or cancelled."""
-        return self.footer is None or self.footer.cancelled
+        """The run did not finish: killed (no footer), cancelled, or crashed."""
+        return self.footer is None or self.footer.cancelled or self.footer.crashed
 
     def summary(self) -> RunSummary:
         """What the steps read imply, with the footer's measurements (speeds, times,

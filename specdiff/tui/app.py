@@ -1,7 +1,8 @@
 """The specdiff app: two lanes streaming side by side, the fork highlighted.
 
-The app only renders records. A thread worker runs the headless ``PairRun`` and posts
-batches of TokenSteps; the fork, near ties and alignment come from ``compare.py``.
+The app only renders records. A thread worker drives a ``PairWorker`` (the lanes run in
+their own process, so a crash in llama.cpp ends a run, not the app) and posts batches of
+TokenSteps; the fork, near ties and alignment come from ``compare.py``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from specdiff.compare import DEFAULT_NEAR_TIE, Fork, align_after, first_divergence, fork_at
 from specdiff.compare import near_ties as find_near_ties
-from specdiff.engine.pairrun import PairRun
+from specdiff.engine.worker import PairWorker
 from specdiff.errors import SpecdiffError
 from specdiff.lanes import Pair, apply_overrides, headline, parse_overrides
 from specdiff.sessions.format import PairResult
@@ -129,7 +130,7 @@ class SpecdiffApp(App[int]):
         self.running = False
         self.max_tokens = max_tokens
         self.cancel = threading.Event()
-        self._runner: PairRun | None = None
+        self._runner: PairWorker | None = None
         self._restart = False
         self.our_themes: list[str] = []
         self.replay_speed = replay_speed
@@ -603,14 +604,15 @@ class SpecdiffApp(App[int]):
         except SpecdiffError as error:
             self.post_message(RunFailed(str(error)))
 
-    def runner_for(self, pair: Pair) -> PairRun:
-        """Reuse loaded lanes while the pair stays the same (runs in the worker thread)."""
-        if self._runner is not None and self._runner.pair == pair:
+    def runner_for(self, pair: Pair) -> PairWorker:
+        """Reuse loaded lanes while the pair stays the same and their process lives (runs
+        in the worker thread); after a crash the next run starts a fresh one."""
+        if self._runner is not None and self._runner.pair == pair and self._runner.alive:
             return self._runner
         if self._runner is not None:
             self._runner.close()
             self._runner = None
-        self._runner = PairRun(
+        self._runner = PairWorker(
             pair, lambda text: self.call_from_thread(self.set_status, text), self.cancel
         )
         return self._runner
@@ -638,20 +640,20 @@ class SpecdiffApp(App[int]):
         result = message.result
         self.result = result
         self.running = False
-        errors = []
         for outcome in (result.a, result.b):
             state = self.lanes[outcome.lane_id]
             state.error = outcome.error
             state.speed = outcome.tokens_per_second
             state.drafted, state.accepted = outcome.drafted, outcome.accepted
-            if outcome.error:
-                errors.append(f"lane {outcome.lane_id}: {outcome.error}")
         self.update_comparison()
         self.render_lanes(follow=self.follow)
+        errors = result.error_lines()
         if errors:
             self.notify("; ".join(errors), severity="error", timeout=10)
         comparison = result.comparison
-        if result.cancelled:
+        if result.crashed:
+            summary = "the lanes' process crashed; r runs again in a fresh one"
+        elif result.cancelled:
             summary = "stopped"
         elif comparison.identical:
             summary = f"identical over {comparison.length_a} tokens"
