@@ -37,7 +37,14 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "speculation": ("none", "ngram", "draft"),
     "prefix": ("fresh", "cached"),
     "quant": QUANT_TYPES,
+    "repack": ("auto", "on", "off"),
 }
+REPACK_WORDS = {
+    **dict.fromkeys(("true", "1", "yes", "on"), "on"),
+    **dict.fromkeys(("false", "0", "no", "off"), "off"),
+    "auto": "auto",
+}
+"""What `repack=` may say: on/off in any of the ways a boolean is written, or auto."""
 # inclusive bounds of integer fields
 BOUNDS: dict[str, tuple[int, int]] = {
     "n_ctx": (16, 1 << 20),
@@ -84,8 +91,9 @@ class Lane:
     flash_attn: str = "off"
     type_k: str = "f16"
     type_v: str = "f16"
-    repack: bool = True
-    """Let llama.cpp repack weights for the CPU's wider kernels (its extra buffer types)."""
+    repack: str = "auto"
+    """Let llama.cpp repack weights for the CPU's wider kernels (its extra buffer types):
+    on, off, or auto (on, unless a short probe decode crashes with it on this CPU)."""
     speculation: str = "none"
     spec_ngram: int = 3
     """Prompt lookup: the longest n-gram matched against the history."""
@@ -124,6 +132,9 @@ class Lane:
     """backend=server: how often a refused or failed connection is tried again."""
 
     def __post_init__(self) -> None:
+        repack: object = self.repack
+        if isinstance(repack, bool):  # pair files and sessions written when it was a bool
+            object.__setattr__(self, "repack", "on" if repack else "off")
         for item in fields(self):
             _check_field(item.name, getattr(self, item.name))
         self._check_local()
@@ -336,6 +347,11 @@ def parse_value(key: str, text: str) -> Any:
     if key not in _FIELD_TYPES:
         raise unknown_key(key)
     expected = _FIELD_TYPES[key]
+    if key == "repack":
+        word = REPACK_WORDS.get(text.strip().lower())
+        if word is None:
+            raise _bad_type(key, text, "auto, on or off (true/false also work)")
+        return word
     if expected is bool:
         lowered = text.strip().lower()
         if lowered in ("true", "1", "yes", "on"):

@@ -47,7 +47,7 @@ def test_ubatch_preset_is_512_vs_2() -> None:
         ({"flash_attn": "maybe"}, "allowed: 'off', 'on', 'auto'"),
         ({"n_batch": 4, "n_ubatch": 8}, "must not exceed n_batch"),
         ({"threads": True}, "must be a whole number"),
-        ({"repack": "yes"}, "must be true or false"),
+        ({"repack": "yes"}, "allowed: 'auto', 'on', 'off'"),
         ({"type_v": "q8_0"}, "needs flash_attn=on"),
         ({"spec_ngram": 2, "spec_ngram_min": 3}, "must not exceed spec_ngram"),
         ({"prefix_text": "a", "prefix_tokens": 3}, "not both"),
@@ -60,9 +60,9 @@ def test_bad_values_name_the_key_and_the_rule(overrides: dict, message: str) -> 
 
 def test_cli_overrides_are_typed() -> None:
     parsed = parse_overrides(["n_ubatch=2", "repack=off", "speculation=ngram", "spec_adaptive=1"])
-    assert parsed == {"n_ubatch": 2, "repack": False, "speculation": "ngram", "spec_adaptive": True}
+    assert parsed == {"n_ubatch": 2, "repack": "off", "speculation": "ngram", "spec_adaptive": True}
     lane = apply_overrides(Lane(), parsed | {"n_batch": 2})
-    assert (lane.n_ubatch, lane.repack, lane.speculation) == (2, False, "ngram")
+    assert (lane.n_ubatch, lane.repack, lane.speculation) == (2, "off", "ngram")
 
 
 @pytest.mark.parametrize(
@@ -71,7 +71,7 @@ def test_cli_overrides_are_typed() -> None:
         ("n_ubatch", "is not key=value"),
         ("nubatch=2", "unknown lane key 'nubatch'; known keys: label, backend"),
         ("n_ubatch=two", "'n_ubatch' must be a whole number"),
-        ("repack=sometimes", "'repack' must be true or false"),
+        ("repack=sometimes", "'repack' must be auto, on or off"),
     ],
 )
 def test_bad_overrides(item: str, message: str) -> None:

@@ -11,6 +11,7 @@ import ctypes
 import threading
 from collections.abc import Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,35 @@ _FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
 
 Row = tuple[int, int, int]
 """One batch row: (token, position, sequence)."""
+
+
+@dataclass(frozen=True)
+class RepackChoice:
+    """Whether a lane's model runs with llama.cpp's repacked CPU kernels, and why: the
+    note goes into the lane's executed record, since the numerics differ."""
+
+    on: bool
+    note: str
+
+
+_DECIDED: dict[tuple[Path, str, int], RepackChoice] = {}
+"""Choices a kernel probe made in this process, by (model file, lane's repack, n_ubatch)."""
+
+
+def decide_repack(path: Path, lane: Lane, choice: RepackChoice) -> None:
+    """Record what a probe decided for lanes like `lane` on the model at `path`."""
+    _DECIDED[(path.resolve(), lane.repack, lane.n_ubatch)] = choice
+
+
+def repack_choice(lane: Lane, path: Path) -> RepackChoice:
+    """What the lane's model at `path` runs with: a probe's decision if one was made,
+    else what the lane asks for (auto meaning llama.cpp's default, on)."""
+    decided = _DECIDED.get((path.resolve(), lane.repack, lane.n_ubatch))
+    if decided is not None:
+        return decided
+    if lane.repack == "auto":
+        return RepackChoice(True, "repack on (auto: not probed)")
+    return RepackChoice(lane.repack == "on", f"repack {lane.repack}")
 
 
 class LoadedModel:

@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from specdiff.engine.base import Generation
-from specdiff.engine.llama.context import Context, ModelPool
+from specdiff.engine.llama.context import Context, ModelPool, repack_choice
 from specdiff.engine.llama.drafts import make_drafter
 from specdiff.engine.models import Progress, resolve_model, sha256_file
 from specdiff.engine.topk import TopK, logsumexp, rank_of
@@ -72,7 +72,8 @@ class LocalLane:
         self._own_pool = pool is None
         self.pool = pool or ModelPool()
         self.model_path = resolve_model(lane.model, lane.quant, lane.threads, progress)
-        self.model = self.pool.get(self.model_path, lane.repack)
+        self.repack = repack_choice(lane, self.model_path)
+        self.model = self.pool.get(self.model_path, self.repack.on)
         self.context = Context(self.model, lane, self.cancel)
         try:
             self.drafter, self.draft_path = make_drafter(
@@ -95,6 +96,7 @@ class LocalLane:
             "quantization": self.model.info.quantization,
             "architecture": self.model.info.architecture,
             **self.context.executed,
+            "repack_choice": self.repack.note,
         }
         if self.draft_path is not None:
             record["draft_model_path"] = str(self.draft_path)

@@ -18,7 +18,7 @@ from contextlib import closing
 from typing import Any
 
 from specdiff.engine.base import Cancelled, Generation, Prompt
-from specdiff.engine.llama.context import ModelPool
+from specdiff.engine.llama.context import ModelPool, repack_choice
 from specdiff.engine.models import Progress, resolve_model
 from specdiff.engine.server.client import ServerClient, ServerError, read_api_key
 from specdiff.engine.server.dialects import Event, Token, dialect_for, read_events, request_body
@@ -59,7 +59,7 @@ class ServerLane:
             # The tokenizer: prompt token ids for the session, and ids for servers that
             # report tokens only as text.
             self.model_path = resolve_model(lane.model, lane.quant, lane.threads, progress)
-            self.model = self.pool.get(self.model_path, lane.repack)
+            self.model = self.pool.get(self.model_path, repack_choice(lane, self.model_path).on)
             progress(f"lane {lane_id}: asking {lane.endpoint} who it is")
             self.identity = self.client.identity()
         except ServerError as error:
@@ -109,6 +109,9 @@ class ServerLane:
             "endpoint": self.lane.endpoint,
             "api": self.lane.api,
             "server": self.identity,
+            # the lane's setting: serve-pair sets it off for a server it had to start
+            # with --no-repack (a server started elsewhere does not report its own)
+            "repack": self.lane.repack,
             "tokenizer_path": str(self.model_path),
             "tokenizer_sha256": self.model.sha256,
             "request": self.extra,
