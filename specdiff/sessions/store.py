@@ -1,4 +1,4 @@
-"""Sessions: one pair run as one JSONL file.
+"""Session files written and read as they stream: one pair run as one JSONL file.
 
 Line 1 is a header (schema version, specdiff version, prompt, both lanes in full, what
 executed, build), then one line per TokenStep in the order they were produced, then a
