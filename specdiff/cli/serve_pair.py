@@ -88,6 +88,9 @@ def command_serve_pair(args: argparse.Namespace) -> int:
             "--lane-b", f"endpoint={plain.url}", "--lane-b", "api=llama-server",
             "--lane-b", "label=llama-server plain",
         ]  # fmt: skip
+        for lane_id, server in (("a", speculative), ("b", plain)):
+            if not server.repack:  # started with --no-repack: the header records it
+                lanes += [f"--lane-{lane_id}", "repack=false"]
         return main([command[0], *lanes, *command[1:]])
     finally:
         for server in (speculative, plain):
