@@ -14,7 +14,8 @@ A lane's ``repack`` decides what a verdict means: ``auto`` falls back to repack 
 with the fix named, and when both crash the build itself is named with a rebuild
 command. ``SPECDIFF_PROBE_FAULT=KIND[:on|off|both]`` (KIND: segv, abort, ill), read
 only in the probe's child, makes it die by that signal, so every path is testable on
-any CPU.
+any CPU; ``SPECDIFF_PROBE=off`` skips the probe (auto then means llama.cpp's default, on,
+and the executed record says it was not probed).
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ class ProbeFailed(SpecdiffError):
 
 
 PROBE_FAULT_ENV = "SPECDIFF_PROBE_FAULT"
+PROBE_ENV = "SPECDIFF_PROBE"
 PROBE_MAIN = "from specdiff.engine.probe import probe_main; probe_main()"
 PROBE_SECONDS = 300.0
 """A probe that runs longer is stuck, not crashed: the run goes ahead unprobed."""
@@ -334,7 +336,9 @@ def _both_crash(name: str, where: str, combo: dict[str, Any]) -> str:
 def trust_kernels(pair: Pair, progress: Progress) -> None:
     """Probe each local lane's combination (cached after the first time) and record what
     its model runs with; a fallback is said once, a lane that must not run raises
-    ProbeFailed."""
+    ProbeFailed. SPECDIFF_PROBE=off skips it."""
+    if os.environ.get(PROBE_ENV) == "off":
+        return
     # deferred: the choice lives beside the model loader, which loads llama.cpp
     from specdiff.engine.llama.context import RepackChoice, decide_repack
 
