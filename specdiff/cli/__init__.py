@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from specdiff import __version__
 from specdiff.cli import (
+    doctor,
     export,
     live,
     models,
@@ -28,7 +29,7 @@ from specdiff.cli.common import CommandParser, Exit
 from specdiff.errors import SpecdiffError
 from specdiff.lanes import LANE_KEYS
 
-COMMANDS = (live, run, replay, sessions, verify, export, suite, repeat, serve_pair, models)
+COMMANDS = (live, run, replay, sessions, verify, export, suite, repeat, serve_pair, models, doctor)
 """In the order `specdiff --help` lists them."""
 
 
