@@ -109,9 +109,16 @@ def serve(descriptor: int) -> None:
         return
     # deferred: this module is imported by front ends, which must not load llama.cpp
     from specdiff.engine.pairrun import PairRun
+    from specdiff.engine.probe import trust_kernels
+
+    def progress(text: str) -> None:
+        conn.send(("progress", text))
 
     try:
-        run = PairRun(pair, lambda text: conn.send(("progress", text)), cancel)
+        # before any lane decodes: a kernel that crashes on this CPU is found by a probe
+        # in a further child, not by the run
+        trust_kernels(pair, progress)
+        run = PairRun(pair, progress, cancel)
     except SpecdiffError as error:
         conn.send(("raise", error))
         return
