@@ -234,7 +234,7 @@ def check_llama(model: Path | None) -> tuple[Section, Section]:
         probe.facts["skipped"] = "no model"
     elif isinstance(facts.get("probe"), dict):
         probe.facts.update(facts["probe"])
-        _judge_probe(facts["probe"], probe)
+        judge_probe(facts["probe"], probe)
     elif "probe_error" in facts:
         probe.problems.append(Problem("probe", str(facts["probe_error"]), _REPORT_FIX))
     else:
@@ -297,7 +297,7 @@ def _build_facts(build: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _judge_probe(verdict: dict[str, Any], section: Section) -> None:
+def judge_probe(verdict: dict[str, Any], section: Section) -> None:
     """No working kernels is a problem; repack off is a warning (lanes fall back)."""
     message = str(verdict.get("message", ""))
     chosen = verdict.get("chosen_repack")

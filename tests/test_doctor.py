@@ -5,6 +5,8 @@ from outside shown with its control characters made visible."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +16,7 @@ import pytest
 
 from specdiff.cli import main
 from specdiff.cli.doctor import report_lines, shown
-from specdiff.doctor import Checkup, Problem, check_chromium, check_paths
+from specdiff.doctor import Checkup, Problem, Section, check_chromium, check_paths, judge_probe
 from tests.conftest import ROOT
 
 # The doctor in a fresh interpreter, which then says whether llama_cpp was ever loaded
@@ -106,7 +108,39 @@ def test_an_unwritable_cache_is_one_line_and_exit_1(tmp_path: Path, monkeypatch,
     assert report["model"]["skipped"] and report["llama-server"]["probe"] is None
 
 
+@pytest.mark.model
+@pytest.mark.server
+def test_kernels_that_crash_with_repack_on_and_off_are_a_problem(
+    tmp_path: Path, model_path: Path, monkeypatch, capsys
+) -> None:
+    cache = tmp_path / "cache"
+    (cache / "models").mkdir(parents=True)
+    try:  # a fresh cache, so the probe runs; the model linked in, not assembled again
+        os.link(model_path, cache / "models" / model_path.name)
+    except OSError:
+        shutil.copy(model_path, cache / "models" / model_path.name)
+    monkeypatch.setenv("SPECDIFF_CACHE_DIR", str(cache))
+    monkeypatch.setenv("SPECDIFF_PROBE_FAULT", "ill:both")
+    code = main(["doctor"])
+    problems = [line for line in capsys.readouterr().out.splitlines() if "problem:" in line]
+    assert code == 1 and len(problems) == 1
+    assert problems[0].startswith("problem: probe:") and "SIGILL" in problems[0]
+
+
 # --- the fast tier: the parts without llama.cpp ------------------------------------
+
+
+def test_the_probe_verdict_is_judged_by_what_lanes_can_run() -> None:
+    def judged(chosen: str, on_ok: bool | None) -> tuple[list[Problem], list[Problem]]:
+        section = Section()
+        verdict = {"chosen_repack": chosen, "repack_on_ok": on_ok, "message": "m"}
+        judge_probe(verdict, section)
+        return section.problems, section.warnings
+
+    assert judged("on", True) == ([], [])
+    assert judged("off", None) == ([], [])  # asked for repack off: nothing crashed
+    assert judged("off", False) == ([], [Problem("probe", "m")])
+    assert judged("", False) == ([Problem("probe", "m")], [])
 
 
 def test_an_unwritable_cache_is_found_without_llama_cpp(tmp_path: Path, monkeypatch) -> None:

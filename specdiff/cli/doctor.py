@@ -109,9 +109,8 @@ def _probe_text(probe: dict[str, Any]) -> str | None:
         return f"skipped: {probe['skipped']}"
     if "chosen_repack" not in probe:
         return None
-    chosen = probe["chosen_repack"] or "nothing works"
     cached = " (cached)" if probe.get("cached") else ""
-    return f"repack {chosen}{cached}: {probe.get('message', '')}"
+    return f"{probe.get('message') or 'repack ' + (probe['chosen_repack'] or 'fails')}{cached}"
 
 
 def _server_probe_text(probe: dict[str, Any] | None) -> str | None:
