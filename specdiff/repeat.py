@@ -5,6 +5,10 @@ bundled `open` prompts, so both the batch's size and its neighbours change from 
 run. A greedy decode that depended on nothing but the prompt would give one completion;
 the report says how many there are, how many runs share each, and the token where they
 first split, with each completion's margin there.
+
+Both modes load llama.cpp (a server repeat for its tokenizer), so the command runs
+`run_repeat` in a worker process: a native crash ends the command with one line, and
+the front end receives the summary only.
 """
 
 from __future__ import annotations
@@ -17,16 +21,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from specdiff.engine.base import Cancelled
-from specdiff.engine.llama.batched import BatchedLane, BatchedRun
 from specdiff.errors import PromptError
-from specdiff.lanes import Lane
+from specdiff.lanes import Lane, Pair
 from specdiff.prompts import load as load_prompts
-from specdiff.steps import text_of
+from specdiff.steps import TokenStep, text_of
 
 if TYPE_CHECKING:
+    from specdiff.engine.llama.batched import BatchedRun
     from specdiff.engine.server.lane import ServerLane
 
 COMPANION_SET = "open"
+
+
+def _quiet(_: str) -> None:
+    return None
 
 
 @dataclass
@@ -58,6 +66,48 @@ def check_request(prompt: str, runs: int, max_tokens: int) -> None:
         raise PromptError("the prompt is empty; give some text (--prompt or --prompt-file)")
 
 
+def check_repeat(lane: Lane, prompt: str, runs: int, width: int, max_tokens: int) -> None:
+    """What `run_repeat` refuses, checked before a worker starts: `width` is the
+    companions of an in-process repeat, the concurrency of a server's."""
+    check_request(prompt, runs, max_tokens)
+    if lane.backend == "server":
+        if width < 1:
+            raise PromptError(f"--concurrency must be at least 1, got {width}")
+        return
+    if width < 0:
+        raise PromptError(f"--companions must be 0 or more, got {width}")
+    if lane.speculation != "none" or lane.prefix != "fresh":
+        raise PromptError(
+            "repeat runs a plain lane (speculation=none, prefix=fresh); "
+            "drop the speculation / prefix settings"
+        )
+
+
+RunDone = Callable[[int, list[TokenStep], int], None]
+"""A finished run as `run_repeat` reports it: its number, its steps, its companions."""
+
+
+def run_repeat(
+    lane: Lane,
+    prompt: str,
+    runs: int,
+    width: int,
+    max_tokens: int,
+    on_run: RunDone | None = None,
+    progress: Callable[[str], None] | None = None,
+    cancel: threading.Event | None = None,
+) -> dict[str, Any]:
+    """The repeat the lane names (against its server, or batched in-process) as its
+    `summary`: what the worker process hands back."""
+    how = repeat_server if lane.backend == "server" else repeat
+
+    def handed_over(number: int, run: BatchedRun) -> None:
+        if on_run is not None:
+            on_run(number, run.steps, run.companions)
+
+    return summary(how(lane, prompt, runs, width, max_tokens, handed_over, progress, cancel))
+
+
 def repeat(
     lane: Lane,
     prompt: str,
@@ -68,9 +118,14 @@ def repeat(
     progress: Callable[[str], None] | None = None,
     cancel: threading.Event | None = None,
 ) -> RepeatResult:
-    check_request(prompt, runs, max_tokens)
-    if max_companions < 0:
-        raise PromptError(f"--companions must be 0 or more, got {max_companions}")
+    # deferred: the batched lane loads llama.cpp, which only a worker process does
+    from specdiff.engine.llama.batched import BatchedLane
+    from specdiff.engine.probe import trust_kernels
+
+    check_repeat(lane, prompt, runs, max_companions, max_tokens)
+    # as before a pair runs: kernels that crash on this CPU are found by a probe in a
+    # further process, and repack=auto turns them off
+    trust_kernels(Pair("repeat", lane, lane), progress or _quiet)
     pool = load_prompts(COMPANION_SET)
     cancel = cancel or threading.Event()
     result = RepeatResult(lane, prompt, max_tokens, max_companions, [], [])
@@ -113,16 +168,14 @@ def repeat_server(
     from specdiff.engine.llama.context import ModelPool
     from specdiff.engine.server.lane import ServerLane
 
-    check_request(prompt, runs, max_tokens)
-    if concurrency < 1:
-        raise PromptError(f"--concurrency must be at least 1, got {concurrency}")
+    check_repeat(lane, prompt, runs, concurrency, max_tokens)
     cancel = cancel or threading.Event()
     result = RepeatResult(lane, prompt, max_tokens, concurrency - 1, [], [], concurrency)
     pool = ModelPool()
     clients: list[ServerLane] = []
     try:
         for _ in range(min(concurrency, runs)):
-            clients.append(ServerLane(lane, "a", pool, progress or (lambda _: None), cancel))
+            clients.append(ServerLane(lane, "a", pool, progress or _quiet, cancel))
         requests = _Requests(clients, prompt, max_tokens, concurrency - 1, on_run, cancel)
         result.cancelled = requests.send(runs)
     finally:
@@ -175,6 +228,9 @@ class _Requests:
         return cancelled
 
     def one(self, number: int) -> None:
+        # deferred: the batched lane's module is the engine's, loaded in the worker only
+        from specdiff.engine.llama.batched import BatchedRun
+
         if self.cancel.is_set():
             raise Cancelled("cancelled")  # queued runs do not start after a stop
         with self.guard:

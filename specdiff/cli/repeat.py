@@ -1,5 +1,8 @@
 """`specdiff repeat`: one prompt N times on one lane, each run beside other sequences in
-the batch (or other requests to a server); exit 1 when the completions split."""
+the batch (or other requests to a server); exit 1 when the completions split.
+
+The runs happen in a worker process, which alone loads llama.cpp: a native crash there
+is one line and exit 2."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from specdiff.cli.common import Exit, Status, Subcommands, add_command, interrup
 from specdiff.lanes import Lane, apply_overrides, parse_overrides
 
 if TYPE_CHECKING:
-    from specdiff.engine.llama.batched import BatchedRun
+    from specdiff.steps import TokenStep
 
 
 def add_parser(commands: Subcommands) -> None:
@@ -65,13 +68,16 @@ def repeat_lane(args: argparse.Namespace) -> Lane:
 def command_repeat(args: argparse.Namespace) -> int:
     """Exit 0 when every run gave the same tokens, 1 when they split, 130 when stopped."""
     # deferred: the engine, session and report modules load only for the command that runs
-    from specdiff.repeat import format_summary, repeat, repeat_server, summary
+    from specdiff.engine.worker import call_in_worker
+    from specdiff.repeat import check_repeat, format_summary, run_repeat
 
     lane = repeat_lane(args)
     prompt = read_prompt(args)
+    served = lane.backend == "server"
+    width = args.concurrency if served else args.companions
+    check_repeat(lane, prompt, args.runs, width, args.max_tokens)
     status = Status(sys.stderr, not args.quiet)
     cancel = threading.Event()
-    served = lane.backend == "server"
     if served:
         status.message(
             f"repeat: {args.runs} requests to {lane.endpoint}, {args.concurrency} at a time"
@@ -82,26 +88,27 @@ def command_repeat(args: argparse.Namespace) -> int:
             "other sequences"
         )
 
-    def on_run(number: int, run: BatchedRun) -> None:
+    def on_run(number: int, steps: list[TokenStep], companions: int) -> None:
         beside = (
             f"{args.concurrency} in flight"
             if served
-            else f"beside {run.companions} other sequence{'s' if run.companions != 1 else ''}"
+            else f"beside {companions} other sequence{'s' if companions != 1 else ''}"
         )
-        status.message(f"run {number + 1}/{args.runs}: {len(run.steps)} tokens, {beside}")
+        status.message(f"run {number + 1}/{args.runs}: {len(steps)} tokens, {beside}")
 
-    how = repeat_server if served else repeat
-    width = args.concurrency if served else args.companions
     with interrupt_sets(cancel):
-        result = how(
-            lane, prompt, args.runs, width, args.max_tokens, on_run, status.message, cancel
+        data = call_in_worker(
+            run_repeat,
+            (lane, prompt, args.runs, width, args.max_tokens),
+            {"on_run": on_run, "progress": status.message},
+            cancel,
+            doing="repeating the prompt" + (f" against {lane.endpoint}" if served else ""),
         )
-    data = summary(result)
     if args.json:
         json.dump(data, sys.stdout, indent=1, ensure_ascii=False)
         sys.stdout.write("\n")
     else:
         print(format_summary(data))
-    if result.cancelled:
+    if data["cancelled"]:
         return Exit.INTERRUPTED
     return Exit.SAME if data["unique"] <= 1 else Exit.DIFFERENT

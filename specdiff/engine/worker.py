@@ -26,12 +26,12 @@ import sys
 import tempfile
 import threading
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from specdiff.compare import DEFAULT_NEAR_TIE, compare
 from specdiff.errors import SpecdiffError
@@ -50,6 +50,7 @@ CLOSE_SECONDS = 5.0
 LOG_TAIL_BYTES = 4096
 
 Progress = Callable[[str], None]
+T = TypeVar("T")
 Live = dict[str, tuple[float, int, int]]
 
 
@@ -104,21 +105,18 @@ def serve(descriptor: int) -> None:
     signal.signal(CANCEL_SIGNAL, lambda *_: cancel.set())
     conn = Connection(descriptor)
     try:
-        kind, (pair,) = conn.recv()
+        kind, args = conn.recv()
     except (EOFError, OSError):
         return
+    if kind == "call":
+        _serve_call(conn, cancel, *args)
+        return
+    (pair,) = args
     # deferred: this module is imported by front ends, which must not load llama.cpp
     from specdiff.engine.pairrun import PairRun
-    from specdiff.engine.probe import trust_kernels
-
-    def progress(text: str) -> None:
-        conn.send(("progress", text))
 
     try:
-        # before any lane decodes: a kernel that crashes on this CPU is found by a probe
-        # in a further child, not by the run
-        trust_kernels(pair, progress)
-        run = PairRun(pair, progress, cancel)
+        run = PairRun(pair, lambda text: conn.send(("progress", text)), cancel)
     except SpecdiffError as error:
         conn.send(("raise", error))
         return
@@ -174,6 +172,10 @@ class PairWorker:
     the worker has died the object is spent (`alive` is False); open a new one.
     """
 
+    WHO = "the lanes' worker"
+    repack_off = "--both repack=false"
+    """The option that turns off the kernels most often behind a crash."""
+
     def __init__(
         self,
         pair: Pair,
@@ -189,6 +191,17 @@ class PairWorker:
         self._received: dict[str, list[TokenStep]] = {"a": [], "b": []}
         self._streaming = False
         self._cancel_sent = False
+        self._spawn()
+        try:
+            self._conn.send(("open", (pair,)))
+            ready = self._reply(progress, "ready")
+        except BaseException:
+            self.close()
+            raise
+        self.build, self._executed = ready[1], ready[2]
+
+    def _spawn(self) -> None:
+        """Start the child interpreter on one end of a socket pair."""
         self._log = self._log_file()
         ours, theirs = socket.socketpair()
         self._conn = Connection(ours.detach())
@@ -204,12 +217,9 @@ class PairWorker:
                     stdout=subprocess.DEVNULL if log is None else log,
                     stderr=None if log is None else subprocess.STDOUT,
                 )
-            self._conn.send(("open", (pair,)))
-            ready = self._reply(progress, "ready")
         except BaseException:
             self.close()
             raise
-        self.build, self._executed = ready[1], ready[2]
 
     @staticmethod
     def _log_file() -> Path | None:
@@ -322,7 +332,7 @@ class PairWorker:
         if message[0] == "raise":
             raise message[1]
         if message[0] == "bug":
-            raise WorkerFailed(f"the lanes' worker failed: {message[1].strip().splitlines()[-1]}")
+            raise WorkerFailed(f"{self.WHO} failed: {message[1].strip().splitlines()[-1]}")
         raise WorkerFailed(f"the lanes' worker sent an unknown message {message[0]!r}")
 
     def _next(self) -> tuple[Any, ...]:
@@ -348,16 +358,19 @@ class PairWorker:
         except subprocess.TimeoutExpired:
             code = None
         how = _how_it_ended(code)
-        where = self._where() if self._streaming else "while loading or preparing the lanes"
         build = self.build.get("llama_cpp_build", "unknown build")
         cpu = self.build.get("cpu") or _cpu_name()
         native = self._native_message()
         return WorkerCrashed(
-            f"the lanes' worker crashed {where} ({how}) in llama.cpp {build} on {cpu}"
+            f"{self.WHO} crashed {self._doing()} ({how}) in llama.cpp {build} on {cpu}"
             + (f": {native}" if native else "")
-            + "; try --both repack=false (llama.cpp's repacked CPU kernels), and run "
+            + f"; try {self.repack_off} (llama.cpp's repacked CPU kernels), and run "
             "`specdiff doctor` for a report"
         )
+
+    def _doing(self) -> str:
+        """What the worker was at, for the crash message."""
+        return self._where() if self._streaming else "while loading or preparing the lanes"
 
     def _where(self) -> str:
         """The lane whose step was due: lanes run in lockstep, a's step i before b's."""
@@ -461,3 +474,122 @@ def _cpu_name() -> str:
     from specdiff.engine.runtime import cpu_name
 
     return cpu_name()
+
+
+# --- one function call in a worker process -------------------------------------------
+
+
+def _serve_call(
+    conn: Connection,
+    cancel: threading.Event,
+    function: Callable[..., Any],
+    args: tuple[Any, ...],
+    events: Sequence[str],
+) -> None:
+    """The child's side of `call_in_worker`: call, pass its events on, send what it returns."""
+    fault = Fault.from_env()
+    guard = threading.Lock()  # events may come from the function's own threads
+
+    def handing_over(event: str) -> Callable[..., None]:
+        def send(*payload: Any) -> None:
+            if fault is not None:
+                for step in _steps_in(payload):
+                    fault.fire_at(step)
+            with guard:
+                conn.send(("event", event, payload))
+
+        return send
+
+    try:
+        conn.send(("ready", _build_info()))
+        value = function(*args, cancel=cancel, **{event: handing_over(event) for event in events})
+    except SpecdiffError as error:
+        conn.send(("raise", error))
+        return
+    except Exception:
+        conn.send(("bug", traceback.format_exc()))
+        return
+    conn.send(("ok", value))
+
+
+def _steps_in(payload: tuple[Any, ...]) -> Iterator[TokenStep]:
+    """The steps an event hands over, alone or in a list: where a fault may fire."""
+    for item in payload:
+        if isinstance(item, TokenStep):
+            yield item
+        elif isinstance(item, (list, tuple)):
+            yield from (step for step in item if isinstance(step, TokenStep))
+
+
+def _build_info() -> dict[str, str]:
+    """llama.cpp's build and the CPU, for a crash message; empty when llama.cpp will not load."""
+    # deferred: only the child loads llama.cpp
+    from specdiff.engine.runtime import build_info
+
+    try:
+        return build_info()
+    except Exception:
+        return {}
+
+
+class _FunctionWorker(PairWorker):
+    """A worker process that runs one function call instead of a pair: PairWorker's
+    process, messages and crash report, asked something else."""
+
+    WHO = "the worker"
+
+    def __init__(self, doing: str, repack_off: str, cancel: threading.Event | None) -> None:
+        self.doing = doing
+        self.repack_off = repack_off
+        self.cancel = cancel or threading.Event()
+        self.build = {}
+        self._cancel_sent = False
+        self._streaming = False
+        self._spawn()
+
+    def _doing(self) -> str:
+        return f"while {self.doing}"
+
+    def call(
+        self,
+        function: Callable[..., Any],
+        args: Sequence[Any],
+        events: Mapping[str, Callable[..., None]],
+    ) -> Any:
+        self._send("call", function, tuple(args), list(events))
+        self.build = self._reply(_quiet, "ready")[1]
+        # a cancel is passed on while the call runs, as while a pair streams
+        self._streaming = True
+        while True:
+            message = self._next()
+            if message[0] == "ok":
+                return message[1]
+            if message[0] == "event":
+                events[message[1]](*message[2])
+            else:
+                self._unexpected(message)
+
+
+def call_in_worker(
+    function: Callable[..., T],
+    args: Sequence[Any],
+    events: Mapping[str, Callable[..., None]] | None = None,
+    cancel: threading.Event | None = None,
+    doing: str = "running",
+    repack_off: str = "--lane repack=false",
+) -> T:
+    """`function(*args, cancel=EVENT, **events)` in a worker process, so llama.cpp runs
+    there and not in the caller; its value comes back (it and its arguments pickle).
+
+    Each of `events` is passed to the function as a keyword argument of that name, and
+    the caller's callback receives what the function passes it. `cancel`, when set, sets
+    the function's own cancel event. Its SpecdiffErrors are raised here; a crash raises
+    WorkerCrashed naming what it was `doing` and `repack_off`, the option to try. A
+    SPECDIFF_FAULT fires when an event hands over that lane's step.
+    """
+    events = dict(events or {})
+    worker = _FunctionWorker(doing, repack_off, cancel)
+    try:
+        return cast(T, worker.call(function, args, events))
+    finally:
+        worker.close()
