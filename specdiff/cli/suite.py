@@ -80,7 +80,7 @@ def add_parser(commands: Subcommands) -> None:
 
 
 def command_suite(args: argparse.Namespace) -> int:
-    """Exit 0 when every run finished, 1 when some lane failed, 130 when stopped."""
+    """Exit 0 when every run finished, 1 when some lane failed or crashed, 130 when stopped."""
     # deferred: the engine, session and report modules load only for the command that runs
     from specdiff.reports.suite import write_reports
     from specdiff.suite.folder import prepare_report_dir, read_suite_file, write_settings
@@ -124,7 +124,7 @@ def command_suite(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return Exit.INTERRUPTED
-    failed = sum(pair["summary"]["failed"] for pair in data["pairs"])
+    failed = sum(pair["summary"]["failed"] + pair["summary"]["crashed"] for pair in data["pairs"])
     return Exit.DIFFERENT if failed else Exit.SAME
 
 
@@ -203,10 +203,11 @@ def duration(seconds: float | None) -> str:
 
 
 def print_summary(data: dict[str, Any], paths: list[Path]) -> None:
-    """A line per pair (identical runs, speed, flips, failures), then where the report is."""
+    """A line per pair (identical runs, speed, flips, failures, crashes), then where the
+    report is."""
     for pair in data["pairs"]:
         summary = pair["summary"]
-        ran = summary["prompts"] - summary["failed"]
+        ran = summary["prompts"] - summary["failed"] - summary["crashed"]
         speed = f", speed a/b {summary['speedup']:.2f}x" if summary["speedup"] else ""
         teacher = summary.get("teacher_forced")
         flips = (
@@ -217,5 +218,6 @@ def print_summary(data: dict[str, Any], paths: list[Path]) -> None:
         print(
             f"{pair['label']}: identical {summary['identical']} of {ran}{speed}{flips}"
             + (f", {summary['failed']} failed" if summary["failed"] else "")
+            + (f", {summary['crashed']} crashed" if summary["crashed"] else "")
         )
     print(f"report: {paths[2]} (also {', '.join(p.name for p in paths if p != paths[2])})")

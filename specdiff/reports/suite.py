@@ -18,6 +18,7 @@ from typing import Any
 from specdiff.files import write_text_atomic
 from specdiff.reports._markup import finite, html_table, md_cell, md_table, page_head
 from specdiff.reports.svg import LANE_COLORS, Rule, Series, histogram, line_chart
+from specdiff.sessions.format import CRASHED
 
 PAIR_COLORS = ("#3b7dd8", "#e0761b", "#2e9e5b", "#a23bd8", "#d83b5e", "#6b6b6b")
 CSV_COLUMNS = (
@@ -96,15 +97,20 @@ def _overview(data: dict[str, Any]) -> str:
     )
 
 
+def _ran(summary: dict[str, Any]) -> int:
+    """The runs that finished: neither failed nor crashed."""
+    return int(summary["prompts"] - summary["failed"] - summary["crashed"])
+
+
 def _identical_text(summary: dict[str, Any]) -> str:
-    ran = summary["prompts"] - summary["failed"]
-    return f"{summary['identical']} of {ran}"
+    return f"{summary['identical']} of {_ran(summary)}"
 
 
 def _pair_line(summary: dict[str, Any]) -> str:
     return (
         f"Identical {_identical_text(summary)}; forked {summary['forked']}; lengths "
-        f"differ {summary['lengths_differ']}; failed {summary['failed']}."
+        f"differ {summary['lengths_differ']}; failed {summary['failed']}; crashed "
+        f"{summary['crashed']}."
     )
 
 
@@ -124,6 +130,7 @@ def _summary_rows(data: dict[str, Any]) -> list[list[str]]:
                 _number(s["speedup"], 2, "x"),
                 " / ".join(_percent(v, 0) for v in s["acceptance"]),
                 str(s["failed"]),
+                str(s["crashed"]),
             ]
         )
     return rows
@@ -140,6 +147,7 @@ SUMMARY_HEADER = (
     "speed a/b",
     "draft acceptance a / b",
     "failed",
+    "crashed",
 )
 
 
@@ -263,14 +271,12 @@ def _prompt_rows(data: dict[str, Any]) -> list[list[str]]:
     rows = []
     for record in data["prompts"]:
         margins = record["fork_margins"]
-        error = "; ".join(e for e in record["errors"] if e)
+        error = _errors_text(record)
         rows.append(
             [
                 record["pair"],
                 record["prompt_id"],
-                "identical"
-                if record["identical"]
-                else ("–" if record["fork_index"] is None else str(record["fork_index"])),
+                _fork_cell(record),
                 "–" if margins is None else " / ".join(_number(m, 3) for m in margins),
                 " / ".join(str(n) for n in record["generated"]),
                 " / ".join(h[:12] for h in record["output_sha256"]),
@@ -281,9 +287,26 @@ def _prompt_rows(data: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+def _errors_text(record: dict[str, Any]) -> str:
+    """Both lanes' errors, each once: a crash is the same error in both."""
+    return "; ".join(dict.fromkeys(e for e in record["errors"] if e))
+
+
+def _fork_cell(record: dict[str, Any]) -> str:
+    """Where the run forked; a crashed run says so, with any fork before the crash."""
+    fork = record["fork_index"]
+    if CRASHED in record["stop_reasons"]:
+        return "crashed" if fork is None else f"{fork}, then crashed"
+    if record["identical"]:
+        return "identical"
+    return "–" if fork is None else str(fork)
+
+
 SUMMARY_NOTE = (
     "Identical: both lanes produced the same token ids. Speed: median tokens/s of each "
-    "lane over its own decode time; speed a/b is their ratio."
+    "lane over its own decode time; speed a/b is their ratio. Crashed: the process "
+    "running the lanes died (a native crash in llama.cpp); its session keeps the steps "
+    "before the crash, and `--resume` runs it again."
 )
 MARGIN_HEADER = ("margin", "steps", "flips", "rate")
 LANE_HEADER = ("key", "lane a", "lane b")
@@ -317,7 +340,7 @@ def forked_by_length_svg(data: dict[str, Any]) -> str:
     series = []
     for number, pair in enumerate(data["pairs"]):
         summary = pair["summary"]
-        ran = summary["prompts"] - summary["failed"]
+        ran = _ran(summary)
         values = [100 * count / ran for count in summary["forked_by_token"]] if ran else []
         series.append(Series(pair["label"], values, PAIR_COLORS[number % len(PAIR_COLORS)]))
     return line_chart(
@@ -541,7 +564,7 @@ def _csv_row(r: dict[str, Any]) -> list[Any]:
         r["near_ties"][1],
         r["stop_reasons"][0],
         r["stop_reasons"][1],
-        "; ".join(e for e in r["errors"] if e),
+        _errors_text(r),
         "" if teacher is None else len(teacher["flips"]),
         r["output_sha256"][0],
         r["output_sha256"][1],

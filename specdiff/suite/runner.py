@@ -1,5 +1,10 @@
 """Running a suite: every pair (variant) over every prompt, each run written to its
-session file as it goes; runs whose files exist already are read back instead."""
+session file as it goes; runs whose files exist already are read back instead.
+
+The lanes run in a worker process (`PairWorker`): a native crash in llama.cpp ends one
+prompt's run, whose session keeps every step that arrived and names the crash in its
+footer, and a fresh worker runs the next prompt. A resumed suite runs crashed prompts
+again."""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ from specdiff.lanes import Pair
 from specdiff.sessions.format import SessionHeader
 from specdiff.sessions.store import (
     PARTIAL_SUFFIX,
+    Session,
     SessionWriter,
     load_session,
 )
@@ -27,7 +33,7 @@ from specdiff.suite.records import PromptRecord, record_from_session
 from specdiff.suite.settings import SuiteSettings
 
 if TYPE_CHECKING:
-    from specdiff.engine.pairrun import PairRun
+    from specdiff.engine.worker import PairWorker
 
 
 class PromptSkipped(Exception):
@@ -110,14 +116,15 @@ class _Tally:
         )
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Variant:
-    """One pair (variant) of the suite and the loaded pair that runs its prompts."""
+    """One pair (variant) of the suite and the worker that runs its prompts (a fresh one
+    after a crash)."""
 
     label: str
     pair: Pair
     quant: str
-    runner: PairRun
+    runner: PairWorker
 
 
 class SuiteRun:
@@ -169,36 +176,38 @@ class SuiteRun:
         )
 
     def _read_back(self, label: str, quant: str, tally: _Tally) -> list[SuitePrompt]:
-        """Record the prompts whose session files a stopped run left; returns the others."""
+        """Record the prompts whose session files a stopped run left; returns the others,
+        crashed ones among them (their files are replaced when they run again)."""
         pending = []
         for prompt in self.prompts:
             path = session_path(self.report_dir, label, prompt)
-            if path.exists():
-                self._record(path, label, quant, prompt, tally)
-                tally.resumed += 1
-                tally.job += 1
-            else:
+            session = load_session(path) if path.exists() else None
+            if session is None or session.summary().crashed:
                 pending.append(prompt)
+                continue
+            self._record(session, path, label, quant, prompt, tally)
+            tally.resumed += 1
+            tally.job += 1
         return pending
 
     def _run_variant(
         self, label: str, pair: Pair, quant: str, pending: list[SuitePrompt], tally: _Tally
     ) -> bool:
         """Run the pending prompts under one pair (variant); True when the suite was stopped."""
-        # the engine (numpy, the llama.cpp bindings) loads only once something runs, so
-        # the input checks before it stay quick
-        from specdiff.engine.pairrun import PairRun
-
         self.on_message(f"{label}: {pair.description or pair.name}")
-        try:
-            pair_run = PairRun(pair, self.on_message, self.cancel)
-        except SpecdiffError as error:
-            # this pair cannot run (model, server, variant): the others still can
-            self._skip(tally, label, [f"{prompt.id}: {error}" for prompt in pending], str(error))
+        runner = self._open_worker(label, pair, pending, tally)
+        if runner is None:
             return False
-        with pair_run as runner:
-            variant = _Variant(label, pair, quant, runner)
-            for prompt in pending:
+        variant = _Variant(label, pair, quant, runner)
+        try:
+            for number, prompt in enumerate(pending):
+                if not variant.runner.alive:
+                    # the last prompt crashed the worker: a fresh one runs the rest
+                    variant.runner.close()
+                    runner = self._open_worker(label, pair, pending[number:], tally)
+                    if runner is None:
+                        return False
+                    variant.runner = runner
                 job_began = time.perf_counter()
                 try:
                     path, stopped = self._run_one(variant, prompt, tally)
@@ -210,8 +219,25 @@ class SuiteRun:
                 tally.done_seconds += time.perf_counter() - job_began
                 tally.run_jobs += 1
                 tally.job += 1
-                self._record(path, label, quant, prompt, tally)
+                self._record(load_session(path), path, label, quant, prompt, tally)
+        finally:
+            variant.runner.close()
         return False
+
+    def _open_worker(
+        self, label: str, pair: Pair, pending: list[SuitePrompt], tally: _Tally
+    ) -> PairWorker | None:
+        """A worker with the pair loaded; None, with the pending prompts skipped, when the
+        pair will not load (or its worker crashes loading it): the other pairs still can."""
+        # the worker module loads only once something runs, so the input checks before it
+        # stay quick; llama.cpp itself loads in the worker process only
+        from specdiff.engine.worker import PairWorker
+
+        try:
+            return PairWorker(pair, self.on_message, self.cancel)
+        except SpecdiffError as error:
+            self._skip(tally, label, [f"{prompt.id}: {error}" for prompt in pending], str(error))
+            return None
 
     def _skip(self, tally: _Tally, label: str, runs: list[str], why: str) -> None:
         """Note runs that cannot start, one entry each, and say why once."""
@@ -221,9 +247,14 @@ class SuiteRun:
         self.on_message(f"skipped {label}: {why}")
 
     def _record(
-        self, path: Path, label: str, quant: str, prompt: SuitePrompt, tally: _Tally
+        self,
+        session: Session,
+        path: Path,
+        label: str,
+        quant: str,
+        prompt: SuitePrompt,
+        tally: _Tally,
     ) -> None:
-        session = load_session(path)
         if label not in tally.executed:
             header = session.header.to_json()
             tally.executed[label] = {key: header[key] for key in ("lanes", "executed", "build")}
@@ -234,6 +265,9 @@ class SuiteRun:
 
     def _run_one(self, variant: _Variant, prompt: SuitePrompt, tally: _Tally) -> tuple[Path, bool]:
         """Run one prompt into its session file; True when the suite was stopped."""
+        # deferred, as in _open_worker, which has loaded it by now
+        from specdiff.engine.worker import WorkerCrashed
+
         path = session_path(self.report_dir, variant.label, prompt)
         max_tokens = prompt.max_tokens or self.settings.max_tokens
         writer = self._open_session(variant, prompt, path, max_tokens)
@@ -249,18 +283,29 @@ class SuiteRun:
                 last_report = now
                 self.on_progress(tally.progress(variant.label, prompt.id, produced, 2 * max_tokens))
 
-        result = variant.runner.run(
-            prompt.prompt,
-            max_tokens,
-            list(self.settings.stop),
-            self.settings.near_tie,
-            on_step,
-            teacher_forced=self.settings.teacher_forced,
-        )
+        try:
+            result = variant.runner.run(
+                prompt.prompt,
+                max_tokens,
+                list(self.settings.stop),
+                self.settings.near_tie,
+                on_step,
+                teacher_forced=self.settings.teacher_forced,
+            )
+        except WorkerCrashed as crash:
+            # died before its first step: nothing to keep, and --resume runs it again
+            writer.abandon()
+            raise PromptSkipped(f"{prompt.where}: {crash}") from None
         if result.cancelled:
             writer.handle.close()  # the partial file stays; --resume runs the prompt again
             return path, True
-        final = writer.finish(result.summary())
+        summary = result.summary()
+        if summary.crashed:
+            self.on_message(
+                f"crashed: {variant.label} {prompt.id} after {produced} steps; "
+                f"{result.error_lines()[0]}"
+            )
+        final = writer.finish(summary)
         if final != path:
             raise SuiteError(f"{path} appeared while the suite was writing it; start again")
         return path, False
@@ -273,6 +318,8 @@ class SuiteRun:
         folder = path.parent
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"{prompt.file_stem}{PARTIAL_SUFFIX}").unlink(missing_ok=True)
+        # a pending prompt's finished file is a crashed run's: this run replaces it
+        path.unlink(missing_ok=True)
         runner = variant.runner
         try:
             tokens = runner.tokenize(prompt.prompt)

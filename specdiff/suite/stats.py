@@ -41,7 +41,9 @@ def fork_bins(max_tokens: int) -> list[tuple[int, int]]:
 def summarize(records: Sequence[PromptRecord], max_tokens: int, near_tie: float) -> dict[str, Any]:
     """The report's figures for one pair (variant) from its prompt records."""
     n = len(records)
-    ok = [r for r in records if not r.summary.failed]
+    # a crashed run (its worker died) is counted apart from those that failed
+    crashed = sum(1 for r in records if r.summary.crashed)
+    ok = [r for r in records if not r.summary.failed and not r.summary.crashed]
     runs = [r.summary for r in ok]
     forks = [run.fork_index for run in runs if run.fork_index is not None]
     longest = max([max_tokens, *(max(r.summary.generated) for r in records)])
@@ -50,7 +52,8 @@ def summarize(records: Sequence[PromptRecord], max_tokens: int, near_tie: float)
     ties = [sum(r.near_ties[i] for r in ok) for i in (0, 1)]
     summary: dict[str, Any] = {
         "prompts": n,
-        "failed": n - len(ok),
+        "failed": n - len(ok) - crashed,
+        "crashed": crashed,
         "identical": sum(1 for run in runs if run.identical),
         "forked": len(forks),
         "lengths_differ": sum(1 for run in runs if not run.identical and run.fork_index is None),
