@@ -28,7 +28,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -334,9 +334,15 @@ def _both_crash(name: str, where: str, combo: dict[str, Any]) -> str:
 
 
 def trust_kernels(pair: Pair, progress: Progress) -> None:
+    """Probe both lanes of a pair before they load: see trust_lanes."""
+    trust_lanes((pair.a, pair.b), progress)
+
+
+def trust_lanes(lanes: Iterable[Lane], progress: Progress) -> None:
     """Probe each local lane's combination (cached after the first time) and record what
     its model runs with; a fallback is said once, a lane that must not run raises
-    ProbeFailed. SPECDIFF_PROBE=off skips it."""
+    ProbeFailed. SPECDIFF_PROBE=off skips it. Call it in the process that then opens
+    the lanes, before it does."""
     if os.environ.get(PROBE_ENV) == "off":
         return
     # deferred: the choice lives beside the model loader, which loads llama.cpp
@@ -344,7 +350,7 @@ def trust_kernels(pair: Pair, progress: Progress) -> None:
 
     prober = Prober(progress)
     said: set[str] = set()
-    for lane in (pair.a, pair.b):
+    for lane in lanes:
         if lane.backend != "local":
             continue  # a server lane's model only tokenizes; its server decodes
         path = resolve_model(lane.model, lane.quant, lane.threads, progress)
