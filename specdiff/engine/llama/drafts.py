@@ -3,7 +3,8 @@
 A drafter proposes up to `room` tokens that continue the history; the target model
 verifies them in one batch. Drafters never decide what is emitted: the target's
 greedy pick always wins, so a drafter can change speed and batch widths (and so,
-through the kernels, the numbers), never the rule.
+through the kernels, the numbers), never the rule. `make_drafter` builds the one a
+lane's settings ask for; a draft model gets a context of its own from ``context``.
 """
 
 from __future__ import annotations
