@@ -95,7 +95,7 @@ def test_run_and_save_with_a_server_lane(server: str, tmp_path: Path, capsys) ->
     assert f"server {server} (completions API)" in out
     (saved,) = tmp_path.glob("*.jsonl")
     session = load_session(saved)
-    executed = session.header["executed"]["a"]
+    executed = session.header.executed["a"]
     assert executed["backend"] == "server" and executed["endpoint"] == server
     assert executed["server"]["models"]
     assert len(session.steps["a"]) == 24

@@ -11,8 +11,10 @@ each, as they are produced, so when the child dies the front end holds every ste
 produced and knows which lane died at which step.
 
 A fault-injection switch read only in the worker makes every crash path testable on
-any CPU: ``SPECDIFF_FAULT=LANE:STEP:KIND`` (e.g. ``b:5:segv``, ``a:0:abort``) kills the
-worker by that signal just before it hands over that lane's step.
+any CPU: ``SPECDIFF_FAULT=LANE:STEP:KIND`` (e.g. ``b:5:segv``, ``a:0:abort``, ``b:3:ill``)
+kills the worker by that signal just before it hands over that lane's step; KIND
+``error`` instead makes that lane's decode fail there as llama.cpp refusing a call would
+(the lane ends with the error, the other lane runs on).
 """
 
 from __future__ import annotations
@@ -34,16 +36,15 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from specdiff.compare import DEFAULT_NEAR_TIE, compare
+from specdiff.engine.base import EngineError
 from specdiff.errors import SpecdiffError
 from specdiff.lanes import Pair
-from specdiff.sessions.format import LaneOutcome, PairResult
+from specdiff.sessions.format import CRASHED, LaneOutcome, PairResult
 from specdiff.steps import TokenStep
 
 FAULT_ENV = "SPECDIFF_FAULT"
 CANCEL_SIGNAL = signal.SIGUSR1
 WORKER_MAIN = "import sys; from specdiff.engine.worker import serve; serve(int(sys.argv[1]))"
-CRASHED = "crashed"
-"""A lane's stop reason when the worker died under it."""
 POLL_SECONDS = 0.05
 """How often a silent worker is checked for death and a cancel is passed on."""
 CLOSE_SECONDS = 5.0
@@ -82,14 +83,29 @@ class Fault:
         parts = value.split(":")
         if len(parts) != 3 or parts[0] not in ("a", "b") or not parts[1].isdigit():
             return None
-        if parts[2] not in cls.KINDS:
+        if parts[2] not in cls.KINDS and parts[2] != "error":
             return None
         return cls(parts[0], int(parts[1]), parts[2])
 
     def fire_at(self, step: TokenStep) -> None:
-        if step.lane == self.lane and step.index == self.step:
+        if self.kind in self.KINDS and step.lane == self.lane and step.index == self.step:
             signal.signal(self.KINDS[self.kind], signal.SIG_DFL)
             os.kill(os.getpid(), self.KINDS[self.kind])
+
+    def arm(self, run: Any) -> None:
+        """For KIND error: wrap the lane's decode loop so it fails at the step."""
+        if self.kind != "error":
+            return
+        lane = run.lanes[self.lane]
+        generate = lane.generate
+
+        def failing(*args: Any, **kwargs: Any) -> Iterator[TokenStep]:
+            for step in generate(*args, **kwargs):
+                if step.index == self.step:
+                    raise EngineError(f"llama_decode failed (injected at step {self.step})")
+                yield step
+
+        lane.generate = failing
 
 
 # --- the worker process --------------------------------------------------------------
@@ -114,18 +130,28 @@ def serve(descriptor: int) -> None:
     (pair,) = args
     # deferred: this module is imported by front ends, which must not load llama.cpp
     from specdiff.engine.pairrun import PairRun
+    from specdiff.engine.probe import trust_kernels
+
+    def progress(text: str) -> None:
+        conn.send(("progress", text))
 
     try:
-        run = PairRun(pair, lambda text: conn.send(("progress", text)), cancel)
+        # before any lane decodes: a kernel that crashes on this CPU is found by a probe
+        # in a further child, not by the run
+        trust_kernels(pair, progress)
+        run = PairRun(pair, progress, cancel)
     except SpecdiffError as error:
         conn.send(("raise", error))
         return
     except Exception:
         conn.send(("bug", traceback.format_exc()))
         return
+    fault = Fault.from_env()
+    if fault is not None:
+        fault.arm(run)
     with run:
         conn.send(("ready", run.build, run.executed()))
-        _answer(conn, run, Fault.from_env())
+        _answer(conn, run, fault)
 
 
 def _answer(conn: Connection, run: Any, fault: Fault | None) -> None:
