@@ -8,13 +8,15 @@ backend is one new package that satisfies it (and one entry in ``engine.backends
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from specdiff.compare import DEFAULT_NEAR_TIE
 from specdiff.errors import SpecdiffError
 from specdiff.lanes import Lane
+from specdiff.sessions.format import PairResult
 from specdiff.steps import Probe, TokenStep
 
 
@@ -105,3 +107,36 @@ class LaneBackend(Protocol):
         """What actually ran: model file and hash, settings as applied, server identity."""
 
     def close(self) -> None: ...
+
+
+class StreamsARun:
+    """`run` for a class whose `stream` yields both lanes' steps as they are produced and
+    leaves the outcome in `result` (PairRun in-process, PairWorker across processes)."""
+
+    result: PairResult | None
+
+    def stream(
+        self,
+        prompt: str,
+        max_tokens: int,
+        stop: Sequence[str] = (),
+        near_tie: float = DEFAULT_NEAR_TIE,
+        teacher_forced: bool = False,
+    ) -> Iterator[TokenStep]:
+        raise NotImplementedError
+
+    def run(
+        self,
+        prompt: str,
+        max_tokens: int,
+        stop: Sequence[str] = (),
+        near_tie: float = DEFAULT_NEAR_TIE,
+        on_step: Callable[[TokenStep], None] | None = None,
+        teacher_forced: bool = False,
+    ) -> PairResult:
+        """The whole run; `on_step` sees each step as it comes."""
+        for step in self.stream(prompt, max_tokens, stop, near_tie, teacher_forced):
+            if on_step is not None:
+                on_step(step)
+        assert self.result is not None
+        return self.result

@@ -19,7 +19,7 @@ from typing import Any
 from specdiff import __version__
 from specdiff.compare import DEFAULT_NEAR_TIE, compare
 from specdiff.engine.backends import open_lane
-from specdiff.engine.base import Cancelled, Generation, LaneBackend, Prompt
+from specdiff.engine.base import Cancelled, Generation, LaneBackend, Prompt, StreamsARun
 from specdiff.engine.llama.context import ModelPool
 from specdiff.engine.runtime import build_info
 from specdiff.errors import PromptError, SpecdiffError
@@ -34,7 +34,7 @@ def _quiet(_: str) -> None:
     return None
 
 
-class PairRun:
+class PairRun(StreamsARun):
     """Both lanes of a pair, loaded once, run on as many prompts as needed."""
 
     def __init__(
@@ -236,21 +236,6 @@ class PairRun:
         for lane_id, step in probed.items():
             outcomes[lane_id].steps[-1] = step
         return probed
-
-    def run(
-        self,
-        prompt: str,
-        max_tokens: int,
-        stop: Sequence[str] = (),
-        near_tie: float = DEFAULT_NEAR_TIE,
-        on_step: Callable[[TokenStep], None] | None = None,
-        teacher_forced: bool = False,
-    ) -> PairResult:
-        for step in self.stream(prompt, max_tokens, stop, near_tie, teacher_forced):
-            if on_step is not None:
-                on_step(step)
-        assert self.result is not None
-        return self.result
 
     def close(self) -> None:
         for local in self.lanes.values():

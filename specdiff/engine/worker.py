@@ -20,6 +20,7 @@ kills the worker by that signal just before it hands over that lane's step; KIND
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import socket
@@ -36,7 +37,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from specdiff.compare import DEFAULT_NEAR_TIE, compare
-from specdiff.engine.base import EngineError
+from specdiff.engine.base import EngineError, StreamsARun
 from specdiff.errors import SpecdiffError
 from specdiff.lanes import Pair
 from specdiff.sessions.format import CRASHED, LaneOutcome, PairResult
@@ -135,16 +136,14 @@ def serve(descriptor: int) -> None:
     def progress(text: str) -> None:
         conn.send(("progress", text))
 
-    try:
+    def open_lanes() -> PairRun:
         # before any lane decodes: a kernel that crashes on this CPU is found by a probe
         # in a further child, not by the run
         trust_kernels(pair, progress)
-        run = PairRun(pair, progress, cancel)
-    except SpecdiffError as error:
-        conn.send(("raise", error))
-        return
-    except Exception:
-        conn.send(("bug", traceback.format_exc()))
+        return PairRun(pair, progress, cancel)
+
+    run = _reporting(conn, open_lanes)
+    if run is None:
         return
     fault = Fault.from_env()
     if fault is not None:
@@ -162,20 +161,29 @@ def _answer(conn: Connection, run: Any, fault: Fault | None) -> None:
             return
         if kind == "close":
             return
-        try:
-            if kind == "stream":
-                run.cancel.clear()
-                _stream(conn, run, fault, args)
-            elif kind == "tokenize":
-                conn.send(("ok", run.tokenize(*args)))
-            elif kind == "check":
-                conn.send(("ok", run.check(*args)))
-            else:
-                conn.send(("bug", f"unknown request {kind!r}"))
-        except SpecdiffError as error:
-            conn.send(("raise", error))
-        except Exception:
-            conn.send(("bug", traceback.format_exc()))
+        if kind == "stream":
+            run.cancel.clear()
+            _reporting(conn, functools.partial(_stream, conn, run, fault, args))
+        elif kind in ("tokenize", "check"):
+            _reporting(conn, functools.partial(_answer_with, conn, getattr(run, kind), args))
+        else:
+            conn.send(("bug", f"unknown request {kind!r}"))
+
+
+def _answer_with(conn: Connection, method: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    conn.send(("ok", method(*args)))
+
+
+def _reporting(conn: Connection, work: Callable[[], T]) -> T | None:
+    """`work`'s value; None when it raised, the error then sent to the front end as one
+    message (bad input to show as it is, anything else as a bug with its traceback)."""
+    try:
+        return work()
+    except SpecdiffError as error:
+        conn.send(("raise", error))
+    except Exception:
+        conn.send(("bug", traceback.format_exc()))
+    return None
 
 
 def _stream(conn: Connection, run: Any, fault: Fault | None, args: tuple[Any, ...]) -> None:
@@ -189,7 +197,7 @@ def _stream(conn: Connection, run: Any, fault: Fault | None, args: tuple[Any, ..
 # --- the front end's side ------------------------------------------------------------
 
 
-class PairWorker:
+class PairWorker(StreamsARun):
     """PairRun's interface, with the lanes in a worker process.
 
     A crash while a run streams ends the run, not the caller: `stream` stops, and
@@ -313,21 +321,6 @@ class PairWorker:
                     self._unexpected(message)
         finally:
             self._streaming = False
-
-    def run(
-        self,
-        prompt: str,
-        max_tokens: int,
-        stop: Sequence[str] = (),
-        near_tie: float = DEFAULT_NEAR_TIE,
-        on_step: Callable[[TokenStep], None] | None = None,
-        teacher_forced: bool = False,
-    ) -> PairResult:
-        for step in self.stream(prompt, max_tokens, stop, near_tie, teacher_forced):
-            if on_step is not None:
-                on_step(step)
-        assert self.result is not None
-        return self.result
 
     # -- messages
 
@@ -526,16 +519,12 @@ def _serve_call(
 
         return send
 
-    try:
-        conn.send(("ready", _build_info()))
-        value = function(*args, cancel=cancel, **{event: handing_over(event) for event in events})
-    except SpecdiffError as error:
-        conn.send(("raise", error))
-        return
-    except Exception:
-        conn.send(("bug", traceback.format_exc()))
-        return
-    conn.send(("ok", value))
+    conn.send(("ready", _build_info()))
+    handlers = {event: handing_over(event) for event in events}
+    # a function returning None is answered like any other: the sentinel tells them apart
+    value = _reporting(conn, lambda: (function(*args, cancel=cancel, **handlers),))
+    if value is not None:
+        conn.send(("ok", value[0]))
 
 
 def _steps_in(payload: tuple[Any, ...]) -> Iterator[TokenStep]:
