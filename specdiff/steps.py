@@ -72,7 +72,9 @@ class TokenStep:
         """exp(logit - logsumexp): the token's probability, where the normalizer is known."""
         if self.logsumexp is None:
             return None
-        return math.exp(logit - self.logsumexp)
+        # a logit above the normalizer (only in a damaged file) reads as certain, not as
+        # an overflow
+        return math.exp(min(logit - self.logsumexp, 0.0))
 
     def rank_of(self, token_id: int) -> int | None:
         """1-based rank of a token at this step, or None if it was neither in the top-k

@@ -81,8 +81,10 @@ def test_a_crash_while_saving_keeps_every_step_and_records_it(tmp_path: Path) ->
     assert completed.returncode == 2
     (saved,) = tmp_path.glob("*.jsonl")
     session = load_session(saved)
-    # lockstep: a's step i comes before b's; the worker died producing b's step 4
-    assert len(session.steps["a"]) == 5 and len(session.steps["b"]) == 4
+    # lockstep: both lanes' step i are handed over together, so a's step 4, computed
+    # before b's crashed, never arrived; every step that did is kept
+    assert len(session.steps["a"]) == 4 and len(session.steps["b"]) == 4
+    assert not session.footer.identical  # cut short: not identical, whatever it held
     assert session.footer is not None and session.footer.crashed
     assert session.footer.stop_reasons == (CRASHED, CRASHED)
     assert "SIGSEGV" in (session.footer.errors[1] or "")
@@ -95,10 +97,18 @@ def test_a_crash_while_saving_keeps_every_step_and_records_it(tmp_path: Path) ->
     assert again.returncode == 2 and "SIGABRT" in one_line(again)
 
 
-def test_a_crash_while_loading_is_one_line() -> None:
+def test_a_crash_at_the_first_step_is_one_line() -> None:
     completed = specdiff("run", "--max-tokens", "4", "--quiet", fault="a:0:segv")
     assert completed.returncode == 2
     assert "in lane a at step 0" in one_line(completed)
+
+
+def test_a_lane_b_crash_is_named_lane_b_though_steps_arrive_in_pairs() -> None:
+    completed = specdiff("run", "--pair", "ubatch", "--prompt", PROMPT, "--max-tokens", "6",
+                         "--quiet", fault="b:0:ill")
+    assert completed.returncode == 2
+    line = one_line(completed)
+    assert "in lane b at step 0" in line and "SIGILL" in line
 
 
 def test_the_front_end_never_loads_llama_cpp() -> None:
@@ -129,7 +139,7 @@ async def test_the_tui_shows_a_crash_and_runs_again(monkeypatch) -> None:
         for lane_id in ("a", "b"):
             assert "SIGSEGV" in (app.lanes[lane_id].error or "")
         assert sum("SIGSEGV" in note for note in notes) == 1
-        assert len(app.lanes["a"].steps) == 4 and len(app.lanes["b"].steps) == 3
+        assert len(app.lanes["a"].steps) == 3 and len(app.lanes["b"].steps) == 3
         # the app stays usable: the next run starts a fresh process
         monkeypatch.delenv("SPECDIFF_FAULT")
         app.result = None

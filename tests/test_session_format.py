@@ -69,7 +69,7 @@ def test_a_suite_footer_with_only_the_summed_time_keeps_the_sum() -> None:
     assert RunSummary.from_json(footer).generation_seconds == 3.5
 
 
-WRONG_VALUES = [None, True, 7, -1, 2.5, math.nan, "text", [], [1, 2, 3], {}, {"x": 1}]
+WRONG_VALUES = [None, True, 7, -1, 2.5, math.nan, math.inf, "text", [], [1, 2, 3], {}, {"x": 1}]
 HEADER_FIELDS = [
     "pair",
     "description",
@@ -222,3 +222,45 @@ def test_the_export_summary_is_the_footer_and_more(path: Path) -> None:
     summary = json.loads(export_session(session, "json"))["summary"]
     assert {key: summary[key] for key in footer} == finite(footer)
     assert set(summary) > set(footer)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("timestamp", math.inf), ("timestamp", -math.inf), ("logsumexp", math.inf)],
+)
+def test_a_step_with_an_infinite_number_is_one_line(
+    field: str, value: float, tmp_path: Path
+) -> None:
+    header, first, *_ = _records(EARLY_FILE)
+    first[field] = value
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(header) + "\n" + json.dumps(first) + "\n")
+    with pytest.raises(SessionError, match="finite"):
+        load_session(path)
+
+
+def test_an_infinite_logit_is_one_line(tmp_path: Path) -> None:
+    header, first, *_ = _records(EARLY_FILE)
+    first["top"][0][1] = math.inf
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(header) + "\n" + json.dumps(first) + "\n")
+    with pytest.raises(SessionError, match="finite"):
+        load_session(path)
+
+
+def test_a_normalizer_below_the_logits_exports_without_overflow(tmp_path: Path) -> None:
+    """A damaged fork step whose logsumexp lies far below its logits: probabilities read
+    as 1, never an OverflowError in the export or the TUI's panel."""
+    from specdiff.reports.export import export_session
+
+    records = _records(EARLY_FILE)
+    for record in records:
+        if record.get("type") == "step":
+            record["logsumexp"] = -1000.0
+    path = tmp_path / "odd.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    session = load_session(path)
+    fork = session.comparison().fork
+    assert fork is not None and fork.a.own.probability == 1.0
+    for fmt in ("md", "html", "json"):
+        assert export_session(session, fmt)

@@ -91,7 +91,10 @@ class ProbeFailed(SpecdiffError):
 
 PROBE_FAULT_ENV = "SPECDIFF_PROBE_FAULT"
 PROBE_ENV = "SPECDIFF_PROBE"
-PROBE_MAIN = "from specdiff.engine.probe import probe_main; probe_main()"
+PROBE_MAIN = (
+    # as the worker's: the current folder first on sys.path could shadow installed packages
+    "import sys; sys.path.pop(0); from specdiff.engine.probe import probe_main; probe_main()"
+)
 PROBE_SECONDS = 300.0
 """A probe that runs longer is stuck, not crashed: the run goes ahead unprobed."""
 PROBE_TEXT = "The quick brown fox jumps over the lazy dog, and the dog does not mind at all. "

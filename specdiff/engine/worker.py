@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -45,7 +48,12 @@ from specdiff.steps import TokenStep
 
 FAULT_ENV = "SPECDIFF_FAULT"
 CANCEL_SIGNAL = signal.SIGUSR1
-WORKER_MAIN = "import sys; from specdiff.engine.worker import serve; serve(int(sys.argv[1]))"
+WORKER_MAIN = (
+    # the current folder first on sys.path (python -c puts it there) could shadow the
+    # installed packages with whatever the user's folder holds
+    "import sys; sys.path.pop(0); from specdiff.engine.worker import serve; "
+    "serve(int(sys.argv[1]), sys.argv[2])"
+)
 POLL_SECONDS = 0.05
 """How often a silent worker is checked for death and a cancel is passed on."""
 CLOSE_SECONDS = 5.0
@@ -89,35 +97,87 @@ class Fault:
         return cls(parts[0], int(parts[1]), parts[2])
 
     def fire_at(self, step: TokenStep) -> None:
-        if self.kind in self.KINDS and step.lane == self.lane and step.index == self.step:
-            signal.signal(self.KINDS[self.kind], signal.SIG_DFL)
-            os.kill(os.getpid(), self.KINDS[self.kind])
+        """For a function's events: die as the step is handed over."""
+        self.fire_before(step.lane, step.index)
 
-    def arm(self, run: Any) -> None:
-        """For KIND error: wrap the lane's decode loop so it fails at the step."""
-        if self.kind != "error":
+    def fire_before(self, lane: str, index: int) -> None:
+        """Die (or fail, KIND error) as the lane's decode loop is about to compute the
+        step: where a native crash in a kernel would strike."""
+        if lane != self.lane or index != self.step:
             return
-        lane = run.lanes[self.lane]
-        generate = lane.generate
+        if self.kind == "error":
+            raise EngineError(f"llama_decode failed (injected at step {self.step})")
+        signal.signal(self.KINDS[self.kind], signal.SIG_DFL)
+        os.kill(os.getpid(), self.KINDS[self.kind])
 
-        def failing(*args: Any, **kwargs: Any) -> Iterator[TokenStep]:
-            for step in generate(*args, **kwargs):
-                if step.index == self.step:
-                    raise EngineError(f"llama_decode failed (injected at step {self.step})")
-                yield step
 
-        lane.generate = failing
+class _CancelFlag(threading.Event):
+    """A cancel event a signal handler may set: setting takes no lock (a handler runs
+    between two bytecodes of the main thread, which may hold the event's lock), and no
+    one waits on it, so no one needs waking."""
+
+    def set(self) -> None:
+        self._flag = True  # type: ignore[attr-defined]
+
+
+class _DueStep:
+    """Which lane's step the decode loop is computing, written to a small file before
+    each step, so the front end can name where a native crash struck: steps are handed
+    over in pairs, so what arrived does not say which lane died."""
+
+    def __init__(self, path: str) -> None:
+        self.descriptor = os.open(path, os.O_WRONLY)
+
+    def mark(self, lane: str, index: int) -> None:
+        os.pwrite(self.descriptor, f"{lane}{index:010d}".encode(), 0)
+
+    @staticmethod
+    def read(path: Path) -> tuple[str, int] | None:
+        try:
+            text = path.read_bytes().decode("ascii")
+        except (OSError, UnicodeDecodeError):
+            return None
+        if len(text) != 11 or text[0] not in "ab" or not text[1:].isdigit():
+            return None
+        return text[0], int(text[1:])
+
+    def watch(self, run: Any, fault: Fault | None) -> None:
+        """Wrap each lane's decode loop to mark each step before computing it (and let
+        a SPECDIFF_FAULT strike there)."""
+        for lane_id, lane in run.lanes.items():
+            lane.generate = self._watched(lane_id, lane.generate, fault)
+
+    def _watched(
+        self, lane_id: str, generate: Callable[..., Iterator[TokenStep]], fault: Fault | None
+    ) -> Callable[..., Iterator[TokenStep]]:
+        def watched(*args: Any, **kwargs: Any) -> Iterator[TokenStep]:
+            steps = generate(*args, **kwargs)
+            try:
+                for index in itertools.count():
+                    self.mark(lane_id, index)
+                    if fault is not None:
+                        fault.fire_before(lane_id, index)
+                    try:
+                        step = next(steps)
+                    except StopIteration:
+                        return
+                    yield step
+            finally:
+                steps.close()
+
+        return watched
 
 
 # --- the worker process --------------------------------------------------------------
 
 
-def serve(descriptor: int) -> None:
+def serve(descriptor: int, due_path: str) -> None:
     """The child's main: load the pair it is sent, then answer requests until told to
     close or until the front end goes away."""
-    # Ctrl+C reaches the whole process group; the front end decides what it means
+    # the front end decides what Ctrl+C means (the worker runs in its own session, but
+    # a caller may still signal the group)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    cancel = threading.Event()
+    cancel = _CancelFlag()
     # a cancel arrives as a signal, so it is seen while the decode loop runs
     signal.signal(CANCEL_SIGNAL, lambda *_: cancel.set())
     conn = Connection(descriptor)
@@ -146,14 +206,13 @@ def serve(descriptor: int) -> None:
     if run is None:
         return
     fault = Fault.from_env()
-    if fault is not None:
-        fault.arm(run)
+    _DueStep(due_path).watch(run, fault)
     with run:
         conn.send(("ready", run.build, run.executed()))
-        _answer(conn, run, fault)
+        _answer(conn, run)
 
 
-def _answer(conn: Connection, run: Any, fault: Fault | None) -> None:
+def _answer(conn: Connection, run: Any) -> None:
     while True:
         try:
             kind, args = conn.recv()
@@ -162,8 +221,11 @@ def _answer(conn: Connection, run: Any, fault: Fault | None) -> None:
         if kind == "close":
             return
         if kind == "stream":
-            run.cancel.clear()
-            _reporting(conn, functools.partial(_stream, conn, run, fault, args))
+            # the front end says whether a cancel is already asked for: a signal sent
+            # before this request was read must not be lost, nor one left from the last
+            cancelled, args = args[0], args[1:]
+            run.cancel.set() if cancelled else run.cancel.clear()
+            _reporting(conn, functools.partial(_stream, conn, run, args))
         elif kind in ("tokenize", "check"):
             _reporting(conn, functools.partial(_answer_with, conn, getattr(run, kind), args))
         else:
@@ -186,10 +248,8 @@ def _reporting(conn: Connection, work: Callable[[], T]) -> T | None:
     return None
 
 
-def _stream(conn: Connection, run: Any, fault: Fault | None, args: tuple[Any, ...]) -> None:
+def _stream(conn: Connection, run: Any, args: tuple[Any, ...]) -> None:
     for step in run.stream(*args):
-        if fault is not None:
-            fault.fire_at(step)
         conn.send(("step", step, run.live()))
     conn.send(("result", run.result))
 
@@ -223,8 +283,9 @@ class PairWorker(StreamsARun):
         self._executed: dict[str, dict[str, Any]] = {}
         self._live: Live = {}
         self._received: dict[str, list[TokenStep]] = {"a": [], "b": []}
+        self._progress = progress
         self._streaming = False
-        self._cancel_sent = False
+        self._cancel_sent_at = 0.0
         self._spawn()
         try:
             self._conn.send(("open", (pair,)))
@@ -233,10 +294,19 @@ class PairWorker(StreamsARun):
             self.close()
             raise
         self.build, self._executed = ready[1], ready[2]
+        self._busy = False
 
     def _spawn(self) -> None:
-        """Start the child interpreter on one end of a socket pair."""
-        self._log = self._log_file()
+        """Start the child interpreter on one end of a socket pair, in a session of its
+        own: the terminal's Ctrl+C is the front end's to handle, and closing the worker
+        ends everything it started (a kernel probe included)."""
+        self._busy = True
+        self._folder = Path(tempfile.mkdtemp(prefix="specdiff-worker-"))
+        self._due = self._folder / "due"
+        self._due.touch()
+        # asked to see everything llama.cpp prints: leave stderr alone
+        keep_stderr = os.environ.get("SPECDIFF_LLAMA_LOG") == "1"
+        self._log = None if keep_stderr else self._folder / "log"
         ours, theirs = socket.socketpair()
         self._conn = Connection(ours.detach())
         try:
@@ -245,23 +315,16 @@ class PairWorker(StreamsARun):
                 # terminal, where a TUI is drawn, and let the crash message quote them
                 log = None if self._log is None else files.enter_context(self._log.open("ab"))
                 self.process = subprocess.Popen(
-                    [sys.executable, "-c", WORKER_MAIN, str(theirs.fileno())],
+                    [sys.executable, "-c", WORKER_MAIN, str(theirs.fileno()), str(self._due)],
                     pass_fds=[theirs.fileno()],
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL if log is None else log,
                     stderr=None if log is None else subprocess.STDOUT,
+                    start_new_session=True,
                 )
         except BaseException:
             self.close()
             raise
-
-    @staticmethod
-    def _log_file() -> Path | None:
-        if os.environ.get("SPECDIFF_LLAMA_LOG") == "1":
-            return None  # asked to see everything llama.cpp prints: leave stderr alone
-        handle, name = tempfile.mkstemp(prefix="specdiff-worker-", suffix=".log")
-        os.close(handle)
-        return Path(name)
 
     @property
     def alive(self) -> bool:
@@ -298,9 +361,12 @@ class PairWorker(StreamsARun):
         # asked first, so that a result cut short by a crash still names its prompt
         tokens = self.tokenize(prompt)
         started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        self._cancel_sent = False
-        self._send("stream", prompt, max_tokens, list(stop), near_tie, teacher_forced)
-        self._streaming = True
+        self._cancel_sent_at = 0.0
+        self._due.write_bytes(b"")
+        self._send(
+            "stream", self.cancel.is_set(), prompt, max_tokens, list(stop), near_tie, teacher_forced
+        )
+        self._streaming = self._busy = True
         try:
             while True:
                 try:
@@ -316,11 +382,18 @@ class PairWorker(StreamsARun):
                     yield step
                 elif message[0] == "result":
                     self.result = message[1]
+                    self._busy = False
                     return
+                elif message[0] == "progress":
+                    self._progress(message[1])
                 else:
                     self._unexpected(message)
         finally:
             self._streaming = False
+            if self._busy and self.alive:
+                # left mid-run: the worker is still streaming, and its steps would answer
+                # the next request; it is spent
+                self._kill()
 
     # -- messages
 
@@ -357,17 +430,32 @@ class PairWorker(StreamsARun):
     def _next(self) -> tuple[Any, ...]:
         """The worker's next message; WorkerCrashed once it has died and said everything."""
         while True:
-            if self._conn.poll(POLL_SECONDS):
-                try:
+            # checked on every message, not only when the worker is silent: steps may
+            # arrive faster than the poll's timeout for a whole run
+            self._pass_cancel_on()
+            try:
+                if self._conn.poll(POLL_SECONDS):
                     return cast(tuple[Any, ...], self._conn.recv())
-                except (EOFError, OSError):
-                    raise self._death() from None
-            if self.cancel.is_set() and self._streaming and not self._cancel_sent:
-                self._cancel_sent = True
-                with contextlib.suppress(ProcessLookupError):
-                    self.process.send_signal(CANCEL_SIGNAL)
-            if not self.alive and not self._conn.poll():
+            except (EOFError, OSError):
+                raise self._death() from None
+            if not self.alive:
+                try:
+                    if self._conn.poll():
+                        continue  # what it sent before it died is read first
+                except OSError:
+                    pass
                 raise self._death()
+
+    def _pass_cancel_on(self) -> None:
+        """Signal the worker while a cancel is asked for: again now and then, since one
+        signal may land before the worker reads the request it belongs to."""
+        if not (self._streaming and self.cancel.is_set()):
+            return
+        now = time.monotonic()
+        if now - self._cancel_sent_at >= POLL_SECONDS:
+            self._cancel_sent_at = now
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(CANCEL_SIGNAL)
 
     # -- a crash
 
@@ -392,10 +480,11 @@ class PairWorker(StreamsARun):
         return self._where() if self._streaming else "while loading or preparing the lanes"
 
     def _where(self) -> str:
-        """The lane whose step was due: lanes run in lockstep, a's step i before b's."""
-        a, b = len(self._received["a"]), len(self._received["b"])
-        lane, step = ("b", b) if a > b else ("a", a)
-        return f"in lane {lane} at step {step}"
+        """The lane and step the decode loop was computing, as the worker marked it."""
+        due = _DueStep.read(self._due)
+        if due is None:
+            return "before its first step"
+        return f"in lane {due[0]} at step {due[1]}"
 
     def _native_message(self) -> str:
         """llama.cpp's last words (a GGML_ASSERT line), from the worker's log."""
@@ -457,18 +546,25 @@ class PairWorker(StreamsARun):
     # -- life cycle
 
     def close(self) -> None:
+        """End the worker: asked to close when idle, killed when busy (loading, running,
+        or a run left unfinished), with whatever it started."""
         process = getattr(self, "process", None)
-        if process is not None and process.poll() is None:
+        if process is not None and process.poll() is None and not self._busy:
             with contextlib.suppress(OSError):
                 self._conn.send(("close", ()))
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(CLOSE_SECONDS)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(CLOSE_SECONDS)
+        if process is not None:
+            self._kill()
         self._conn.close()
-        if self._log is not None:
-            self._log.unlink(missing_ok=True)
+        shutil.rmtree(self._folder, ignore_errors=True)
+
+    def _kill(self) -> None:
+        """The worker's whole session (a kernel probe it started too), then reap it."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(CLOSE_SECONDS)
 
     def __enter__(self) -> PairWorker:
         return self
@@ -558,7 +654,7 @@ class _FunctionWorker(PairWorker):
         self.repack_off = repack_off
         self.cancel = cancel or threading.Event()
         self.build = {}
-        self._cancel_sent = False
+        self._cancel_sent_at = 0.0
         self._streaming = False
         self._spawn()
 

@@ -87,7 +87,12 @@ def format_result(result: PairResult) -> str:
 def _no_fork_lines(result: PairResult) -> list[str]:
     comparison = result.comparison
     a, b = result.a, result.b
-    if comparison.identical:
+    if result.crashed:
+        verdict = (
+            f"NO FORK in the tokens produced before the crash (lane a {comparison.length_a}, "
+            f"lane b {comparison.length_b})."
+        )
+    elif comparison.identical:
         verdict = f"IDENTICAL: both lanes produced the same {comparison.length_a} tokens."
     else:
         verdict = (

@@ -153,12 +153,13 @@ def check_int(value: object, what: str, low: int, high: int) -> int:
 
 
 def check_float(value: object, what: str) -> float:
-    """A finite or infinite number; NaN is never produced by a real run."""
+    """A finite number: a real run writes no NaN or infinity, and either would travel on
+    into timings, margins and probabilities that no reader expects."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{what} must be a number, got {value!r:.60}")
     number = float(value)
-    if math.isnan(number):
-        raise ValueError(f"{what} must not be NaN")
+    if not math.isfinite(number):
+        raise ValueError(f"{what} must be a finite number, got {number}")
     return number
 
 
@@ -335,12 +336,13 @@ class RunSummary:
         if teacher_forced:
             flips = teacher_flips(a, b)
             fork_index = flips[0] if flips else None
-            identical = fork_index is None and len(a) == len(b)
         else:
             fork_index = next(
                 (i for i, (x, y) in enumerate(zip(a, b)) if x.token_id != y.token_id), None
             )
-            identical = fork_index is None and len(a) == len(b)
+        stop_reasons = measured.pop("stop_reasons", ("", ""))
+        # a run cut short by a crash is not identical, whatever it held so far
+        identical = fork_index is None and len(a) == len(b) and CRASHED not in stop_reasons
         margins = None if fork_index is None else (a[fork_index].margin, b[fork_index].margin)
         return cls(
             identical=identical,
@@ -349,7 +351,7 @@ class RunSummary:
             generated=(len(a), len(b)),
             tokens_per_second=measured.pop("tokens_per_second", (0.0, 0.0)),
             output_sha256=(output_sha256(a), output_sha256(b)),
-            stop_reasons=measured.pop("stop_reasons", ("", "")),
+            stop_reasons=stop_reasons,
             errors=measured.pop("errors", (None, None)),
             cancelled=measured.pop("cancelled", False),
             **measured,
@@ -505,8 +507,8 @@ def _candidates(top: object) -> tuple[Candidate, ...]:
             raise ValueError(f"a candidate id must be from 0 to {MAX_TOKEN_ID}, got {token_id!r}")
         if type(logit) is not float:
             logit = check_float(logit, "a logit")
-        elif logit != logit:
-            raise ValueError("a logit must not be NaN")
+        elif not -math.inf < logit < math.inf:  # also false for NaN
+            raise ValueError(f"a logit must be a finite number, got {logit}")
         piece = piece.encode("utf-8", "surrogatepass") if type(piece) is str else _piece_from(piece)
         candidates.append(Candidate(token_id, logit, piece))
     return tuple(candidates)

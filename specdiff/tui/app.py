@@ -803,7 +803,8 @@ class SpecdiffApp(App[int]):
     def on_unmount(self) -> None:
         self.stop_playback()
         self.cancel.set()
-        if self._runner is not None and not self.running:
+        if self._runner is not None:
+            # a busy worker is killed, not waited for: quitting mid-run quits at once
             self._runner.close()
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
