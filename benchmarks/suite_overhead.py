@@ -3,7 +3,8 @@
 Runs `specdiff suite`'s runner on 50 bundled prompts (coding, then questions) with one
 pair and writes the reports, as the command does. Prints the total wall time over the
 sum of every lane's generation time (prompt decode included; target <= 1.05) and the
-resident memory after the first and after the last prompt (flat: no leak).
+resident memory after the first and after the last prompt (flat: no leak), of this
+process and of the worker process that runs the lanes.
 
     python benchmarks/suite_overhead.py [--prompts 50] [--max-tokens 48] [--pair ubatch]
 """
@@ -25,10 +26,21 @@ from specdiff.suite.settings import SuiteSettings
 from specdiff.suite.stats import outcome_json
 
 
-def rss_mb() -> float:
-    with open("/proc/self/statm", encoding="ascii") as handle:
-        resident_pages = int(handle.read().split()[1])
+def rss_mb(pid: str = "self") -> float:
+    try:
+        with open(f"/proc/{pid}/statm", encoding="ascii") as handle:
+            resident_pages = int(handle.read().split()[1])
+    except OSError:
+        return 0.0  # the process ended between listing and reading
     return resident_pages * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+
+def total_rss_mb() -> float:
+    """This process and its children (the worker holding the lanes)."""
+    children = []
+    for task in Path("/proc/self/task").iterdir():
+        children += (task / "children").read_text(encoding="ascii").split()
+    return rss_mb() + sum(rss_mb(pid) for pid in children)
 
 
 def main() -> None:
@@ -46,7 +58,7 @@ def main() -> None:
     def on_progress(progress: Progress) -> None:
         job = progress.job
         if job not in samples:
-            samples[job] = rss_mb()  # taken while job `job` runs: after `job` finished
+            samples[job] = total_rss_mb()  # while job `job` runs: after `job` finished
 
     with tempfile.TemporaryDirectory() as folder:
         report = Path(folder) / "report"
