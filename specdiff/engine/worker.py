@@ -101,8 +101,8 @@ class Fault:
         self.fire_before(step.lane, step.index)
 
     def fire_before(self, lane: str, index: int) -> None:
-        """Die (or fail, KIND error) as the lane's decode loop is about to compute the
-        step: where a native crash in a kernel would strike."""
+        """Die (or fail, KIND error) at the lane's step, before it leaves the decode loop:
+        where a native crash in a kernel would strike."""
         if lane != self.lane or index != self.step:
             return
         if self.kind == "error":
@@ -155,12 +155,14 @@ class _DueStep:
             try:
                 for index in itertools.count():
                     self.mark(lane_id, index)
-                    if fault is not None:
-                        fault.fire_before(lane_id, index)
                     try:
                         step = next(steps)
                     except StopIteration:
                         return
+                    if fault is not None:
+                        # only where the lane really has that step: a lane that ends
+                        # sooner never reaches the fault
+                        fault.fire_before(lane_id, index)
                     yield step
             finally:
                 steps.close()
