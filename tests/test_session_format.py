@@ -119,39 +119,26 @@ def _accepts(record: dict, key: str, value: object) -> bool:
     return key == "build" and isinstance(value, dict)
 
 
-@pytest.mark.parametrize("key", HEADER_FIELDS)
+FIELDS = [(0, key) for key in HEADER_FIELDS] + [(1, key) for key in FOOTER_FIELDS]
+"""(line, key): line 0 is the header, line 1 the footer of a two-line session."""
+
+
+@pytest.mark.parametrize(("line", "key"), FIELDS, ids=lambda item: str(item))
 @pytest.mark.parametrize("value", WRONG_VALUES, ids=repr)
-def test_a_header_field_of_the_wrong_type_is_one_line(
-    key: str, value: object, tmp_path: Path
+def test_a_field_of_the_wrong_type_is_one_line(
+    line: int, key: str, value: object, tmp_path: Path
 ) -> None:
     header, *_, footer = _records(EARLY_FILE)
-    if _accepts(header, key, value):
+    records = [header, footer]
+    if _accepts(records[line], key, value):
         return
-    header[key] = value
+    records[line][key] = value
     path = tmp_path / "bad.jsonl"
-    path.write_text("\n".join(json.dumps(r) for r in [header, footer]) + "\n")
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
     with pytest.raises(SessionError) as raised:
         load_session(path)
     message = str(raised.value)
-    assert message.startswith(f"{path}:1: ") and "\n" not in message
-
-
-@pytest.mark.parametrize("key", FOOTER_FIELDS)
-@pytest.mark.parametrize("value", WRONG_VALUES, ids=repr)
-def test_a_footer_field_of_the_wrong_type_is_one_line(
-    key: str, value: object, tmp_path: Path
-) -> None:
-    header, *_, footer = _records(EARLY_FILE)
-    if _accepts(footer, key, value):
-        return
-    footer[key] = value
-    path = tmp_path / "bad.jsonl"
-    lines = [header, footer]
-    path.write_text("\n".join(json.dumps(r) for r in lines) + "\n")
-    with pytest.raises(SessionError) as raised:
-        load_session(path)
-    message = str(raised.value)
-    assert message.startswith(f"{path}:{len(lines)}: ") and "\n" not in message
+    assert message.startswith(f"{path}:{line + 1}: ") and "\n" not in message
 
 
 def _step(lane: str, index: int, token: int, best: int) -> TokenStep:
