@@ -18,6 +18,7 @@ from specdiff.lanes import presets
 from specdiff.sessions.format import CRASHED
 from specdiff.sessions.store import load_session
 from specdiff.tui.app import make_app
+from specdiff.tui.widgets import TokenView
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.model
@@ -139,6 +140,11 @@ async def test_the_tui_shows_a_crash_and_runs_again(monkeypatch) -> None:
         for lane_id in ("a", "b"):
             assert "SIGSEGV" in (app.lanes[lane_id].error or "")
         assert sum("SIGSEGV" in note for note in notes) == 1
+        # the whole message is readable in the pane: wrapped to its width, not cut
+        view = app.query_one("#lane-b TokenView", TokenView)
+        assert len(view.trailer_lines) > 1
+        assert all(len(line) <= view.size.width for line in view.trailer_lines)
+        assert "doctor" in " ".join(view.trailer_lines)
         assert len(app.lanes["a"].steps) == 3 and len(app.lanes["b"].steps) == 3
         # the app stays usable: the next run starts a fresh process
         monkeypatch.delenv("SPECDIFF_FAULT")

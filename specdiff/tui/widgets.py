@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -178,6 +179,8 @@ class TokenView(ScrollView, can_focus=False):
         self.width_used = 0
         self.strips: dict[int, Strip] = {}
         self.trailer: str | None = None
+        self.trailer_lines: list[str] = []
+        """The trailer wrapped to the view's width: a crash message is longer than a pane."""
 
     def set_tokens(self, state: LaneState, marks: TokenMarks) -> None:
         width = max(8, self.scrollable_content_region.width or self.size.width or 40)
@@ -197,8 +200,9 @@ class TokenView(ScrollView, can_focus=False):
             self.strips.clear()
             redraw_all = True
         trailer = f"[lane error] {state.error}" if state.error else None
-        if trailer != self.trailer:
+        if trailer != self.trailer or redraw_all:
             self.trailer = trailer
+            self.trailer_lines = textwrap.wrap(trailer, max(width, 8)) if trailer else []
             redraw_all = True
         first_dirty = len(self.lines) - 1
         for index in range(len(self.token_lines), len(state.steps)):
@@ -225,7 +229,7 @@ class TokenView(ScrollView, can_focus=False):
 
     @property
     def text_height(self) -> int:
-        return len(self.lines) + (2 if self.trailer else 0)
+        return len(self.lines) + (1 + len(self.trailer_lines) if self.trailer else 0)
 
     def follow_end(self) -> None:
         """Scroll so the last line of text sits at the bottom of the view."""
@@ -259,8 +263,10 @@ class TokenView(ScrollView, can_focus=False):
         width = self.scrollable_content_region.width
         base = self.rich_style
         if line >= len(self.lines) or self.marks is None:
-            if self.trailer and line == len(self.lines) + 1:
-                strip = Strip([Segment(self.trailer, base + Style(color="red", bold=True))])
+            row = line - len(self.lines) - 1
+            if 0 <= row < len(self.trailer_lines):
+                text = self.trailer_lines[row]
+                strip = Strip([Segment(text, base + Style(color="red", bold=True))])
                 return strip.crop_extend(0, width, base)
             return Strip.blank(width, base)
         strip = self.strips.get(line)
