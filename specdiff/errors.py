@@ -20,3 +20,9 @@ class ModelError(SpecdiffError):
 
 class PromptError(SpecdiffError):
     """The prompt is empty or does not fit the context."""
+
+
+def printable(text: str, limit: int = 200) -> str:
+    """Text from outside (a child's stderr, a server) made safe for a one-line message:
+    control characters, escape sequences included, shown as '?', and cut at `limit`."""
+    return "".join(c if c.isprintable() else "?" for c in text)[:limit]

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from specdiff.engine.models import base_model_path, cache_dir, resolve_model, sha256_file
-from specdiff.errors import LaneConfigError, SpecdiffError
+from specdiff.errors import LaneConfigError, SpecdiffError, printable
 from specdiff.files import write_text_atomic
 from specdiff.lanes import REPACK_WORDS, Lane, Pair, default_threads
 
@@ -276,7 +276,7 @@ def run_probe(path: Path, repack: bool, n_ubatch: int, threads: int) -> Outcome:
     if code < 0 and -code in CRASH_SIGNALS:
         return Outcome(False, signal.Signals(-code).name)
     lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
-    return Outcome(None, detail=lines[-1][:200] if lines else f"exit status {code}")
+    return Outcome(None, detail=printable(lines[-1]) if lines else f"exit status {code}")
 
 
 def judge(

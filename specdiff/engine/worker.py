@@ -41,7 +41,7 @@ from typing import Any, TypeVar, cast
 
 from specdiff.compare import DEFAULT_NEAR_TIE, compare
 from specdiff.engine.base import EngineError, StreamsARun
-from specdiff.errors import SpecdiffError
+from specdiff.errors import SpecdiffError, printable
 from specdiff.lanes import Pair
 from specdiff.sessions.format import CRASHED, LaneOutcome, PairResult
 from specdiff.steps import TokenStep
@@ -501,7 +501,7 @@ class PairWorker(StreamsARun):
         lines = [line.strip() for line in tail.splitlines() if line.strip()]
         for line in reversed(lines):
             if "GGML_ASSERT" in line or "error" in line.lower():
-                return "".join(c if c.isprintable() else "?" for c in line)[:200]
+                return printable(line)
         return ""
 
     def _crashed_result(
