@@ -22,11 +22,20 @@ from specdiff.errors import ModelError
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
 
-# Header sanity bounds: a corrupt count must not make the reader allocate gigabytes.
+# Header sanity bounds: a corrupt count must not make the reader allocate gigabytes,
+# recurse without end, or walk a count far past the end of the file.
 MAX_TENSORS = 1_000_000
 MAX_KV = 100_000
 MAX_ARRAY = 50_000_000
 MAX_STRING = 64 * 1024 * 1024
+MAX_ARRAY_DEPTH = 4
+"""Arrays of arrays nest at most this deep (real files nest none)."""
+MAX_DIMS = 8
+# the fewest bytes one metadata entry (key length, value type, smallest value) and one
+# tensor entry (name length, dims, type, offset) can take
+_SMALLEST_KV = 8 + 4 + 1
+_SMALLEST_TENSOR = 8 + 4 + 4 + 8
+VOCABULARY_KEY = "tokenizer.ggml.tokens"
 
 # value type id -> struct format of one scalar
 _SCALAR_FORMATS = {
@@ -196,17 +205,38 @@ class GGUFInfo:
 
 
 class _Reader:
-    def __init__(self, handle: BinaryIO, path: Path) -> None:
+    """Reads one header, never past the end of the file: every count is checked against
+    the bytes left before anything is read or allocated for it."""
+
+    def __init__(self, handle: BinaryIO, path: Path, size: int) -> None:
         self.handle = handle
         self.path = path
+        self.size = size
+        self.position = handle.tell()
+        """Kept here, not asked of the handle: tell() per string would double the time
+        a 262,144-token vocabulary takes to read."""
+
+    def remaining(self) -> int:
+        return self.size - self.position
+
+    def truncated(self) -> ModelError:
+        return ModelError(
+            f"{self.path}: the GGUF header ends early (truncated file); "
+            "download or assemble the model again"
+        )
+
+    def corrupt(self, what: str) -> ModelError:
+        return ModelError(
+            f"{self.path}: corrupt GGUF header ({what}); download or assemble the model again"
+        )
 
     def exact(self, count: int) -> bytes:
+        if count > self.remaining():
+            raise self.truncated()
         data = self.handle.read(count)
         if len(data) != count:
-            raise ModelError(
-                f"{self.path}: the GGUF header ends early (truncated file); "
-                "download or assemble the model again"
-            )
+            raise self.truncated()
+        self.position += count
         return data
 
     def scalar(self, fmt: str) -> Any:
@@ -215,31 +245,74 @@ class _Reader:
     def string(self) -> str:
         length = self.scalar("<Q")
         if length > MAX_STRING:
-            raise ModelError(f"{self.path}: corrupt GGUF header (a {length}-byte string)")
+            raise self.corrupt(f"a {length}-byte string")
         return self.exact(length).decode("utf-8", "surrogateescape")
 
-    def value(self, value_type: int) -> Any:
+    def value(self, value_type: int, depth: int = 0) -> Any:
         if value_type in _SCALAR_FORMATS:
             return self.scalar(_SCALAR_FORMATS[value_type])
         if value_type == _STRING:
             return self.string()
         if value_type == _ARRAY:
-            item_type = self.scalar("<I")
-            count = self.scalar("<Q")
-            if count > MAX_ARRAY:
-                raise ModelError(f"{self.path}: corrupt GGUF header (an array of {count} items)")
-            if item_type in _SCALAR_FORMATS:
-                fmt = _SCALAR_FORMATS[item_type]
-                size = struct.calcsize(fmt)
-                raw = self.exact(size * count)
-                return list(struct.unpack(f"<{count}{fmt[1]}", raw))
-            return [self.value(item_type) for _ in range(count)]
-        raise ModelError(f"{self.path}: corrupt GGUF header (unknown value type {value_type})")
+            return self.array(depth)
+        raise self.corrupt(f"unknown value type {value_type}")
+
+    def array(self, depth: int) -> list[Any]:
+        if depth >= MAX_ARRAY_DEPTH:
+            raise self.corrupt(f"arrays nested more than {MAX_ARRAY_DEPTH} deep")
+        item_type = self.scalar("<I")
+        count = self.scalar("<Q")
+        if count > MAX_ARRAY:
+            raise self.corrupt(f"an array of {count} items")
+        if item_type in _SCALAR_FORMATS:
+            fmt = _SCALAR_FORMATS[item_type]
+            raw = self.exact(struct.calcsize(fmt) * count)
+            return list(struct.unpack(f"<{count}{fmt[1]}", raw))
+        if item_type not in (_STRING, _ARRAY):
+            raise self.corrupt(f"unknown value type {item_type} in an array")
+        # a string or an array takes at least 8 bytes: a count past the file is caught
+        # here, before a loop that would run until the file ran out
+        if 8 * count > self.remaining():
+            raise self.truncated()
+        if item_type == _STRING:
+            return [self.string() for _ in range(count)]
+        return [self.array(depth + 1) for _ in range(count)]
+
+    def tensor(self) -> TensorInfo:
+        name = self.string()
+        n_dims = self.scalar("<I")
+        if n_dims > MAX_DIMS:
+            raise self.corrupt(f"tensor {name!r} has {n_dims} dimensions")
+        shape = tuple(self.scalar("<Q") for _ in range(n_dims))
+        return TensorInfo(name, shape, self.scalar("<I"), self.scalar("<Q"))
+
+
+def check_vocabulary(path: Path, metadata: dict[str, Any]) -> None:
+    """Refuse a vocabulary that is not a list of strings, or holds one token twice:
+    llama.cpp asserts that every token is unique and aborts the whole process on a
+    duplicate, so it is caught here, before llama.cpp sees the file."""
+    tokens = metadata.get(VOCABULARY_KEY)
+    if tokens is None:
+        return
+    if not isinstance(tokens, list) or not all(isinstance(token, str) for token in tokens):
+        raise ModelError(
+            f"{path}: corrupt GGUF header ({VOCABULARY_KEY} is not a list of strings); "
+            "download or assemble the model again"
+        )
+    first_ids: dict[str, int] = {}
+    for token_id, token in enumerate(tokens):
+        first = first_ids.setdefault(token, token_id)
+        if first != token_id:
+            raise ModelError(
+                f"{path}: its vocabulary holds the token {token!r} twice (ids {first} and "
+                f"{token_id}), which makes llama.cpp abort; use an intact model file"
+            )
 
 
 def read_gguf(path: str | Path) -> GGUFInfo:
-    """Parse a GGUF header; raise ModelError naming the file if it is missing, not GGUF, or
-    shorter than its tensors need."""
+    """Parse a GGUF header; raise ModelError naming the file if it is missing, not GGUF,
+    corrupt (counts past the end of the file, a duplicated vocabulary token) or shorter
+    than its tensors need."""
     path = Path(path).expanduser()
     if not path.exists():
         raise ModelError(f"model file not found: {path}; pass an existing .gguf path")
@@ -247,36 +320,13 @@ def read_gguf(path: str | Path) -> GGUFInfo:
         raise ModelError(f"model path is not a file: {path}; pass a .gguf file")
     file_size = path.stat().st_size
     with path.open("rb") as handle:
-        reader = _Reader(handle, path)
-        magic = handle.read(4)
-        if magic != GGUF_MAGIC:
-            raise ModelError(
-                f"{path} is not a GGUF model (it starts with {magic!r}, not b'GGUF'); "
-                "pass a .gguf file"
-            )
-        version = reader.scalar("<I")
-        if version not in (2, 3):
-            raise ModelError(f"{path}: GGUF version {version} is not supported (2 or 3 are)")
-        n_tensors = reader.scalar("<Q")
-        n_kv = reader.scalar("<Q")
-        if n_tensors > MAX_TENSORS or n_kv > MAX_KV:
-            raise ModelError(f"{path}: corrupt GGUF header ({n_tensors} tensors, {n_kv} keys)")
-        metadata: dict[str, Any] = {}
-        for _ in range(n_kv):
-            key = reader.string()
-            metadata[key] = reader.value(reader.scalar("<I"))
-        tensors = []
-        for _ in range(n_tensors):
-            name = reader.string()
-            n_dims = reader.scalar("<I")
-            if n_dims > 8:
-                raise ModelError(f"{path}: corrupt GGUF header (tensor {name} has {n_dims} dims)")
-            shape = tuple(reader.scalar("<Q") for _ in range(n_dims))
-            tensors.append(TensorInfo(name, shape, reader.scalar("<I"), reader.scalar("<Q")))
-        alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
-        if not isinstance(alignment, int) or alignment <= 0:
-            alignment = DEFAULT_ALIGNMENT
-        header_end = handle.tell()
+        reader = _Reader(handle, path, file_size)
+        version, metadata, tensors = _read_header(reader)
+        header_end = reader.position
+    check_vocabulary(path, metadata)
+    alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+    if not isinstance(alignment, int) or alignment <= 0:
+        alignment = DEFAULT_ALIGNMENT
     data_offset = (header_end + alignment - 1) // alignment * alignment
     info = GGUFInfo(path, version, metadata, tuple(tensors), data_offset, file_size)
     expected = info.expected_size
@@ -286,3 +336,30 @@ def read_gguf(path: str | Path) -> GGUFInfo:
             f"{expected if expected is not None else data_offset}; download or assemble it again"
         )
     return info
+
+
+def _read_header(reader: _Reader) -> tuple[int, dict[str, Any], list[TensorInfo]]:
+    """The version, metadata and tensor entries, each count checked before its loop."""
+    path = reader.path
+    magic = reader.handle.read(4)
+    reader.position += len(magic)
+    if magic != GGUF_MAGIC:
+        raise ModelError(
+            f"{path} is not a GGUF model (it starts with {magic!r}, not b'GGUF'); pass a .gguf file"
+        )
+    version = reader.scalar("<I")
+    if version not in (2, 3):
+        raise ModelError(f"{path}: GGUF version {version} is not supported (2 or 3 are)")
+    n_tensors = reader.scalar("<Q")
+    n_kv = reader.scalar("<Q")
+    if n_tensors > MAX_TENSORS or n_kv > MAX_KV:
+        raise reader.corrupt(f"{n_tensors} tensors, {n_kv} keys")
+    if n_tensors * _SMALLEST_TENSOR + n_kv * _SMALLEST_KV > reader.remaining():
+        raise reader.corrupt(
+            f"{n_tensors} tensors and {n_kv} keys cannot fit in a {reader.size}-byte file"
+        )
+    metadata: dict[str, Any] = {}
+    for _ in range(n_kv):
+        key = reader.string()
+        metadata[key] = reader.value(reader.scalar("<I"))
+    return version, metadata, [reader.tensor() for _ in range(n_tensors)]
