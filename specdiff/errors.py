@@ -5,6 +5,8 @@ line that names the problem and the fix, and the CLI turns it into exit code 2
 without a traceback.
 """
 
+from specdiff.safe_text import visible
+
 
 class SpecdiffError(Exception):
     """Bad input or an environment problem the user can fix."""
@@ -24,5 +26,6 @@ class PromptError(SpecdiffError):
 
 def printable(text: str, limit: int = 200) -> str:
     """Text from outside (a child's stderr, a server) made safe for a one-line message:
-    control characters, escape sequences included, shown as '?', and cut at `limit`."""
-    return "".join(c if c.isprintable() else "?" for c in text)[:limit]
+    control characters, escape sequences included, shown as visible escapes (\\x1b),
+    and cut at `limit`."""
+    return visible(text, limit)

@@ -10,17 +10,20 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult, ScreenStackError, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.css.query import NoMatches
+from textual.filter import LineFilter
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Button, Footer, Input, Select
@@ -31,6 +34,7 @@ from specdiff.compare import near_ties as find_near_ties
 from specdiff.engine.worker import PairWorker
 from specdiff.errors import SpecdiffError
 from specdiff.lanes import Pair, apply_overrides, headline, parse_overrides
+from specdiff.safe_text import visible
 from specdiff.sessions.format import PairResult
 from specdiff.sessions.playback import Playback
 from specdiff.sessions.store import Session, SessionError, SessionStream, save_result
@@ -52,9 +56,11 @@ from specdiff.tui.widgets import (
     Palette,
     Panel,
     TokenMarks,
+    WithoutControls,
     render_panel,
 )
 
+WITHOUT_CONTROLS = WithoutControls()
 READ_CHUNK = 2000
 """Steps read per message while a replay reads the rest of its file."""
 REPLAY_TICK = 1 / 30
@@ -146,9 +152,9 @@ class SpecdiffApp(App[int]):
     # -- layout ---------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         with Horizontal(id="controls"):
-            yield Input(self.initial_prompt, placeholder="prompt", id="prompt")
+            yield Input(visible(self.initial_prompt), placeholder="prompt", id="prompt")
             yield Select(
-                [(name, name) for name in self.pairs],
+                [(Text(visible(name)), name) for name in self.pairs],
                 value=self.pair_name,
                 allow_blank=False,
                 id="pair",
@@ -167,6 +173,24 @@ class SpecdiffApp(App[int]):
         yield Panel(id="panel")
         yield Line(id="status")
         yield Footer()
+
+    def get_line_filters(self) -> Sequence[LineFilter]:
+        # the last guard: whatever a widget forgot to escape never reaches the terminal
+        return [*super().get_line_filters(), WITHOUT_CONTROLS]
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None:
+        # messages quote errors and file names: shown as text, never read as markup
+        super().notify(
+            visible(message), title=title, severity=severity, timeout=timeout, markup=markup
+        )
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return dict(APP_VARIABLES)
@@ -529,6 +553,10 @@ class SpecdiffApp(App[int]):
     # -- running --------------------------------------------------------------------
     def resolve_pair(self) -> tuple[Pair, str, int]:
         prompt = self.query_one("#prompt", Input).value
+        if prompt == visible(self.initial_prompt):
+            # the box shows control characters and newlines as escapes; unedited, it
+            # stands for the prompt itself
+            prompt = self.initial_prompt
         if not prompt.strip():
             raise SpecdiffError("the prompt is empty; type some text to continue")
         raw = self.query_one("#max-tokens", Input).value.strip()

@@ -16,7 +16,9 @@ from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.color import Color
 from textual.containers import Vertical
+from textual.filter import LineFilter
 from textual.geometry import Region, Size
 from textual.screen import ModalScreen
 from textual.scroll_view import ScrollView
@@ -26,10 +28,14 @@ from textual.widgets import Sparkline, Static
 
 from specdiff.compare import MARGIN_DISPLAY_CAP as MARGIN_CAP
 from specdiff.compare import Fork, PickView
+from specdiff.safe_text import terminal_text, visible, without_controls
 from specdiff.steps import TokenStep
 
 LINE_CHUNK = 8
 """A token view's scrollable height grows by this many lines at a time."""
+TAB = "    "
+"""A tab in a token, as the pane shows it: a tab sent to the terminal would move the
+cursor past cells the layout does not know of."""
 
 
 @dataclass
@@ -94,8 +100,6 @@ class Palette:
 
 def heat(palette: Palette, margin: float, threshold: float) -> str:
     """Background for a near tie: the smaller the margin, the stronger the colour."""
-    from textual.color import Color
-
     factor = max(0.0, min(1.0, margin / threshold)) if threshold > 0 else 1.0
     strong, weak = Color.parse(palette.heat_strong), Color.parse(palette.heat_weak)
     return strong.blend(weak, factor).hex
@@ -199,7 +203,7 @@ class TokenView(ScrollView, can_focus=False):
             self.marks = marks
             self.strips.clear()
             redraw_all = True
-        trailer = f"[lane error] {state.error}" if state.error else None
+        trailer = f"[lane error] {visible(state.error)}" if state.error else None
         if trailer != self.trailer or redraw_all:
             self.trailer = trailer
             self.trailer_lines = textwrap.wrap(trailer, max(width, 8)) if trailer else []
@@ -236,7 +240,10 @@ class TokenView(ScrollView, can_focus=False):
         self.scroll_to(y=max(0, self.text_height - self.size.height), animate=False)
 
     def _place(self, index: int, text: str, width: int) -> None:
-        parts = text.split("\n")
+        # A newline token still breaks the line; every other control character (an
+        # escape sequence in a shared session or a server's stream) shows as its
+        # escape, laid out at the width it takes.
+        parts = terminal_text(text, tab=TAB).split("\n")
         for number, part in enumerate(parts):
             if number:
                 self.lines.append([])
@@ -310,6 +317,21 @@ class TokenView(ScrollView, can_focus=False):
         self.width_used = -1
 
 
+class WithoutControls(LineFilter):
+    """Drops control characters from every drawn line: a last guard behind the widgets,
+    which show them as escapes. Removing one keeps the layout, as it takes no cell."""
+
+    def apply(self, segments: list[Segment], background: Color) -> list[Segment]:
+        kept = []
+        for segment in segments:
+            text = without_controls(segment.text)
+            # a control segment is Rich's own cursor movement, not text
+            if text != segment.text and not segment.control:
+                segment = Segment(text, segment.style)
+            kept.append(segment)
+        return kept
+
+
 class Line(Widget):
     """One line of text that changes often: a repaint, never a new layout (which
     Static.update would ask for, and which costs a full reflow of the screen)."""
@@ -321,7 +343,7 @@ class Line(Widget):
         self._text = Text(text, no_wrap=True, overflow="ellipsis")
 
     def set(self, text: str | Text) -> None:
-        value = text if isinstance(text, Text) else Text(text)
+        value = text if isinstance(text, Text) else Text(visible(text))
         value.no_wrap, value.overflow = True, "ellipsis"
         if value != self._text:
             self._text = value

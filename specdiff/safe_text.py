@@ -1,0 +1,147 @@
+"""Text from outside made safe for the places specdiff writes it.
+
+Session files are shared and server lanes talk to machines the user does not control,
+so a prompt, a token piece, a pair name, a model id or an error body may hold bytes
+aimed at whatever shows them: a terminal (OSC 52 writes the clipboard, OSC 0 sets the
+window title, CSI clears the screen; C1 controls and UTF-8-encoded C1 do the same on
+some terminals), a Markdown renderer with HTML on (``<script>``, a ``|`` that breaks
+the table) or a spreadsheet (a cell ``=HYPERLINK(...)``). Each destination has one
+function here, and every other module calls it rather than escaping on its own:
+
+- ``visible(text)``: one line (an error, a name, a header field). Every character
+  that is not printable becomes a visible escape (``\\x1b``, ``\\n``, ``\\u202e``), so
+  the text stays readable and nothing in it acts on the terminal.
+- ``terminal_text(text)``: many lines (a lane's text): newline and tab keep their
+  meaning, the rest is escaped as above.
+- ``markdown_cell(text)`` and ``csv_cell(value)`` for report tables.
+
+Always escaped: C0 controls, DEL, C1 controls, lone surrogates (which cannot even be encoded
+to UTF-8, so printing one would crash), the line and paragraph separators, and the
+bidirectional overrides, isolates and marks (which make a terminal show text in
+another order than it is stored).
+
+One choke point backs them up: ``guarded_output()`` wraps ``sys.stdout`` and
+``sys.stderr`` for the length of a command, so a line that forgot to call
+``visible`` still reaches the terminal as text. It escapes what ``terminal_text``
+escapes. JSON written with ``ensure_ascii=True`` holds no such character and passes
+through unchanged; the progress line's carriage return is written to the stream
+underneath (``unguarded``). The TUI does not print through these streams (Textual
+writes to ``sys.__stderr__``), so its widgets escape what they show themselves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sys
+from collections.abc import Iterator
+from typing import Any, TextIO
+
+_CONTROLS = "\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff"
+"""What no terminal should receive from outside, newline and tab aside."""
+_UNSAFE_IN_LINES = re.compile(f"[{_CONTROLS}]")
+_ANY_CONTROL = re.compile(f"[\n\t{_CONTROLS}]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_MARKDOWN_SPECIAL = re.compile(r"[\\`*_\[\]|~]")
+_MARKDOWN_ENTITIES = {ord("&"): "&amp;", ord("<"): "&lt;", ord(">"): "&gt;"}
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+"""What makes a spreadsheet read a CSV cell as a formula (OWASP's list)."""
+ELLIPSIS = "…"
+
+
+def escape(character: str) -> str:
+    """A character as the escape a reader recognises: \\n, \\x1b, \\u202e."""
+    named = _NAMED.get(character)
+    if named is not None:
+        return named
+    code = ord(character)
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return escape(match.group())
+
+
+def visible(text: str, limit: int | None = None) -> str:
+    """`text` on one line: every character that is not printable (controls, separators,
+    format characters) shown as its escape; cut to at most `limit` characters, never
+    inside an escape, with an ellipsis."""
+    pieces = text if text.isprintable() else [c if c.isprintable() else escape(c) for c in text]
+    shown = "".join(pieces)
+    if limit is None or len(shown) <= limit:
+        return shown
+    kept, room = [], limit - len(ELLIPSIS)
+    for piece in pieces:
+        room -= len(piece)
+        if room < 0:
+            break
+        kept.append(piece)
+    return "".join(kept) + ELLIPSIS
+
+
+def terminal_text(text: str, tab: str = "\t") -> str:
+    """Text of many lines for a terminal: newlines stay, a tab becomes `tab`, every
+    other control character is shown as its escape."""
+    shown = _UNSAFE_IN_LINES.sub(_escaped, text)
+    return shown if tab == "\t" else shown.replace("\t", tab)
+
+
+def without_controls(text: str) -> str:
+    """`text` with every control character removed, newline and tab included: for text
+    already laid out, where an escape would change its width (a control character
+    takes no cell)."""
+    return _ANY_CONTROL.sub("", text)
+
+
+def markdown_cell(text: str) -> str:
+    """Text for a Markdown table cell: on one line, with Markdown's punctuation escaped
+    and <, >, & as entities, so no table break, link, code span or HTML survives."""
+    escaped = _MARKDOWN_SPECIAL.sub(r"\\\g<0>", visible(text))
+    return escaped.translate(_MARKDOWN_ENTITIES)
+
+
+def csv_cell(value: Any) -> Any:
+    """A CSV cell: text that a spreadsheet would run as a formula gets a leading
+    single quote (OWASP's rule), and control characters other than newline and tab are
+    escaped; numbers and None pass unchanged."""
+    if not isinstance(value, str):
+        return value
+    text = terminal_text(value)
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
+
+
+class GuardedStream:
+    """A text stream that escapes control characters on their way to `unguarded`."""
+
+    def __init__(self, unguarded: TextIO) -> None:
+        self.unguarded = unguarded
+
+    def write(self, text: str) -> int:
+        self.unguarded.write(terminal_text(text))
+        return len(text)
+
+    def writelines(self, lines: Iterator[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        # flush, isatty, fileno, encoding, buffer: those of the stream underneath
+        return getattr(self.unguarded, name)
+
+
+def unguarded(stream: TextIO) -> TextIO:
+    """The stream underneath a guard (for specdiff's own control characters: the
+    progress line's carriage return), or `stream` itself."""
+    return stream.unguarded if isinstance(stream, GuardedStream) else stream
+
+
+@contextlib.contextmanager
+def guarded_output() -> Iterator[None]:
+    """sys.stdout and sys.stderr guarded while the block runs, restored after."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout = GuardedStream(unguarded(sys.stdout))  # type: ignore[assignment]
+    sys.stderr = GuardedStream(unguarded(sys.stderr))  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
