@@ -28,6 +28,7 @@ from specdiff.cli import (
 from specdiff.cli.common import CommandParser, Exit
 from specdiff.errors import SpecdiffError
 from specdiff.lanes import LANE_KEYS
+from specdiff.safe_text import guarded_output, visible
 
 COMMANDS = (live, run, replay, sessions, verify, export, suite, repeat, serve_pair, models, doctor)
 """In the order `specdiff --help` lists them."""
@@ -47,6 +48,7 @@ def build_parser() -> CommandParser:
     return parser
 
 
+@guarded_output()
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -65,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return Exit.BAD_INPUT
         return int(handler(args))
     except SpecdiffError as error:
-        print(f"specdiff: error: {error}", file=sys.stderr)
+        print(f"specdiff: error: {visible(str(error))}", file=sys.stderr)
         return Exit.BAD_INPUT
     except BrokenPipeError:
         # the reader went away (`specdiff run --json | head`): nothing more to say

@@ -26,6 +26,7 @@ from specdiff.lanes import (
     unknown_pair,
 )
 from specdiff.prompts import DEFAULT_PROMPT
+from specdiff.safe_text import unguarded, visible
 
 
 class Exit(IntEnum):
@@ -54,10 +55,14 @@ class CommandParser(argparse.ArgumentParser):
 
 
 class Status:
-    """One progress line on stderr, rewritten in place on a terminal."""
+    """One progress line on stderr, rewritten in place on a terminal.
+
+    Its messages quote workers, servers and paths, so each is shown with `visible`;
+    the carriage return that rewrites the line is its own, written under the guard
+    that escapes control characters in everything else."""
 
     def __init__(self, stream: TextIO, enabled: bool) -> None:
-        self.stream = stream
+        self.stream = unguarded(stream)
         self.enabled = enabled
         self.live = enabled and stream.isatty()
         self._last = 0.0
@@ -66,6 +71,7 @@ class Status:
     def message(self, text: str) -> None:
         if not self.enabled:
             return
+        text = visible(text)
         if self.live:
             self.stream.write("\r" + text.ljust(self._width) + "\n")
             self._width = 0
@@ -80,6 +86,7 @@ class Status:
         if now - self._last < 0.1:
             return
         self._last = now
+        text = visible(text)
         self.stream.write("\r" + text.ljust(self._width))
         self._width = len(text)
         self.stream.flush()

@@ -13,6 +13,7 @@ from specdiff.cli import options
 from specdiff.cli.common import Exit, Status, Subcommands, add_command, interrupt_sets, read_request
 from specdiff.errors import SpecdiffError
 from specdiff.lanes import Pair
+from specdiff.safe_text import visible
 from specdiff.steps import TokenStep
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ def command_run(args: argparse.Namespace) -> int:
         status.done()
     if writer is not None:
         saved = writer.finish(result.summary())
-        print(f"specdiff: saved session {saved}", file=sys.stderr)
+        print(f"specdiff: saved session {visible(str(saved))}", file=sys.stderr)
     if args.json:
         json.dump(result_json(result), sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -116,6 +117,6 @@ def exit_code(result: PairResult) -> int:
     errors = result.error_lines()
     if errors:
         for error in errors:
-            print(f"specdiff: error: {error}", file=sys.stderr)
+            print(f"specdiff: error: {visible(error)}", file=sys.stderr)
         return Exit.BAD_INPUT
     return Exit.SAME if result.comparison.identical else Exit.DIFFERENT

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from specdiff.cli import options
 from specdiff.cli.common import CommandParser, Exit, Subcommands, add_command
 from specdiff.cli.replay import replay_file
+from specdiff.safe_text import visible
 
 if TYPE_CHECKING:
     from specdiff.sessions.catalog import SessionInfo
@@ -44,7 +45,8 @@ def command_sessions(args: argparse.Namespace) -> int:
         return replay_file(resolve_in(directory, args.reference, infos), args)
     if args.json:
         for info in infos:
-            print(json.dumps(session_json(info), ensure_ascii=False))
+            # ASCII: control characters in a shared file stay escapes on the terminal
+            print(json.dumps(session_json(info), ensure_ascii=True))
     else:
         print_listing(directory, infos)
     return Exit.SAME
@@ -52,20 +54,22 @@ def command_sessions(args: argparse.Namespace) -> int:
 
 def print_listing(directory: Path, infos: list[SessionInfo]) -> None:
     if not infos:
-        print(f"no sessions in {directory} (save one with `specdiff run --save` or `s` in the TUI)")
+        print(
+            f"no sessions in {visible(str(directory))} "
+            "(save one with `specdiff run --save` or `s` in the TUI)"
+        )
         return
-    print(f"sessions in {directory}:")
+    print(f"sessions in {visible(str(directory))}:")
     print(f"{'#':>3}  {'date (UTC)':<16}  {'pair':<16}  {'diverged at':<12}  {'tokens':>9}  prompt")
     for number, info in enumerate(infos, 1):
         if info.problem is not None:
-            print(f"{number:>3}  {info.path.name}: unreadable ({info.problem})")
+            print(f"{number:>3}  {visible(info.path.name)}: unreadable ({visible(info.problem)})")
             continue
         tokens = "/".join(str(n) for n in info.generated) if info.generated else "?"
-        prompt = " ".join(info.prompt.split())
-        prompt = prompt if len(prompt) <= 40 else prompt[:39] + "…"
+        prompt = visible(" ".join(info.prompt.split()), limit=40)
         print(
-            f"{number:>3}  {info.when:<16}  {info.pair[:16]:<16}  {info.diverged:<12}  "
-            f"{tokens:>9}  {prompt}"
+            f"{number:>3}  {visible(info.when, 16):<16}  {visible(info.pair, 16):<16}  "
+            f"{info.diverged:<12}  {tokens:>9}  {prompt}"
         )
     print("open one with: specdiff sessions open NUMBER (or replay, verify, export its file)")
 

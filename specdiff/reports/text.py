@@ -2,6 +2,8 @@
 
 Every number printed carries what it needs to be read: the generation length with
 the fork index, the lane configuration with the speed, the build with the result.
+Every string may come from a shared session or a server: one-line fields go through
+`visible`, lane text through `terminal_text`, so none holds a control character.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 
 from specdiff.compare import Fork, LaneAtFork, PickView
 from specdiff.lanes import differences
+from specdiff.safe_text import terminal_text, visible
 from specdiff.sessions.format import CRASHED, LaneOutcome, PairResult
 from specdiff.steps import text_of
 
@@ -32,7 +35,7 @@ def pick_text(view: PickView, pieces: dict[int, bytes]) -> str:
 
 def _lane_line(outcome: LaneOutcome) -> str:
     parts = [
-        f"lane {outcome.lane_id}  {outcome.lane.describe():<40}",
+        f"lane {outcome.lane_id}  {visible(outcome.lane.describe()):<40}",
         f"{len(outcome.steps):>4} tokens",
         f"{outcome.tokens_per_second:6.1f} tok/s",
     ]
@@ -43,13 +46,13 @@ def _lane_line(outcome: LaneOutcome) -> str:
     if outcome.stop_reason == CRASHED:
         parts.append("CRASHED (below)")
     elif outcome.error:
-        parts.append(f"ERROR: {outcome.error}")
+        parts.append(f"ERROR: {visible(outcome.error)}")
     return "  ".join(parts)
 
 
 def _indent(text: str, width: int = 96) -> str:
     lines = []
-    for line in text.splitlines() or [""]:
+    for line in terminal_text(text).splitlines() or [""]:
         lines.extend(textwrap.wrap(line, width) or [""])
     return "\n".join("    " + line for line in lines)
 
@@ -58,7 +61,7 @@ def format_result(result: PairResult) -> str:
     comparison = result.comparison
     a, b = result.a, result.b
     out = [
-        f"pair {result.pair.name}: {result.pair.description}".rstrip(": "),
+        f"pair {visible(result.pair.name)}: {visible(result.pair.description)}".rstrip(": "),
         f"prompt: {len(result.prompt_tokens)} tokens, max {result.max_tokens} new",
         _lane_line(a),
         _lane_line(b),
@@ -76,7 +79,7 @@ def format_result(result: PairResult) -> str:
     if result.cancelled:
         out.append("cancelled before the end; what follows covers the tokens produced")
     if result.crashed:
-        out.append(f"CRASHED: {result.error_lines()[0]}")
+        out.append(f"CRASHED: {visible(result.error_lines()[0])}")
         out.append("what follows covers the tokens produced before the crash")
     out.extend(_no_fork_lines(result) if fork is None else _fork_lines(result, fork))
     out.append("")
@@ -97,8 +100,8 @@ def _no_fork_lines(result: PairResult) -> list[str]:
     else:
         verdict = (
             f"SAME TOKENS, DIFFERENT LENGTHS: a stopped after {comparison.length_a}, "
-            f"b after {comparison.length_b} ({a.stop_reason or a.error} / "
-            f"{b.stop_reason or b.error})."
+            f"b after {comparison.length_b} ({visible(str(a.stop_reason or a.error))} / "
+            f"{visible(str(b.stop_reason or b.error))})."
         )
     return [
         verdict,
@@ -135,7 +138,8 @@ def _executed_lines(result: PairResult) -> list[str]:
             f" · {ex.get('repack_choice') or ('repack on' if ex.get('repack') else 'repack off')}"
             f" · n_ctx {ex.get('n_ctx')}"
         )
-    return out
+    # the build, model ids and paths are what a server or a session says they are
+    return [visible(line) for line in out]
 
 
 def _fork_lines(result: PairResult, fork: Fork) -> list[str]:
