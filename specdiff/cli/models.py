@@ -7,6 +7,7 @@ import os
 import sys
 
 from specdiff.cli.common import ArgumentError, CommandParser, Exit, Status, Subcommands, add_command
+from specdiff.safe_text import visible
 
 
 def add_parser(commands: Subcommands) -> None:
@@ -33,7 +34,7 @@ def command_models(args: argparse.Namespace) -> int:
     for entry in entries:
         print(
             f"{entry.role:<18} {entry.quantization:<8} {entry.size / 1e6:>7.1f}MB  "
-            f"{entry.sha256[:12]}  {entry.path}"
+            f"{entry.sha256[:12]}  {visible(str(entry.path))}"
         )
     return Exit.SAME
 
@@ -53,5 +54,5 @@ def make_variants(args: argparse.Namespace, status: Status) -> int:
     base = base_model_path(args.model, status.message)
     threads = args.threads or os.cpu_count() or 1
     for quant in wanted:
-        print(make_variant(base, quant, threads, status.message))
+        print(visible(str(make_variant(base, quant, threads, status.message))))
     return Exit.SAME

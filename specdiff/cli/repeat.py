@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from specdiff.cli import options
 from specdiff.cli.common import Exit, Status, Subcommands, add_command, interrupt_sets, read_prompt
 from specdiff.lanes import Lane, apply_overrides, parse_overrides
+from specdiff.safe_text import terminal_text
 
 if TYPE_CHECKING:
     from specdiff.steps import TokenStep
@@ -105,10 +106,11 @@ def command_repeat(args: argparse.Namespace) -> int:
             doing="repeating the prompt" + (f" against {lane.endpoint}" if served else ""),
         )
     if args.json:
-        json.dump(data, sys.stdout, indent=1, ensure_ascii=False)
+        # ASCII: a completion's control characters stay escapes on the terminal
+        json.dump(data, sys.stdout, indent=1, ensure_ascii=True)
         sys.stdout.write("\n")
     else:
-        print(format_summary(data))
+        print(terminal_text(format_summary(data)))
     if data["cancelled"]:
         return Exit.INTERRUPTED
     return Exit.SAME if data["unique"] <= 1 else Exit.DIFFERENT

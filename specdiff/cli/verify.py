@@ -7,6 +7,7 @@ import sys
 
 from specdiff.cli import options
 from specdiff.cli.common import Exit, Status, Subcommands, add_command
+from specdiff.safe_text import visible
 
 
 def add_parser(commands: Subcommands) -> None:
@@ -43,13 +44,15 @@ def command_verify(args: argparse.Namespace) -> int:
     if result.crashed:
         # a re-run that died says nothing about drift: report the crash, not a length change
         for line in result.error_lines():
-            print(f"specdiff: error: {line}", file=sys.stderr)
+            print(f"specdiff: error: {visible(line)}", file=sys.stderr)
         return Exit.BAD_INPUT
     drift = first_drift(session, {"a": result.a.token_ids, "b": result.b.token_ids})
-    changes = environment_changes(header, result.build, executed)
+    # the recorded build, system info and file name are what the session file says
+    changes = [visible(change) for change in environment_changes(header, result.build, executed)]
+    name = visible(session.path.name)
     if drift is None:
         total = len(session.steps["a"]) + len(session.steps["b"])
-        print(f"verified: all {total} recorded steps came out again ({session.path.name})")
+        print(f"verified: all {total} recorded steps came out again ({name})")
         for change in changes:
             print(f"  note: {change}")
         return Exit.SAME
@@ -57,12 +60,12 @@ def command_verify(args: argparse.Namespace) -> int:
     if drift.length_changed:
         print(f"{where}: the lane stopped at another length")
     else:
-        print(f"{where}: recorded token {drift.recorded}, now {drift.now} ({session.path.name})")
+        print(f"{where}: recorded token {drift.recorded}, now {drift.now} ({name})")
     print(
         "what changed since the recording: "
         + ("; ".join(changes) if changes else "nothing in build, system info or model hashes")
     )
     cause = likely_cause(header.build, result.build)
     if cause is not None:
-        print(f"likely cause: {cause}")
+        print(f"likely cause: {visible(cause)}")
     return Exit.DIFFERENT
