@@ -1,12 +1,14 @@
 """The specdiff command line: one module per command, each holding its options beside its
 handler; this one assembles them and turns errors into exit codes.
 
-Exit codes: 0 the lanes agree, 1 they differ, 2 bad input (one line on stderr, no
-traceback), 130 interrupted.
+Exit codes: 0 the lanes agree, 1 they differ (or the output could not be written to
+the end: a full disk, a closed pipe), 2 bad input (one line on stderr, no traceback),
+130 interrupted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
@@ -27,6 +29,7 @@ from specdiff.cli import (
 )
 from specdiff.cli.common import CommandParser, Exit
 from specdiff.errors import SpecdiffError
+from specdiff.files import OutputLost, lost_output
 from specdiff.lanes import LANE_KEYS
 from specdiff.safe_text import guarded_output, visible
 
@@ -65,17 +68,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         if handler is None:
             parser.print_help()
             return Exit.BAD_INPUT
-        return int(handler(args))
+        code = int(handler(args))
+        # here, not at interpreter exit, where a full device or a closed pipe would end
+        # in Python's own "Exception ignored" message and exit status 120
+        sys.stdout.flush()
+        return code
+    except OutputLost as error:
+        return output_lost(error)
     except SpecdiffError as error:
-        print(f"specdiff: error: {visible(str(error))}", file=sys.stderr)
+        say(f"specdiff: error: {visible(str(error))}")
         return Exit.BAD_INPUT
-    except BrokenPipeError:
-        # the reader went away (`specdiff run --json | head`): nothing more to say
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return Exit.BAD_INPUT
+    except OSError as error:
+        lost = lost_output(error)
+        if lost is None:
+            raise
+        return output_lost(lost)
     except KeyboardInterrupt:
-        print("specdiff: interrupted", file=sys.stderr)
+        say("specdiff: interrupted")
         return Exit.INTERRUPTED
+
+
+def say(line: str) -> None:
+    """One line on stderr, or nothing when stderr itself cannot be written."""
+    with contextlib.suppress(OSError):
+        print(line, file=sys.stderr, flush=True)
+
+
+def output_lost(error: OutputLost) -> int:
+    """Exit 1 with one line once output could not be written to the end. Whatever
+    stdout still holds goes to the null device, as the Python documentation advises
+    for a broken pipe, so that the flush at interpreter exit cannot fail again."""
+    try:
+        sys.stdout.flush()
+    except OSError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    say(f"specdiff: error: {visible(str(error))}")
+    return Exit.FAILED
 
 
 if __name__ == "__main__":

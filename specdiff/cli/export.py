@@ -8,6 +8,7 @@ from pathlib import Path
 
 from specdiff.cli import options
 from specdiff.cli.common import Exit, Subcommands, add_command
+from specdiff.files import check_replaceable
 
 
 def add_parser(commands: Subcommands) -> None:
@@ -22,7 +23,9 @@ def add_parser(commands: Subcommands) -> None:
         "--format", metavar="FORMAT", help="md, html or json (default: --output's suffix, else md)"
     )
     export.add_argument("--output", "-o", metavar="PATH", help="where to write (default: stdout)")
-    export.add_argument("--force", action="store_true", help="overwrite an existing --output")
+    export.add_argument(
+        "--force", action="store_true", help="overwrite an existing --output (a regular file)"
+    )
     options.add_near_tie(export)
 
 
@@ -35,7 +38,10 @@ def command_export(args: argparse.Namespace) -> int:
     fmt = report_format(args.format, args.output)
     output = None if args.output in (None, "-") else Path(args.output).expanduser()
     if output is not None:
-        check_output(output, args.force)  # refuse before the work of loading and rendering
+        # refuse before the work of loading and rendering: a device, pipe or folder
+        # first, whatever --force says, then an existing file without --force
+        check_replaceable(output)
+        check_output(output, args.force)
     report = export_session(load_session(args.session), fmt, args.near_tie)
     if output is not None:
         write_report(report, output, args.force)

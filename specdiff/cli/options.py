@@ -1,14 +1,66 @@
 """The option groups several commands take, each defined once so that its name, default
-and help read the same in every command."""
+and help read the same in every command; and the number types every numeric option is
+read with, so that nan, inf, a negative count or a budget no context could hold is
+refused on the command line, in one line, before any work."""
 
 from __future__ import annotations
 
 import argparse
+import math
+from collections.abc import Callable
 
 from specdiff.compare import DEFAULT_NEAR_TIE
+from specdiff.lanes import BOUNDS
 
 DEFAULT_PAIR = "spec-vs-plain"
 DEFAULT_MAX_TOKENS = 200
+MAX_TOKENS_LIMIT = BOUNDS["n_ctx"][1]
+"""No lane's context holds more tokens than this, so no budget may ask for more."""
+
+
+def whole_number(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from low to high, both included."""
+
+    def read(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, got {value}")
+        return value
+
+    return read
+
+
+def finite_number(low: float, above: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number at least low (above low, when `above`)."""
+    wanted = f"a finite number {'above' if above else 'of at least'} {low:g}"
+
+    def read(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {wanted}, got {text!r}") from None
+        if not math.isfinite(value) or value < low or above and value == low:
+            raise argparse.ArgumentTypeError(f"must be {wanted}, got {text.strip()}")
+        return value
+
+    return read
+
+
+token_budget = whole_number(1, MAX_TOKENS_LIMIT)
+"""--max-tokens: at least one token, at most what the largest context holds."""
+thread_count = whole_number(0, BOUNDS["threads"][1])
+"""--threads: 0 for the default, else how many."""
+context_size = whole_number(*BOUNDS["n_ctx"])
+"""--ctx-size: what a lane's n_ctx allows."""
+run_count = whole_number(1, 100_000)
+"""repeat -n: every run's tokens are kept for the summary, so not without end."""
+companion_count = whole_number(0, 255)
+"""repeat --companions: llama.cpp holds at most 256 sequences in one batch."""
+concurrency = whole_number(1, 1024)
+"""repeat --concurrency: requests in flight at once."""
 
 
 def add_lane_options(parser: argparse.ArgumentParser, one_pair: bool = True) -> None:
@@ -38,14 +90,26 @@ def add_request_options(parser: argparse.ArgumentParser) -> None:
     """Everything `common.read_request` reads: the pair, the prompt and the limits."""
     add_lane_options(parser)
     add_prompt_options(parser)
-    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
+    add_max_tokens(parser)
     add_near_tie(parser)
+
+
+def add_max_tokens(
+    parser: argparse.ArgumentParser, default: int | None = DEFAULT_MAX_TOKENS
+) -> None:
+    """--max-tokens; a default of None lets a stored setting (a resumed suite) decide."""
+    parser.add_argument(
+        "--max-tokens",
+        type=token_budget,
+        default=default,
+        help=f"tokens per lane (default {DEFAULT_MAX_TOKENS})",
+    )
 
 
 def add_near_tie(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--near-tie",
-        type=float,
+        type=finite_number(0.0),
         default=DEFAULT_NEAR_TIE,
         help=f"margin below which a step counts as a near tie (default {DEFAULT_NEAR_TIE})",
     )
@@ -78,7 +142,7 @@ def add_replay_options(parser: argparse.ArgumentParser) -> None:
     pace = parser.add_mutually_exclusive_group()
     pace.add_argument(
         "--speed",
-        type=float,
+        type=finite_number(0.0, above=True),
         default=1.0,
         help="play at this multiple of the recorded pace (default 1)",
     )
