@@ -21,6 +21,7 @@ from specdiff.cli.common import (
     known_pairs,
     resolve_pair,
 )
+from specdiff.errors import printable
 from specdiff.prompts import SETS
 
 if TYPE_CHECKING:
@@ -55,9 +56,7 @@ def add_parser(commands: Subcommands) -> None:
         metavar="PAIR",
         help=f"pair to run (repeatable; default {options.DEFAULT_PAIR})",
     )
-    suite.add_argument(
-        "--max-tokens", type=int, help=f"tokens per lane (default {options.DEFAULT_MAX_TOKENS})"
-    )
+    options.add_max_tokens(suite, default=None)
     suite.add_argument("--report", required=True, metavar="DIR", help="the report folder")
     options.add_near_tie(suite)
     suite.add_argument(
@@ -80,7 +79,8 @@ def add_parser(commands: Subcommands) -> None:
 
 
 def command_suite(args: argparse.Namespace) -> int:
-    """Exit 0 when every run finished, 1 when some lane failed or crashed, 130 when stopped."""
+    """Exit 0 when every run finished; 1 when some lane failed or crashed, a pair would not
+    load, or no run finished at all (with the reason); 130 when stopped."""
     # deferred: the engine, session and report modules load only for the command that runs
     from specdiff.reports.suite import write_reports
     from specdiff.suite.folder import prepare_report_dir, read_suite_file, write_settings
@@ -124,8 +124,12 @@ def command_suite(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return Exit.INTERRUPTED
+    why = outcome.nothing_ran()
+    if why is not None:
+        print(f"specdiff: no run of the suite finished: {printable(why, 400)}", file=sys.stderr)
+        return Exit.DIFFERENT
     failed = sum(pair["summary"]["failed"] + pair["summary"]["crashed"] for pair in data["pairs"])
-    return Exit.DIFFERENT if failed else Exit.SAME
+    return Exit.DIFFERENT if failed or outcome.unloaded else Exit.SAME
 
 
 def given_suite(
@@ -208,6 +212,13 @@ def print_summary(data: dict[str, Any], paths: list[Path]) -> None:
     for pair in data["pairs"]:
         summary = pair["summary"]
         ran = summary["prompts"] - summary["failed"] - summary["crashed"]
+        failures = (f", {summary['failed']} failed" if summary["failed"] else "") + (
+            f", {summary['crashed']} crashed" if summary["crashed"] else ""
+        )
+        if not ran:
+            # "identical 0 of 0" would read as a result
+            print(f"{pair['label']}: no run finished{failures}")
+            continue
         speed = f", speed a/b {summary['speedup']:.2f}x" if summary["speedup"] else ""
         teacher = summary.get("teacher_forced")
         flips = (
@@ -215,9 +226,5 @@ def print_summary(data: dict[str, Any], paths: list[Path]) -> None:
             if teacher
             else ""
         )
-        print(
-            f"{pair['label']}: identical {summary['identical']} of {ran}{speed}{flips}"
-            + (f", {summary['failed']} failed" if summary["failed"] else "")
-            + (f", {summary['crashed']} crashed" if summary["crashed"] else "")
-        )
+        print(f"{pair['label']}: identical {summary['identical']} of {ran}{speed}{flips}{failures}")
     print(f"report: {paths[2]} (also {', '.join(p.name for p in paths if p != paths[2])})")

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from specdiff.errors import SpecdiffError
+from specdiff.errors import SpecdiffError, printable
 from specdiff.files import write_text_atomic
 from specdiff.sessions.store import SUFFIX, safe_name
 from specdiff.suite import SuiteError
@@ -45,8 +45,11 @@ def prepare_report_dir(
         stored = read_suite_file(report_dir)
         try:
             stored_settings = settings_from_json(stored)
-        except (ValueError, KeyError, TypeError, SpecdiffError) as error:
-            raise SuiteError(f"{report_dir / SUITE_FILE}: cannot read it ({error})") from None
+        except (ValueError, KeyError, TypeError, AttributeError, SpecdiffError) as error:
+            raise SuiteError(
+                f"{report_dir / SUITE_FILE}: cannot read it ({printable(str(error))}); "
+                "start the suite again in a new --report folder"
+            ) from None
         if settings is not None and prompts is not None:
             check_resume(stored, settings, prompts, report_dir)
         return stored_settings
@@ -65,8 +68,9 @@ def read_suite_file(report_dir: Path) -> dict[str, Any]:
             f"{report_dir} holds no stopped suite ({SUITE_FILE} is missing); "
             "drop --resume to start one"
         ) from None
-    except (OSError, ValueError) as error:
-        raise SuiteError(f"{suite_file}: cannot read it ({error})") from None
+    except (OSError, ValueError, RecursionError) as error:
+        reason = "nested too deep" if isinstance(error, RecursionError) else str(error)
+        raise SuiteError(f"{suite_file}: cannot read it ({printable(reason)})") from None
     if not isinstance(stored, dict):
         raise SuiteError(f"{suite_file}: cannot read it (not a JSON object)")
     return stored

@@ -107,3 +107,33 @@ def record_from_session(
         ),
         teacher=teacher_stats(a, b) if session.header.teacher_forced else None,
     )
+
+
+UNREADABLE = "unreadable"
+"""Both lanes' stop reason in the record of a run whose session file cannot be read."""
+
+
+def unreadable_record(
+    label: str, quant: str, prompt_id: str, relative: str, why: str
+) -> PromptRecord:
+    """The record of a run whose session file cannot be read (corrupt, cut short, a value
+    a reader rejects): a failed run with the reason as both lanes' error, so the report
+    counts it and `--resume` runs it again."""
+    return PromptRecord(
+        pair=label,
+        quant=quant,
+        prompt_id=prompt_id,
+        session=relative,
+        summary=RunSummary(
+            identical=False,
+            fork_index=None,
+            fork_margins=None,
+            generated=(0, 0),
+            tokens_per_second=(0.0, 0.0),
+            output_sha256=("", ""),
+            stop_reasons=(UNREADABLE, UNREADABLE),
+            errors=(why, why),
+            cancelled=False,
+        ),
+        near_ties=(0, 0),
+    )

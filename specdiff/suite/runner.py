@@ -3,7 +3,9 @@ session file as it goes; runs whose files exist already are read back instead.
 
 The lanes run in a worker process (`PairWorker`): a native crash in llama.cpp ends one
 prompt's run, whose session keeps every step that arrived and names the crash in its
-footer, and a fresh worker runs the next prompt. A resumed suite runs crashed prompts
+footer, and a fresh worker runs the next prompt. A run whose session file cannot be
+read back (corrupt, cut short, holding a value a reader rejects) is recorded as failed
+with the reason. A resumed suite runs crashed, failed-to-read and cut-short prompts
 again."""
 
 from __future__ import annotations
@@ -16,12 +18,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specdiff.errors import SpecdiffError
+from specdiff.errors import SpecdiffError, printable
 from specdiff.lanes import Pair
 from specdiff.sessions.format import SessionHeader
 from specdiff.sessions.store import (
     PARTIAL_SUFFIX,
-    Session,
     SessionWriter,
     load_session,
 )
@@ -29,11 +30,15 @@ from specdiff.steps import TokenStep
 from specdiff.suite import SuiteError
 from specdiff.suite.folder import session_path
 from specdiff.suite.prompts import SuitePrompt
-from specdiff.suite.records import PromptRecord, record_from_session
+from specdiff.suite.records import PromptRecord, record_from_session, unreadable_record
 from specdiff.suite.settings import SuiteSettings
 
 if TYPE_CHECKING:
     from specdiff.engine.worker import PairWorker
+
+UNREADABLE_ERRORS = (SpecdiffError, ValueError, TypeError, KeyError, IndexError, RecursionError)
+"""What reading a session file back may raise: a file shared, edited or cut short must
+fail its own run, never the suite."""
 
 
 class PromptSkipped(Exception):
@@ -86,6 +91,28 @@ class SuiteOutcome:
     resumed: int
     started: str
     skipped_runs: int = 0
+    unloaded: list[str] = field(default_factory=list)
+    """`label: why` for each pair (variant) whose models would not load."""
+
+    @property
+    def finished_runs(self) -> int:
+        """Runs that came to an end: neither failed (unreadable included) nor crashed."""
+        return sum(1 for r in self.records if not r.summary.failed and not r.summary.crashed)
+
+    def nothing_ran(self) -> str | None:
+        """Why no run of the suite came to an end, when none did and it was not stopped:
+        a pair that would not load, else the first failed or crashed run's error."""
+        if self.cancelled or self.finished_runs:
+            return None
+        if self.unloaded:
+            return self.unloaded[0]
+        for record in self.records:
+            error = next((e for e in record.summary.errors if e), None)
+            if error:
+                return f"{record.pair} {record.prompt_id}: {error}"
+        if self.skipped:
+            return self.skipped[0]
+        return "the prompt set is empty" if not self.prompts else None
 
 
 @dataclass
@@ -149,6 +176,7 @@ class SuiteRun:
         self.cancel = cancel or threading.Event()
         self.skipped_runs = 0
         """Runs that could not start (a prompt too long, a pair that would not load)."""
+        self.unloaded: list[str] = []
 
     def run(self) -> SuiteOutcome:
         started = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -173,19 +201,28 @@ class SuiteRun:
             resumed=tally.resumed,
             started=started,
             skipped_runs=self.skipped_runs,
+            unloaded=self.unloaded,
         )
 
     def _read_back(self, label: str, quant: str, tally: _Tally) -> list[SuitePrompt]:
-        """Record the prompts whose session files a stopped run left; returns the others,
-        crashed ones among them (their files are replaced when they run again)."""
+        """Record the prompts whose session files a stopped run left; returns the others:
+        crashed runs, and files that cannot be read or were cut short, among them (their
+        files are replaced when they run again)."""
         pending = []
         for prompt in self.prompts:
             path = session_path(self.report_dir, label, prompt)
-            session = load_session(path) if path.exists() else None
-            if session is None or session.summary().crashed:
+            if not path.exists():
                 pending.append(prompt)
                 continue
-            self._record(session, path, label, quant, prompt, tally)
+            read = self._read_record(path, label, quant, prompt, tally)
+            if isinstance(read, str):
+                self.on_message(f"running {label} {prompt.id} again: {read}")
+                pending.append(prompt)
+                continue
+            if read.summary.crashed:
+                pending.append(prompt)
+                continue
+            tally.records.append(read)
             tally.resumed += 1
             tally.job += 1
         return pending
@@ -219,7 +256,7 @@ class SuiteRun:
                 tally.done_seconds += time.perf_counter() - job_began
                 tally.run_jobs += 1
                 tally.job += 1
-                self._record(load_session(path), path, label, quant, prompt, tally)
+                self._record_run(path, label, quant, prompt, tally)
         finally:
             variant.runner.close()
         return False
@@ -237,6 +274,7 @@ class SuiteRun:
             return PairWorker(pair, self.on_message, self.cancel)
         except SpecdiffError as error:
             self._skip(tally, label, [f"{prompt.id}: {error}" for prompt in pending], str(error))
+            self.unloaded.append(f"{label}: {error}")
             return None
 
     def _skip(self, tally: _Tally, label: str, runs: list[str], why: str) -> None:
@@ -246,22 +284,37 @@ class SuiteRun:
         tally.job += len(runs)
         self.on_message(f"skipped {label}: {why}")
 
-    def _record(
-        self,
-        session: Session,
-        path: Path,
-        label: str,
-        quant: str,
-        prompt: SuitePrompt,
-        tally: _Tally,
-    ) -> None:
-        if label not in tally.executed:
-            header = session.header.to_json()
-            tally.executed[label] = {key: header[key] for key in ("lanes", "executed", "build")}
+    def _read_record(
+        self, path: Path, label: str, quant: str, prompt: SuitePrompt, tally: _Tally
+    ) -> PromptRecord | str:
+        """The run's record from its session file, or why the file cannot give one; the
+        first readable file of a variant gives its configuration."""
         relative = str(path.relative_to(self.report_dir))
-        tally.records.append(
-            record_from_session(session, label, quant, prompt.id, relative, self.settings.near_tie)
-        )
+        try:
+            session = load_session(path)
+            if session.footer is None:
+                return f"{relative} ends before its footer (the run was cut short)"
+            record = record_from_session(
+                session, label, quant, prompt.id, relative, self.settings.near_tie
+            )
+            header = session.header.to_json()
+        except UNREADABLE_ERRORS as error:
+            if isinstance(error, SpecdiffError):
+                return printable(str(error), 300)
+            return f"cannot read {relative}: {printable(repr(error), 300)}"
+        tally.executed.setdefault(label, {k: header[k] for k in ("lanes", "executed", "build")})
+        return record
+
+    def _record_run(
+        self, path: Path, label: str, quant: str, prompt: SuitePrompt, tally: _Tally
+    ) -> None:
+        """Record the run just written; one that cannot be read back is a failed run."""
+        read = self._read_record(path, label, quant, prompt, tally)
+        if isinstance(read, str):
+            self.on_message(f"failed: {label} {prompt.id}: {read}")
+            relative = str(path.relative_to(self.report_dir))
+            read = unreadable_record(label, quant, prompt.id, relative, read)
+        tally.records.append(read)
 
     def _run_one(self, variant: _Variant, prompt: SuitePrompt, tally: _Tally) -> tuple[Path, bool]:
         """Run one prompt into its session file; True when the suite was stopped."""

@@ -3,6 +3,7 @@ suite.json, and the check that a resumed suite runs what the stopped one did."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -91,24 +92,49 @@ def check_quants(quants: Iterable[str]) -> tuple[str, ...]:
 
 
 def settings_from_json(data: dict[str, Any]) -> SuiteSettings:
-    pairs = tuple(
-        Pair(
-            str(p["name"]),
-            lane_from_dict(p["a"]),
-            lane_from_dict(p["b"]),
-            str(p.get("description", "")),
-        )
-        for p in data["pairs"]
-    )
+    """The settings a suite.json holds; ValueError names the first field of the wrong
+    type or out of range (the file may have been edited, or written by hand)."""
+    pairs = _typed(data, "pairs", list)
+    if not pairs or not all(isinstance(p, dict) for p in pairs):
+        raise ValueError("pairs must be a list of pair objects")
+    max_tokens = _typed(data, "max_tokens", int)
+    near_tie = _typed(data, "near_tie", (int, float))
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be at least 1, not {max_tokens}")
+    if not math.isfinite(near_tie) or near_tie < 0:
+        raise ValueError(f"near_tie must be a finite number >= 0, not {near_tie}")
     return SuiteSettings(
-        source=str(data["source"]),
-        pairs=pairs,
-        max_tokens=int(data["max_tokens"]),
-        near_tie=float(data["near_tie"]),
-        teacher_forced=bool(data["teacher_forced"]),
-        quants=tuple(data.get("quants", ())),
-        stop=tuple(data.get("stop", ())),
+        source=_typed(data, "source", str),
+        pairs=tuple(
+            Pair(
+                str(p["name"]),
+                lane_from_dict(p["a"]),
+                lane_from_dict(p["b"]),
+                str(p.get("description", "")),
+            )
+            for p in pairs
+        ),
+        max_tokens=max_tokens,
+        near_tie=float(near_tie),
+        teacher_forced=_typed(data, "teacher_forced", bool),
+        quants=check_quants(_strings(data, "quants")),
+        stop=tuple(_strings(data, "stop")),
     )
+
+
+def _typed(data: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    value = data[key]
+    # JSON's true and false are ints to Python, and never a count or a threshold here
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise ValueError(f"{key} has the wrong type ({type(value).__name__})")
+    return value
+
+
+def _strings(data: dict[str, Any], key: str) -> list[str]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ValueError(f"{key} must be a list of strings")
+    return value
 
 
 def check_resume(
