@@ -206,11 +206,24 @@ class Lane:
         if self.prefix == "cached":
             return "prefix cached"
         if self.backend == "server":
-            return f"server {self.endpoint}"
+            return f"server {without_credentials(self.endpoint)}"
         return "plain"
 
     def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every key, as sessions, reports and suite.json record it: the endpoint without
+        the credentials a URL may carry."""
+        data = dataclasses.asdict(self)
+        data["endpoint"] = without_credentials(self.endpoint)
+        return data
+
+
+def without_credentials(url: str) -> str:
+    """`url` with any user name and password replaced by ***: a URL's credentials are as
+    secret as an API key, and lanes are printed and saved."""
+    parts = re.match(r"([A-Za-z][A-Za-z0-9+.-]*://)([^/?#]*)(.*)", url, re.DOTALL)
+    if parts is None or "@" not in parts[2]:
+        return url
+    return f"{parts[1]}***@{parts[2].rpartition('@')[2]}{parts[3]}"
 
 
 _FIELD_TYPES: dict[str, type] = {}

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from specdiff.engine.base import Cancelled
 from specdiff.errors import PromptError
-from specdiff.lanes import Lane, Pair
+from specdiff.lanes import Lane, Pair, without_credentials
 from specdiff.prompts import load as load_prompts
 from specdiff.steps import TokenStep, text_of
 
@@ -293,7 +293,7 @@ def summary(result: RepeatResult) -> dict[str, Any]:
         ],
     }
     if result.concurrency is not None:
-        data["endpoint"] = result.lane.endpoint
+        data["endpoint"] = without_credentials(result.lane.endpoint)
         data["concurrency"] = result.concurrency
     return data
 

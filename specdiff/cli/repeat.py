@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from specdiff.cli import options
 from specdiff.cli.common import Exit, Status, Subcommands, add_command, interrupt_sets, read_prompt
-from specdiff.lanes import Lane, apply_overrides, parse_overrides
+from specdiff.lanes import Lane, apply_overrides, parse_overrides, without_credentials
 from specdiff.safe_text import terminal_text
 
 if TYPE_CHECKING:
@@ -77,12 +77,11 @@ def command_repeat(args: argparse.Namespace) -> int:
     served = lane.backend == "server"
     width = args.concurrency if served else args.companions
     check_repeat(lane, prompt, args.runs, width, args.max_tokens)
+    where = without_credentials(lane.endpoint)
     status = Status(sys.stderr, not args.quiet)
     cancel = threading.Event()
     if served:
-        status.message(
-            f"repeat: {args.runs} requests to {lane.endpoint}, {args.concurrency} at a time"
-        )
+        status.message(f"repeat: {args.runs} requests to {where}, {args.concurrency} at a time")
     else:
         status.message(
             f"repeat: {args.runs} runs of a plain lane, each beside 0..{args.companions} "
@@ -103,7 +102,7 @@ def command_repeat(args: argparse.Namespace) -> int:
             (lane, prompt, args.runs, width, args.max_tokens),
             {"on_run": on_run, "progress": status.message},
             cancel,
-            doing="repeating the prompt" + (f" against {lane.endpoint}" if served else ""),
+            doing="repeating the prompt" + (f" against {where}" if served else ""),
         )
     if args.json:
         # ASCII: a completion's control characters stay escapes on the terminal

@@ -1,22 +1,42 @@
 """The HTTP side of a server lane: one httpx client, retries on refused connections,
-the API key, and error messages that never show it.
+the API key and URL credentials, and every byte of a server's answer bounded.
 
-The key is read from the environment variable the lane names, sent as a bearer token,
-and never written anywhere: every message is masked before it is cut short, so no
-part of the key survives a cut either.
+The key is read from the environment variable the lane names and sent as a bearer
+token; credentials in the endpoint URL are sent as HTTP basic auth. Neither is written
+anywhere: a server that echoes them (in its identity, its errors, its text) has them
+masked as *** before anything is kept or shown, and every message is masked before it
+is cut short, so no part of a secret survives a cut either.
+
+A server is not trusted to be well-behaved: bodies and event lines are read in chunks
+up to a limit, never whole, and compression is declined so that a limit on the bytes
+received is a limit on the bytes held.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from specdiff.engine.base import EngineError
-from specdiff.errors import LaneConfigError
-from specdiff.lanes import Lane
+from specdiff.errors import LaneConfigError, printable
+from specdiff.lanes import Lane, without_credentials
+
+MAX_LINE_BYTES = 1 << 20
+"""The longest event line read: a real event is a few kilobytes even with top-k 1024."""
+MAX_BODY_BYTES = 1 << 16
+"""The most of a non-streamed answer (identity, an error) that is read."""
+MESSAGE_CHARS = 400
+"""A lane error's length at most, the endpoint included."""
+QUOTED_CHARS = 160
+"""How much of a server's own words (an error body, a bad event) a message quotes."""
+MAX_MODELS = 16
+"""Model ids kept from /v1/models for the session header."""
 
 
 class ServerError(EngineError):
@@ -41,12 +61,70 @@ def read_api_key(lane: Lane, lane_id: str) -> str:
     return key
 
 
+def credentials(endpoint: str) -> list[str]:
+    """The secrets an endpoint URL carries: its password (or a user name that stands
+    alone, as a token does), as written and percent-decoded."""
+    try:
+        parts = urlsplit(endpoint)
+        user, password = parts.username, parts.password
+    except ValueError:  # a malformed port or address: httpx refuses it before sending
+        return []
+    secret = password if password else user
+    if not secret:
+        return []
+    return [secret, unquote(secret)]
+
+
 def reason(error: BaseException) -> str:
     """An httpx error in a few words."""
     text = str(error) or type(error).__name__
     if "Connection refused" in text:
         return "connection refused"
     return text.split("\n")[0][:120]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A non-streamed response, read up to MAX_BODY_BYTES."""
+
+    status: int
+    body: bytes
+    location: str = ""
+
+    def json(self) -> Any:
+        """The body as JSON, or None where it is not (or is cut, or nested too deep)."""
+        try:
+            return json.loads(self.body)
+        except (ValueError, RecursionError):
+            return None
+
+
+def read_bounded(chunks: Iterable[bytes], limit: int) -> bytes:
+    """At most `limit` bytes of a body; the rest is never read."""
+    data = bytearray()
+    for chunk in chunks:
+        data += chunk
+        if len(data) >= limit:
+            break
+    return bytes(data[:limit])
+
+
+def split_lines(chunks: Iterable[bytes], too_long: Callable[[], Exception]) -> Iterator[str]:
+    """The lines of a byte stream (\\n, \\r\\n or \\r ends one, as in server-sent
+    events); a line past MAX_LINE_BYTES raises `too_long()` instead of growing."""
+    pending = b""
+    for chunk in chunks:
+        pending += chunk
+        lines = pending.splitlines(keepends=True)
+        pending = lines.pop() if lines and not lines[-1].endswith((b"\n", b"\r")) else b""
+        for line in lines:
+            if len(line) > MAX_LINE_BYTES:
+                raise too_long()
+            yield line.rstrip(b"\r\n").decode("utf-8", "replace")
+        if len(pending) > MAX_LINE_BYTES:
+            raise too_long()
+    if pending:
+        yield pending.decode("utf-8", "replace")
 
 
 class ServerClient:
@@ -59,7 +137,15 @@ class ServerClient:
 
         self.lane = lane
         self.key = key
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.where = without_credentials(lane.endpoint)
+        """The endpoint as messages name it."""
+        found = [key, *credentials(lane.endpoint)]
+        self.secrets = sorted({s for s in found if s}, key=len, reverse=True)
+        """What a server must not get into a message, a session or the screen."""
+        # identity: a limit on the bytes received is then a limit on the bytes decoded
+        headers = {"Accept-Encoding": "identity"}
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
         self.client = httpx.Client(
             base_url=lane.endpoint.rstrip("/"),
             headers=headers,
@@ -67,21 +153,35 @@ class ServerClient:
         )
 
     def mask(self, text: str) -> str:
-        return text.replace(self.key, "***") if self.key else text
+        for secret in self.secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    def quote(self, text: str) -> str:
+        """A server's words, fit for a one-line message: masked, escaped, cut."""
+        return printable(self.mask(text), QUOTED_CHARS)
 
     def fail(self, what: str) -> ServerError:
-        return ServerError(self.mask(f"{self.lane.endpoint}: {what}"))
+        return ServerError(printable(self.mask(f"{self.where}: {what}"), MESSAGE_CHARS))
 
-    def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        """One request with retries on refused connections; returns the response."""
+    def request(self, method: str, path: str, **kwargs: Any) -> Answer:
+        """One request with retries on refused connections; its answer, bounded."""
         import httpx  # deferred, as in __init__
 
         attempt = 0
         while True:
             try:
-                return self.client.request(method, path, **kwargs)
+                with self.client.stream(method, path, **kwargs) as response:
+                    return self.answer(response)
             except httpx.HTTPError as error:
                 attempt = self._next_attempt(error, attempt, None)
+
+    def answer(self, response: Any) -> Answer:
+        return Answer(
+            response.status_code,
+            read_bounded(response.iter_raw(), MAX_BODY_BYTES),
+            response.headers.get("location", ""),
+        )
 
     def stream_lines(
         self, path: str, body: dict[str, Any], emitted: Callable[[], int]
@@ -91,12 +191,19 @@ class ServerClient:
         them, for the messages too)."""
         import httpx  # deferred, as in __init__
 
+        def too_long() -> ServerError:
+            return self.fail(
+                f"the server sent a line longer than {MAX_LINE_BYTES // 1024} KiB "
+                f"after {emitted()} tokens; no event is that long"
+            )
+
         attempt = 0
         while True:
             try:
                 with self.client.stream("POST", path, json=body) as response:
-                    self.check_status(response)
-                    yield from response.iter_lines()
+                    if response.status_code != 200:
+                        self.check_status(self.answer(response))
+                    yield from split_lines(response.iter_raw(), too_long)
                 return
             except httpx.HTTPError as error:
                 attempt = self._next_attempt(error, attempt, emitted())
@@ -131,50 +238,74 @@ class ServerClient:
             return self.fail(f"the connection broke{after} ({reason(error)})")
         return self.fail(f"the request failed{after} ({type(error).__name__}: {reason(error)})")
 
-    def check_status(self, response: Any) -> None:
-        if response.status_code == 200:
+    def check_status(self, answer: Answer) -> None:
+        """Nothing for a 200; else the ServerError that says what the server answered."""
+        status = answer.status
+        if status == 200:
             return
-        body = self.mask(response.read().decode("utf-8", "replace"))
-        try:
-            message = json.loads(body).get("error", body)
-            if isinstance(message, dict):
-                message = message.get("message", body)
-        except (ValueError, AttributeError):
-            message = body
-        message = " ".join(str(message).split())[:300]
-        if response.status_code in (401, 403):
+        if status in (401, 403):
             where = f"${self.lane.api_key_env}" if self.lane.api_key_env else "api_key_env"
+            raise self.fail(f"the server refused the API key (HTTP {status}); check {where}")
+        if 300 <= status < 400:
+            location = self.quote(without_credentials(answer.location)) or "nowhere"
             raise self.fail(
-                f"the server refused the API key (HTTP {response.status_code}); check {where}"
+                f"the server redirects to {location} (HTTP {status}), which specdiff does "
+                "not follow; set endpoint= to the server that answers"
             )
-        raise self.fail(f"HTTP {response.status_code}: {message or 'no details'}")
+        text = answer.body.decode("utf-8", "replace")
+        message: Any = answer.json()
+        if isinstance(message, dict):
+            message = message.get("error", text)
+            if isinstance(message, dict):
+                message = message.get("message", text)
+        message = " ".join(str(message if message is not None else text).split())
+        raise self.fail(f"HTTP {status}: {self.quote(message) or 'no details'}")
 
     def identity(self) -> dict[str, Any]:
-        """What the server says it runs: its models, and llama-server's /props."""
+        """What the server says it runs: its models, and llama-server's /props; only
+        short texts and whole numbers, masked, since the session header keeps them."""
         identity: dict[str, Any] = {}
-        response = self.request("GET", "/v1/models")
-        if response.status_code == 200:
-            try:
-                identity["models"] = [m.get("id") for m in response.json().get("data", [])]
-            except (ValueError, AttributeError):
-                identity["models"] = []
-        elif response.status_code in (401, 403):
-            self.check_status(response)
+        answer = self.request("GET", "/v1/models")
+        if answer.status == 200:
+            data = answer.json()
+            listed = data.get("data") if isinstance(data, dict) else None
+            models = listed if isinstance(listed, list) else []
+            identity["models"] = [
+                self.quote(m["id"])
+                for m in models[:MAX_MODELS]
+                if isinstance(m, dict) and isinstance(m.get("id"), str)
+            ]
+        elif answer.status in (401, 403):
+            self.check_status(answer)
         props = self.request("GET", "/props")
-        if props.status_code == 200:
-            try:
-                data = props.json()
-            except ValueError:
-                data = {}
-            if not isinstance(data, dict):
-                data = {}
-            for key in ("build_info", "model_path", "total_slots", "n_ctx"):
-                if key in data:
-                    identity[key] = data[key]
-            settings = data.get("default_generation_settings") or {}
+        data = props.json() if props.status == 200 else None
+        if isinstance(data, dict):
+            settings = data.get("default_generation_settings")
             if isinstance(settings, dict) and "n_ctx" in settings:
-                identity["n_ctx"] = settings["n_ctx"]
+                data = {**data, "n_ctx": settings["n_ctx"]}
+            for key in ("build_info", "model_path"):
+                if isinstance(data.get(key), str):
+                    identity[key] = self.quote(data[key])
+            for key in ("total_slots", "n_ctx"):
+                if _whole(data.get(key)):
+                    identity[key] = data[key]
         return identity
 
     def close(self) -> None:
         self.client.close()
+
+
+def _whole(value: object) -> bool:
+    """A count a header can hold: an int, not a bool, from 0 to 2**31."""
+    return type(value) is int and 0 <= value <= 1 << 31
+
+
+def finite(value: object, low: float, high: float) -> float | None:
+    """`value` as a float when it is a number from `low` to `high`, else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int past a float's range
+        return None
+    return number if math.isfinite(number) and low <= number <= high else None

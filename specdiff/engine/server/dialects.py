@@ -11,13 +11,23 @@ each streamed event becomes tokens.
 from __future__ import annotations
 
 import json
+import re
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from specdiff.engine.server.client import ServerClient
-from specdiff.lanes import Lane
+from specdiff.engine.server.client import ServerClient, finite
+from specdiff.lanes import BOUNDS, Lane
+
+LOGPROB_LIMIT = 1e6
+"""The largest magnitude a log-probability may have: real ones are above -1e4 (a server's
+"impossible" stands at -9999), and within the limit a margin cannot overflow."""
+MAX_PIECE_BYTES = 512
+"""The longest token a server may report. With top-k at its bound of 1024 a step line
+then stays under the session readers' line limit, escaped or not."""
+MAX_CANDIDATES = BOUNDS["top_k"][1]
 
 NO_LOGPROBS = (
     "the server sent tokens without log-probabilities, so there are no margins; "
@@ -28,6 +38,11 @@ NO_LOGPROBS = (
 
 class MissingLogprobs(Exception):
     """An event carried generated text but no log-probabilities for it."""
+
+
+class Unusable(Exception):
+    """A value no session may hold: a log-probability that is not a finite number, or a
+    token too long to be one."""
 
 
 @dataclass(frozen=True)
@@ -113,8 +128,12 @@ class Completions(_OpenAI):
             top = tops[index] if index < len(tops) and tops[index] else {}
             if not top:
                 raise MissingLogprobs
-            candidates = [Token(t, float(v)) for t, v in top.items()]
-            tokens.append((Token(text, float(values[index])), candidates))
+            candidates = [
+                Token(_piece_text(t), _logprob(v, "top_logprobs"))
+                for t, v in list(top.items())[:MAX_CANDIDATES]
+            ]
+            token = Token(_piece_text(text), _logprob(values[index], "token_logprobs"))
+            tokens.append((token, candidates))
         return tokens
 
 
@@ -135,10 +154,7 @@ class Chat(_OpenAI):
         return (choice.get("delta") or {}).get("content")
 
     def tokens(self, logprobs: dict[str, Any]) -> list[tuple[Token, list[Token]]]:
-        return [
-            (_token(entry), [_token(t) for t in entry.get("top_logprobs") or []])
-            for entry in logprobs.get("content") or []
-        ]
+        return [(_token(entry), _candidates(entry)) for entry in logprobs.get("content") or []]
 
 
 class LlamaServer:
@@ -171,7 +187,7 @@ class LlamaServer:
 
     def parse(self, data: dict[str, Any]) -> Event:
         probabilities = list(data.get("completion_probabilities") or [])
-        ids = [t for t in data.get("tokens") or [] if isinstance(t, int)]
+        ids = [t for t in data.get("tokens") or [] if type(t) is int]
         if not probabilities and data.get("content") and (not ids or not self.seen_probs):
             raise MissingLogprobs
         self.seen_probs = self.seen_probs or bool(probabilities)
@@ -181,7 +197,7 @@ class LlamaServer:
         for token_id in ids:
             if probabilities and probabilities[0].get("id") == token_id:
                 entry = probabilities.pop(0)
-                tokens.append((_token(entry), [_token(t) for t in entry.get("top_logprobs") or []]))
+                tokens.append((_token(entry), _candidates(entry)))
             else:
                 # llama-server reports no probabilities for the draft tokens it accepted:
                 # such a step holds the token alone (no margin) and is marked drafted
@@ -191,9 +207,8 @@ class LlamaServer:
                 )
         finish = None
         if data.get("stop"):
-            kind = data.get("stop_type", "")
-            finish = {"eos": "eos", "limit": "length", "word": "stop"}.get(kind, kind or "eos")
-        return Event(tokens, finish, data.get("timings"))
+            finish = _finish(data.get("stop_type") or "eos")
+        return Event(tokens, finish, _timings(data.get("timings")))
 
 
 def dialect_for(api: str, piece: Callable[[int], bytes]) -> Dialect:
@@ -230,59 +245,107 @@ def read_events(
     lines: Iterator[str], dialect: Dialect, client: ServerClient, stopped: threading.Event
 ) -> Iterator[Event]:
     """Server-sent events parsed into Events; any line or event of an unexpected shape
-    is a ServerError (masked, then cut)."""
-    mask = client.mask
+    is a ServerError (masked, then cut). A server that keeps the stream alive without
+    sending a token for `timeout` seconds fails as a silent one does."""
+    timeout = client.lane.timeout
+    last_token = time.monotonic()
     for line in lines:
         if stopped.is_set():
             return  # nothing more is wanted: no parsing (the tokenizer may be freed)
+        if time.monotonic() - last_token > timeout:
+            raise client.fail(
+                f"no token for {timeout} s, only keep-alives or empty events "
+                "(raise timeout=SECONDS for a slow server)"
+            )
         if not line or line.startswith(":"):
             continue  # keep-alive comments and event separators
         if line.startswith(("event:", "id:", "retry:")):
             continue
         if not line.startswith("data:"):
-            raise client.fail(f"malformed server-sent event line: {mask(line)[:80]!r}")
+            raise client.fail(f"malformed server-sent event line: {client.quote(line)!r}")
         payload = line[5:].strip()
         if payload == "[DONE]":
             yield Event([], done=True)
             return
-        yield _event(payload, dialect, client)
+        event = _event(payload, dialect, client)
+        if event.tokens:
+            last_token = time.monotonic()
+        yield event
 
 
 def _event(payload: str, dialect: Dialect, client: ServerClient) -> Event:
-    mask = client.mask
+    quote = client.quote
     try:
         data = json.loads(payload)
-    except ValueError:
-        raise client.fail(f"malformed JSON in an event: {mask(payload)[:80]!r}") from None
+    except (ValueError, RecursionError):
+        raise client.fail(f"malformed JSON in an event: {quote(payload)!r}") from None
     if not isinstance(data, dict):
-        raise client.fail(f"unexpected event: {mask(payload)[:80]!r}")
+        raise client.fail(f"unexpected event: {quote(payload)!r}")
     if data.get("error"):
         error = data["error"]
         message = error.get("message") if isinstance(error, dict) else error
-        raise client.fail(f"the server reported an error: {message}")
+        raise client.fail(f"the server reported an error: {quote(str(message))}")
     try:
         return dialect.parse(data)
     except MissingLogprobs:
         raise client.fail(NO_LOGPROBS) from None
+    except Unusable as error:
+        raise client.fail(f"the server sent {quote(str(error))}; nothing of it was kept") from None
     except (KeyError, TypeError, AttributeError, IndexError, ValueError) as error:
         raise client.fail(
             f"an event of an unexpected shape ({type(error).__name__}: "
-            f"{mask(str(error))[:80]}): {mask(payload)[:80]!r}"
+            f"{quote(str(error))}): {quote(payload)!r}"
         ) from None
+
+
+def _logprob(value: object, field: str) -> float:
+    number = finite(value, -LOGPROB_LIMIT, LOGPROB_LIMIT)
+    if number is None:
+        raise Unusable(f"{value!r:.40} as a log-probability ({field}), not a finite number")
+    return number
+
+
+def _piece_text(value: object) -> str:
+    text = str(value)
+    if len(text) > MAX_PIECE_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_PIECE_BYTES:
+        raise Unusable(f"a token of {len(text)} characters (at most {MAX_PIECE_BYTES} bytes)")
+    return text
 
 
 def _token(entry: dict[str, Any]) -> Token:
     data = entry.get("bytes")
+    if isinstance(data, list) and len(data) > MAX_PIECE_BYTES:
+        raise Unusable(f"a token of {len(data)} bytes (at most {MAX_PIECE_BYTES})")
     token_id = entry.get("id")
     return Token(
-        text=str(entry.get("token", "")),
-        logprob=float(entry.get("logprob", 0.0)),
-        token_id=token_id if isinstance(token_id, int) else None,
+        text=_piece_text(entry.get("token", "")),
+        logprob=_logprob(entry.get("logprob", 0.0), "logprob"),
+        token_id=token_id if type(token_id) is int else None,
         data=bytes(data) if isinstance(data, list) else None,
     )
+
+
+def _candidates(entry: dict[str, Any]) -> list[Token]:
+    """An entry's top candidates, no more than any lane records."""
+    top = entry.get("top_logprobs") or []
+    return [_token(candidate) for candidate in top[:MAX_CANDIDATES]]
+
+
+def _timings(value: object) -> dict[str, float] | None:
+    """llama-server's timings, finite numbers only: they become speeds and counts."""
+    if not isinstance(value, dict):
+        return None
+    kept = {str(k): finite(v, 0, 1e12) for k, v in list(value.items())[:64]}
+    return {k: v for k, v in kept.items() if v is not None}
 
 
 def _finish(reason: object) -> str | None:
     if reason is None:
         return None
-    return {"length": "length", "stop": "eos"}.get(str(reason), str(reason))
+    text = str(reason)
+    known = {"length": "length", "stop": "eos", "eos": "eos", "limit": "length", "word": "stop"}
+    if text in known:
+        return known[text]
+    # another server's own reason (content_filter, abort) is kept; anything else is not
+    # a reason but a server's junk, which the footer would carry
+    return text if re.fullmatch(r"[a-z_]{1,32}", text) else "ended"

@@ -5,6 +5,11 @@ looked up in the lane's tokenizer vocabulary by its exact bytes or text), its by
 top-k candidates with their log-probabilities as logits (a difference of two
 log-probabilities equals the difference of the logits, so margins mean the same thing),
 and the time it arrived. The APIs are in ``dialects``, the HTTP side in ``client``.
+
+The lane holds a server to its word: it stops reading at the token budget whatever the
+server sends, and the steps whose text could be the start of the API key or the
+endpoint's password wait until the next tokens show they are not, so that a server
+echoing a secret ends the lane before any of it is kept.
 """
 
 from __future__ import annotations
@@ -13,22 +18,28 @@ import json
 import queue
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing
 from typing import Any
 
 from specdiff.engine.base import Cancelled, Generation, Prompt
 from specdiff.engine.llama.context import ModelPool, repack_choice
 from specdiff.engine.models import Progress, resolve_model
-from specdiff.engine.server.client import ServerClient, ServerError, read_api_key
+from specdiff.engine.server.client import ServerClient, ServerError, finite, read_api_key
 from specdiff.engine.server.dialects import Event, Token, dialect_for, read_events, request_body
 from specdiff.engine.server.vocab import Vocabulary
 from specdiff.errors import LaneConfigError, PromptError, SpecdiffError
-from specdiff.lanes import Lane
+from specdiff.lanes import Lane, without_credentials
 from specdiff.steps import Candidate, Probe, TokenStep
 
 Arrival = TokenStep | BaseException | None
 """What the reader thread hands over: a step, the lane's failure, or None at the end."""
+
+EVENTS_AFTER_BUDGET = 8
+"""Token-less events read after the last token of the budget, for the one that ends the
+request with its timings; a server that sends more is not listened to."""
+MAX_COUNT = 1 << 24
+"""The most drafts a server may claim for one request (the session's bound on an index)."""
 
 
 def _quiet(_: str) -> None:
@@ -96,9 +107,9 @@ class ServerLane:
         """The server's own count where it reports one (llama-server), else the rate the
         tokens arrived at, first to last: the time spent waiting on this lane in
         lockstep with the other one says nothing of its speed."""
-        reported = self.timings.get("predicted_per_second")
-        if isinstance(reported, (int, float)) and reported > 0:
-            return float(reported)
+        reported = finite(self.timings.get("predicted_per_second"), 1e-9, 1e9)
+        if reported is not None:
+            return reported
         if len(steps) < 2 or steps[-1].timestamp <= steps[0].timestamp:
             return 0.0
         return (len(steps) - 1) / (steps[-1].timestamp - steps[0].timestamp)
@@ -106,7 +117,7 @@ class ServerLane:
     def executed(self) -> dict[str, Any]:
         return {
             "backend": "server",
-            "endpoint": self.lane.endpoint,
+            "endpoint": without_credentials(self.lane.endpoint),
             "api": self.lane.api,
             "server": self.identity,
             # the lane's setting: serve-pair sets it off for a server it had to start
@@ -182,7 +193,7 @@ class ServerLane:
         except Exception as error:  # anything else is still this lane's failure only
             arrived.put(
                 self.client.fail(
-                    f"unexpected {type(error).__name__}: {self.client.mask(str(error))}"
+                    f"unexpected {type(error).__name__}: {self.client.quote(str(error))}"
                 )
             )
 
@@ -209,39 +220,53 @@ class ServerLane:
     def _stream(
         self, text: str, max_tokens: int, stop: Sequence[bytes], stopped: threading.Event
     ) -> Iterator[TokenStep]:
-        dialect = dialect_for(self.lane.api, self.model.piece)
+        """The request's steps, at most `max_tokens` of them whatever the server sends."""
+        dialect = dialect_for(self.lane.api, self.vocab.piece)
         stop_text = [s.decode("utf-8", "replace") for s in stop]
         body = request_body(self.lane, dialect, text, max_tokens, stop_text, self.extra)
-        emitted = 0
+        guard = EchoGuard(self.client.secrets, self.client.fail)
+        received = 0
         ended = False
-        lines = self.client.stream_lines(dialect.path, body, lambda: emitted)
+        past_budget = 0
+        lines = self.client.stream_lines(dialect.path, body, lambda: received)
         with closing(lines):  # leaving early closes the response at once
             for event in read_events(lines, dialect, self.client, stopped):
-                for token, top in event.tokens:
+                for token, top in event.tokens[: max_tokens - received]:
                     if stopped.is_set() or self.cancel.is_set():
                         return  # the consumer left or cancelled: close the stream
-                    yield self._step(emitted, token, top)
-                    emitted += 1
+                    step = self._step(received, token, top)
+                    received += 1
+                    yield from guard.admit(step)
                 self._record(event)
                 # llama-server's last event says stop, with no [DONE]; an OpenAI stream
                 # that gave its finish reason is complete too
                 ended = ended or event.done or bool(event.finish)
-        if not ended:
+                if ended:
+                    break
+                if received >= max_tokens:
+                    past_budget += 1
+                    if past_budget > EVENTS_AFTER_BUDGET or (past_budget > 1 and event.tokens):
+                        # it ignores the budget: the stream closes here
+                        self.generation.stop_reason = "length"
+                        break
+        yield from guard.finish()
+        if not ended and received < max_tokens:
             raise self.client.fail(
-                f"the stream ended after {emitted} tokens without its end marker "
+                f"the stream ended after {received} tokens without its end marker "
                 "(did the server stop?)"
             )
         if not self.generation.stop_reason:
             # no finish reason given: "ended" unless the budget explains it
-            self.generation.stop_reason = "length" if emitted >= max_tokens else "ended"
+            self.generation.stop_reason = "length" if received >= max_tokens else "ended"
 
     def _record(self, event: Event) -> None:
         """Keep what an event says of the request: timings, draft counts, stop reason."""
         generation = self.generation
         if event.timings:
             self.timings = event.timings
-            generation.drafted = int(event.timings.get("draft_n", 0) or 0)
-            generation.accepted = int(event.timings.get("draft_n_accepted", 0) or 0)
+            drafted = int(min(event.timings.get("draft_n", 0), MAX_COUNT))
+            generation.drafted = drafted
+            generation.accepted = int(min(event.timings.get("draft_n_accepted", 0), drafted))
         if event.finish:
             generation.stop_reason = event.finish
 
@@ -299,3 +324,63 @@ class ServerLane:
             verify_width=1,
             timestamp=time.perf_counter(),
         )
+
+
+class EchoGuard:
+    """Keeps a server's echo of a secret out of the steps: a step whose text could begin
+    a secret is held until later tokens show it does not; a whole secret in the text, or
+    in a candidate's piece, fails the lane, and the held steps are dropped with it.
+
+    Masking the text instead would leave the token ids, from which anyone with the
+    tokenizer reads the secret back; so the lane ends, keeping only the steps before."""
+
+    SHORTEST_ECHO = 6
+    """Held bytes at the end of a stream that count as an echo cut short rather than a
+    chance match of a secret's first characters."""
+
+    def __init__(self, secrets: Sequence[str], fail: Callable[[str], Exception]) -> None:
+        self.secrets = [secret.encode("utf-8") for secret in secrets]
+        self.fail = fail
+        self.held: list[TokenStep] = []
+
+    def admit(self, step: TokenStep) -> list[TokenStep]:
+        """The steps that are safe to pass on now, in order."""
+        if not self.secrets:
+            return [step]
+        self.held.append(step)
+        text = b"".join(held.piece for held in self.held)
+        pieces = [text, *(candidate.piece for candidate in step.top)]
+        if any(secret in piece for secret in self.secrets for piece in pieces):
+            raise self.echoed()
+        pending = self._pending(text)
+        released = []
+        while self.held and len(text) - len(self.held[0].piece) >= pending:
+            first = self.held.pop(0)
+            text = text[len(first.piece) :]
+            released.append(first)
+        return released
+
+    def finish(self) -> list[TokenStep]:
+        """At the stream's end: the held steps, unless they hold most of a secret."""
+        text = b"".join(held.piece for held in self.held)
+        if self._pending(text) >= self.SHORTEST_ECHO:
+            raise self.echoed()
+        released, self.held = self.held, []
+        return released
+
+    def echoed(self) -> Exception:
+        self.held = []
+        return self.fail(
+            "the server's text holds the API key or the endpoint's password; the lane "
+            "stopped before it and kept nothing that holds it"
+        )
+
+    def _pending(self, text: bytes) -> int:
+        """The length of the longest end of `text` that begins a secret."""
+        longest = 0
+        for secret in self.secrets:
+            for length in range(min(len(text), len(secret) - 1), longest, -1):
+                if text.endswith(secret[:length]):
+                    longest = length
+                    break
+        return longest

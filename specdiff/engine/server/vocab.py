@@ -27,16 +27,25 @@ class Vocabulary:
         self._by_bytes: dict[bytes, int] | None = None
         self._text_ids: dict[str, int] = {}
 
+    def checked(self, token_id: object) -> int:
+        """A server's token id, once it is known to be one of the vocabulary's: llama.cpp
+        aborts the process on an id outside it."""
+        if type(token_id) is not int or not 0 <= token_id < self.model.n_vocab:
+            raise self.fail(
+                f"token id {token_id!r:.40} is outside the tokenizer's vocabulary of "
+                f"{self.model.n_vocab}: the server runs another model family than "
+                "model= names"
+            )
+        return token_id
+
+    def piece(self, token_id: object) -> bytes:
+        """The bytes of a token id a server reported."""
+        return self.model.piece(self.checked(token_id))
+
     def token_id(self, token: Token) -> int:
         model = self.model
         if token.token_id is not None:
-            if not 0 <= token.token_id < model.n_vocab:
-                raise self.fail(
-                    f"token id {token.token_id} is outside the tokenizer's vocabulary of "
-                    f"{model.n_vocab}: the server runs another model family than "
-                    "model= names"
-                )
-            return token.token_id
+            return self.checked(token.token_id)
         if token.data is not None:
             found = self._maps()[1].get(token.data)
             if found is not None:
