@@ -95,7 +95,7 @@ def settings_from_json(data: dict[str, Any]) -> SuiteSettings:
     """The settings a suite.json holds; ValueError names the first field of the wrong
     type or out of range (the file may have been edited, or written by hand)."""
     pairs = _typed(data, "pairs", list)
-    if not pairs or not all(isinstance(p, dict) for p in pairs):
+    if not all(isinstance(p, dict) for p in pairs):
         raise ValueError("pairs must be a list of pair objects")
     max_tokens = _typed(data, "max_tokens", int)
     near_tie = _typed(data, "near_tie", (int, float))
