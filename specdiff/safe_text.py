@@ -44,6 +44,7 @@ _ANY_CONTROL = re.compile(f"[\n\t{_CONTROLS}]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _MARKDOWN_SPECIAL = re.compile(r"[\\`*_\[\]|~]")
 _MARKDOWN_ENTITIES = {ord("&"): "&amp;", ord("<"): "&lt;", ord(">"): "&gt;"}
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 """What makes a spreadsheet read a CSV cell as a formula (OWASP's list)."""
 ELLIPSIS = "…"
@@ -103,8 +104,8 @@ def markdown_cell(text: str) -> str:
 def csv_cell(value: Any) -> Any:
     """A CSV cell: text that a spreadsheet would run as a formula gets a leading
     single quote (OWASP's rule), and control characters other than newline and tab are
-    escaped; numbers and None pass unchanged."""
-    if not isinstance(value, str):
+    escaped; numbers, numbers written as text (-0.25) and None pass unchanged."""
+    if not isinstance(value, str) or _NUMBER.fullmatch(value):
         return value
     text = terminal_text(value)
     return "'" + text if text.startswith(FORMULA_STARTS) else text

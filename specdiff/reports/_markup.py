@@ -131,11 +131,6 @@ def md_block(text: str) -> str:
     return f"{fence}text\n{text}\n{fence}"
 
 
-def md_cell(text: str) -> str:
-    """Text that keeps a Markdown table's shape: pipes escaped, one line."""
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def md_table(
     header: Sequence[str], rows: Iterable[Sequence[str]], cell: Callable[[str], str] = str
 ) -> list[str]:

@@ -1,7 +1,10 @@
 """A suite's report: report.json, report.md, report.html (inline SVG), results.csv.
 
 Everything is rendered from the one JSON object `specdiff.suite.stats.outcome_json`
-builds, so the four files cannot disagree.
+builds, so the four files cannot disagree. Prompt ids, pair names, labels, model ids and
+errors come from files and servers specdiff does not control: every Markdown cell goes
+through `markdown_cell` (no HTML, link or table break survives) and every CSV cell
+through `csv_cell` (no formula runs when a spreadsheet opens it).
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from specdiff.files import write_text_atomic
-from specdiff.reports._markup import finite, html_table, md_cell, md_table, page_head
+from specdiff.reports._markup import finite, html_table, md_table, page_head
 from specdiff.reports.svg import LANE_COLORS, Rule, Series, histogram, line_chart
+from specdiff.safe_text import csv_cell, markdown_cell
 from specdiff.sessions.format import CRASHED
 
 PAIR_COLORS = ("#3b7dd8", "#e0761b", "#2e9e5b", "#a23bd8", "#d83b5e", "#6b6b6b")
@@ -370,7 +374,7 @@ def delta_histogram_svg(pair: dict[str, Any]) -> str:
 
 # -- Markdown ------------------------------------------------------------------------
 def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    return md_table(header, rows, md_cell)
+    return md_table(header, rows, markdown_cell)
 
 
 def _text_bars(bins: Sequence[dict[str, Any]], width: int = 30) -> list[str]:
@@ -408,7 +412,7 @@ def _md_section(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]
 
 
 def _md_overview(data: dict[str, Any]) -> list[str]:
-    lines = [f"# specdiff suite: {data['settings']['source']}", "", _overview(data)]
+    lines = [f"# specdiff suite: {markdown_cell(data['settings']['source'])}", "", _overview(data)]
     lines += _md_section("Summary", SUMMARY_HEADER, _summary_rows(data))
     lines += ["", SUMMARY_NOTE]
     lines += _md_section("Forked by generation length", *_by_length_table(data))
@@ -417,7 +421,7 @@ def _md_overview(data: dict[str, Any]) -> list[str]:
         lines += _md_section("By weight type", *matrix)
     if data["skipped_prompts"]:
         lines += ["", "## Skipped", ""]
-        lines += [f"- {md_cell(problem)}" for problem in data["skipped_prompts"]]
+        lines += [f"- {markdown_cell(problem)}" for problem in data["skipped_prompts"]]
     return lines
 
 
@@ -425,7 +429,7 @@ def _md_pair(pair: dict[str, Any]) -> list[str]:
     summary = pair["summary"]
     lines = [
         "",
-        f"## {pair['label']}",
+        f"## {markdown_cell(pair['label'])}",
         "",
         _pair_line(summary),
         "",
@@ -468,9 +472,7 @@ code{font-size:.85em}
 """What the suite report adds to the base stylesheet: its page width and chart row."""
 
 
-def _html_table(
-    header: Sequence[str], rows: Sequence[Sequence[str]], css_class: str = ""
-) -> str:
+def _html_table(header: Sequence[str], rows: Sequence[Sequence[str]], css_class: str = "") -> str:
     body = ("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
     return html_table(header, body, html.escape, css_class)
 
@@ -536,7 +538,7 @@ def results_csv(data: dict[str, Any]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
-    writer.writerows(_csv_row(record) for record in data["prompts"])
+    writer.writerows([csv_cell(cell) for cell in _csv_row(record)] for record in data["prompts"])
     return buffer.getvalue()
 
 
