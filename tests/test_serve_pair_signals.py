@@ -1,0 +1,127 @@
+"""`specdiff serve-pair` stopped by SIGTERM or SIGHUP (a closed terminal) stops its two
+llama-servers, and every other process it started, before it exits with 128 + the
+signal: checked by PID on a real serve-pair process, while the servers start and while
+the run streams."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytestmark = [pytest.mark.model, pytest.mark.server]
+
+LONG_RUN = ["--max-tokens", "3000", "--prompt", "Count from one to a thousand in words:"]
+"""Far more tokens than the seconds the test waits can produce: the run is still going."""
+
+
+def children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):  # the thread or process ended meanwhile
+            found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def descendants(pid: int) -> list[int]:
+    out = []
+    for child in children(pid):
+        out += [child, *descendants(child)]
+    return out
+
+
+def command_line(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def running(pid: int) -> bool:
+    """Whether the process exists and has not ended (a zombie has ended: its exit status
+    only waits for a parent to read it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def llama_servers(pid: int) -> list[int]:
+    return [c for c in children(pid) if Path(command_line(c)[0] or "?").name == "llama-server"]
+
+
+def healthy(server: int) -> bool:
+    arguments = command_line(server)
+    if "--port" not in arguments:
+        return False
+    port = arguments[arguments.index("--port") + 1]
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def wait_until(condition, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"not within {seconds:.0f} s: {what}")
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+@pytest.mark.parametrize("phase", ["starting", "running"])
+def test_a_stop_signal_stops_both_servers(stop: signal.Signals, phase: str, tmp_path: Path) -> None:
+    err_path = tmp_path / "stderr.txt"
+    with err_path.open("wb") as err:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "specdiff", "serve-pair", "--threads", "1", "run", *LONG_RUN],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    started: list[int] = []
+    try:
+        if phase == "starting":
+            wait_until(lambda: llama_servers(process.pid), 120, "the first llama-server started")
+        else:
+            wait_until(
+                lambda: (
+                    len(llama_servers(process.pid)) == 2
+                    and all(healthy(s) for s in llama_servers(process.pid))
+                ),
+                240,
+                "both llama-servers answered /health",
+            )
+            time.sleep(1.0)  # the run is under way
+        started = descendants(process.pid)
+        servers = llama_servers(process.pid)
+        assert servers, "no llama-server to check"
+        process.send_signal(stop)
+        code = process.wait(timeout=60)
+        stderr = err_path.read_text(encoding="utf-8", errors="replace")
+        assert code == 128 + stop, stderr
+        assert f"{stop.name}: stopping both llama-servers" in stderr
+        assert "Traceback" not in stderr
+        wait_until(
+            lambda: not any(running(pid) for pid in started),
+            15,
+            f"every process serve-pair started ended (left: "
+            f"{[pid for pid in started if running(pid)]})",
+        )
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        for pid in started:  # a failed check must not leave servers behind for others
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)
