@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from specdiff.errors import LaneConfigError
+from specdiff.files import read_limited
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -238,7 +239,10 @@ LANE_KEYS = tuple(_FIELD_TYPES)
 
 
 def _bad_type(key: str, value: object, wanted: str) -> LaneConfigError:
-    return LaneConfigError(f"lane key {key!r} must be {wanted}, got {value!r}")
+    shown = repr(value)
+    if len(shown) > 80:  # an array or table from a file can be any size
+        shown = shown[:77] + "..."
+    return LaneConfigError(f"lane key {key!r} must be {wanted}, got {shown}")
 
 
 def _check_field(name: str, value: object) -> None:
@@ -407,6 +411,10 @@ def unknown_pair(name: str, known: Iterable[str]) -> LaneConfigError:
     return LaneConfigError(f"unknown pair {name!r}; known pairs: {', '.join(sorted(known))}")
 
 
+MAX_PAIRS_FILE_BYTES = 1 << 20
+"""A pairs file with a thousand pairs is a few hundred KB; past this it is not one."""
+
+
 def load_pairs_file(path: str | Path, base: Mapping[str, Pair] | None = None) -> dict[str, Pair]:
     """Read user pairs from TOML.
 
@@ -420,14 +428,11 @@ def load_pairs_file(path: str | Path, base: Mapping[str, Pair] | None = None) ->
     a = { n_ubatch = 512 }
     b = { n_batch = 1, n_ubatch = 1 }
     ```
+
+    Every problem is one LaneConfigError naming the file, the table and the fix.
     """
     path = Path(path).expanduser()
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise LaneConfigError(f"pairs file not found: {path}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
-        raise LaneConfigError(f"{path}: not valid TOML ({error})") from None
+    data = _read_pairs_toml(path)
     known = dict(base if base is not None else presets())
     unexpected = set(data) - {"defaults", "pairs"}
     if unexpected:
@@ -447,13 +452,31 @@ def load_pairs_file(path: str | Path, base: Mapping[str, Pair] | None = None) ->
     if defaults:
         for name, pair in known.items():
             if name not in result:
-                result[name] = Pair(
-                    name,
-                    replace(pair.a, **defaults),
-                    replace(pair.b, **defaults),
-                    pair.description,
-                )
+                where = f"[defaults] on pair {name!r}, lane "
+                result[name] = _pair_with(path, where, pair, defaults, {})
     return result
+
+
+def _read_pairs_toml(path: Path) -> dict[str, Any]:
+    """The pairs file parsed: a regular UTF-8 TOML file of bounded size."""
+    fix = "give --pairs a TOML file of [pairs.NAME] tables"
+    try:
+        raw = read_limited(path, MAX_PAIRS_FILE_BYTES)
+    except FileNotFoundError:
+        raise LaneConfigError(f"pairs file not found: {path}") from None
+    except OSError as error:
+        reason = error.strerror or str(error)
+        raise LaneConfigError(f"cannot read the pairs file {path}: {reason}") from None
+    except ValueError as error:
+        raise LaneConfigError(f"the pairs file {path} {error}; {fix}") from None
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise LaneConfigError(f"{path}: not UTF-8 text; {fix}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise LaneConfigError(f"{path}: not valid TOML ({error})") from None
+    except RecursionError:
+        raise LaneConfigError(f"{path}: arrays or tables nested too deep; {fix}") from None
 
 
 def _pair_from_table(
@@ -461,32 +484,63 @@ def _pair_from_table(
 ) -> Pair:
     """One [pairs.NAME] table: its lanes start from `from` (a known pair, or one defined
     earlier in the file) and take the file's defaults, then the table's own keys."""
+    where = f"{path}: pairs.{name}"
     if not isinstance(spec, dict):
-        raise LaneConfigError(f"{path}: pairs.{name} must be a table")
+        raise LaneConfigError(f"{where} must be a table of description, from, a and b")
     extra = set(spec) - {"description", "from", "a", "b"}
     if extra:
         raise LaneConfigError(
-            f"{path}: pairs.{name} has unknown key {sorted(extra)[0]!r}; "
-            "allowed: description, from, a, b"
+            f"{where} has unknown key {sorted(extra)[0]!r}; allowed: description, from, a, b"
         )
+    for key in ("description", "from"):
+        if not isinstance(spec.get(key, ""), str):
+            raise LaneConfigError(
+                f"{where}.{key} must be text in quotes, got {_toml_kind(spec[key])}"
+            )
     origin = spec.get("from")
     if origin is None:
         start = Pair(name, Lane(), Lane())
     elif origin in known:
         start = known[origin]
     else:
-        raise LaneConfigError(f"{path}: pairs.{name}: " + str(unknown_pair(origin, known)))
-    lanes = []
+        raise LaneConfigError(f"{where}: " + str(unknown_pair(origin, known)))
+    sides = {}
     for side in ("a", "b"):
         table = spec.get(side, {})
         if not isinstance(table, dict):
-            raise LaneConfigError(f"{path}: pairs.{name}.{side} must be a table of lane keys")
+            raise LaneConfigError(
+                f"{where}.{side} must be a table of lane keys, e.g. {side} = {{ n_ubatch = 2 }}"
+            )
         _check_keys(path, f"pairs.{name}.{side}", table)
+        sides[side] = table
+    pair = Pair(name, start.a, start.b, spec.get("description", ""))
+    return _pair_with(path, f"pairs.{name}.", pair, defaults, sides)
+
+
+def _pair_with(
+    path: Path,
+    where: str,
+    pair: Pair,
+    defaults: Mapping[str, Any],
+    sides: Mapping[str, Mapping[str, Any]],
+) -> Pair:
+    """`pair` with the file's defaults on both lanes and each side's own keys on top;
+    a value of the wrong type or range names the file and `where` + the side."""
+    lanes = []
+    for side in ("a", "b"):
         try:
-            lanes.append(replace(getattr(start, side), **{**defaults, **table}))
+            lanes.append(replace(getattr(pair, side), **{**defaults, **sides.get(side, {})}))
         except LaneConfigError as error:
-            raise LaneConfigError(f"{path}: pairs.{name}.{side}: {error}") from None
-    return Pair(name, lanes[0], lanes[1], str(spec.get("description", "")))
+            raise LaneConfigError(f"{path}: {where}{side}: {error}") from None
+    return Pair(pair.name, lanes[0], lanes[1], pair.description)
+
+
+def _toml_kind(value: object) -> str:
+    """What a TOML value is, in the file's own words."""
+    if isinstance(value, bool):
+        return "true/false"
+    kinds = ((dict, "a table"), (list, "an array"), (int, "a number"), (float, "a number"))
+    return next((name for kind, name in kinds if isinstance(value, kind)), "a date or time")
 
 
 def _check_keys(path: Path, where: str, table: Mapping[str, Any]) -> None:
