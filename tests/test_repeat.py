@@ -68,8 +68,8 @@ def test_repeat_reports_unique_completions_and_the_split(capsys) -> None:
 def test_repeat_refuses_a_speculative_lane_and_bad_counts(capsys) -> None:
     for arguments, message in (
         (["--lane", "speculation=ngram"], "repeat runs a plain lane"),
-        (["-n", "0"], "-n must be at least 1"),
-        (["--companions", "-1"], "--companions must be 0 or more"),
+        (["-n", "0"], "--runs: must be from 1 to"),
+        (["--companions", "-1"], "--companions: must be from 0 to"),
     ):
         assert main(["repeat", "--quiet", *arguments]) == 2
         err = capsys.readouterr().err.strip()

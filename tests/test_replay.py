@@ -92,8 +92,8 @@ def test_bad_speeds_are_refused(speed: float) -> None:
 @pytest.mark.parametrize(
     "arguments, message",
     [
-        (["--speed", "0"], "--speed must be a number above 0"),
-        (["--speed", "fast"], "invalid float value"),
+        (["--speed", "0"], "--speed: must be a finite number above 0"),
+        (["--speed", "fast"], "--speed: must be a finite number above 0"),
         (["--speed", "2", "--instant"], "not allowed with"),
     ],
 )

@@ -120,8 +120,8 @@ def test_an_existing_report_folder_is_kept_unless_forced(tmp_path: Path, capsys)
     [
         (["--pair", "nope"], "unknown pair 'nope'"),
         (["--quants", "q8_0,q3"], "unknown weight type 'q3'"),
-        (["--max-tokens", "0"], "--max-tokens must be at least 1"),
-        (["--near-tie", "-1"], "--near-tie must not be negative"),
+        (["--max-tokens", "0"], "--max-tokens: must be from 1 to"),
+        (["--near-tie", "-1"], "--near-tie: must be a finite number of at least 0"),
         (["--lane-b", "n_ubatch=many"], "n_ubatch"),
     ],
 )

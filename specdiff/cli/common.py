@@ -35,6 +35,8 @@ class Exit(IntEnum):
     SAME = 0
     """The lanes agree (or the command did what it was asked)."""
     DIFFERENT = 1
+    FAILED = 1
+    """A lane failed, or the output could not be written to the end (full disk, closed pipe)."""
     BAD_INPUT = 2
     """One line on stderr says what, with no traceback."""
     INTERRUPTED = 130

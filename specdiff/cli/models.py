@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from specdiff.cli import options
 from specdiff.cli.common import ArgumentError, CommandParser, Exit, Status, Subcommands, add_command
 from specdiff.safe_text import visible
 
@@ -19,7 +20,7 @@ def add_parser(commands: Subcommands) -> None:
     )
     variants.add_argument("--to", required=True, help="comma-separated types, e.g. f16,q8_0")
     variants.add_argument("--model", default="default", help="GGUF path (default: bundled)")
-    variants.add_argument("--threads", type=int, default=0)
+    variants.add_argument("--threads", type=options.thread_count, default=0)
 
 
 def command_models(args: argparse.Namespace) -> int:
