@@ -6,8 +6,12 @@ suite.json holding a value no run could use is refused in one line."""
 from __future__ import annotations
 
 import json
+import resource
 import shutil
+import signal
 import struct
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,7 +20,7 @@ import pytest
 from specdiff.cli import main
 from specdiff.lanes import presets
 from specdiff.sessions.store import load_session
-from specdiff.suite.folder import SUITE_FILE, write_settings
+from specdiff.suite.folder import REPORT_FILES, SUITE_FILE, write_settings
 from specdiff.suite.prompts import SuitePrompt
 from specdiff.suite.settings import SuiteSettings
 
@@ -217,3 +221,33 @@ def test_a_suite_json_nested_too_deep_is_refused_in_one_line(tmp_path: Path, cap
     code = main(["suite", "--resume", "--report", str(folder)])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and SUITE_FILE in err, err
+
+
+@pytest.mark.model
+def test_a_report_that_does_not_fit_is_one_line_and_leaves_no_temporary_file(
+    finished_suite: Path, tmp_path: Path
+) -> None:
+    """The report files are written last: a file-size limit (RLIMIT_FSIZE, as a full disk
+    would) below the largest of them fails that one, after the session files were read
+    back; the old file of that name stays."""
+    folder = tmp_path / "report"
+    shutil.copytree(finished_suite, folder)
+    before = sorted(p.relative_to(folder) for p in folder.rglob("*"))
+    limit = 2 * (folder / SUITE_FILE).stat().st_size  # suite.json is written again first
+    assert max((folder / name).stat().st_size for name in REPORT_FILES) > 2 * limit
+
+    def limited() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails, EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    run = subprocess.run(
+        [sys.executable, "-m", "specdiff", "suite", "--resume", "--report", str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=limited,
+    )
+    assert run.returncode == 1, run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("specdiff: error: cannot write ") and "Traceback" not in run.stderr
+    assert sorted(p.relative_to(folder) for p in folder.rglob("*")) == before
