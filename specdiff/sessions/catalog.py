@@ -1,12 +1,12 @@
 """The saved sessions in a folder: listed from their first and last lines only.
 
-A finished session's header and footer say everything the list shows, so listing a
-folder of long sessions reads a few kilobytes per file, not every step.
+A finished session's header and footer say everything the list shows, and a partial
+one's last steps say how far each lane got, so listing a folder reads the first line
+and the last FOOTER_WINDOW bytes of each file, whatever its size.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -14,11 +14,19 @@ from pathlib import Path
 from typing import Any
 
 from specdiff.errors import SpecdiffError
-from specdiff.sessions.format import RunSummary, SessionHeader
-from specdiff.sessions.store import MAX_LINE_BYTES, PARTIAL_SUFFIX, SUFFIX, SessionError
+from specdiff.sessions.format import LANE_IDS, RunSummary, SessionHeader
+from specdiff.sessions.store import (
+    MAX_LINE_BYTES,
+    PARTIAL_SUFFIX,
+    SUFFIX,
+    SessionError,
+    ends_mid_line,
+    parse_line,
+)
 
 FOOTER_WINDOW = 64 * 1024
-"""A footer is a few hundred bytes; reading this much from the end always holds it."""
+"""A footer is a few hundred bytes; reading this much from the end always holds it, and
+a partial session's last steps of both lanes (a step is about 1 KB)."""
 
 
 @dataclass(frozen=True)
@@ -29,7 +37,8 @@ class SessionInfo:
     prompt: str = ""
     fork_index: int | None = None
     identical: bool | None = None
-    generated: tuple[int, int] | None = None
+    generated: tuple[int | None, int | None] | None = None
+    """Each lane's steps; None for a lane a long partial file no longer shows near its end."""
     partial: bool = False
     problem: str | None = None
     """Why the file could not be read; the other fields are then empty."""
@@ -52,61 +61,61 @@ class SessionInfo:
             return self.created[:16]
 
 
-def _last_line(path: Path) -> bytes:
+def _tail_records(path: Path) -> tuple[list[dict[str, Any]], bool]:
+    """The whole lines in the last FOOTER_WINDOW bytes, parsed where they parse (the
+    last may be the line a killed run was writing), and whether the window reaches the
+    file's first line (then it holds every step)."""
     with path.open("rb") as handle:
         handle.seek(0, os.SEEK_END)
-        size = handle.tell()
-        handle.seek(max(0, size - FOOTER_WINDOW))
-        tail = handle.read()
-    lines = tail.rstrip(b"\n").rsplit(b"\n", 1)
-    return lines[-1]
+        start = max(0, handle.tell() - FOOTER_WINDOW)
+        handle.seek(start)
+        tail = handle.read(FOOTER_WINDOW)
+    lines = tail.split(b"\n")
+    if start > 0:
+        lines = lines[1:]  # the window starts inside a line
+    records = []
+    for line in lines:
+        try:
+            record = parse_line(line)
+        except ValueError:
+            continue
+        if record is not None:
+            records.append(record)
+    return records, start == 0
 
 
-def _count_steps(path: Path) -> tuple[int, int]:
-    # A partial session has no footer to read the counts from, so its steps are
-    # counted; lines are bounded as the loader bounds them, so a file with no newline
-    # costs MAX_LINE_BYTES of memory, not its size.
-    counts = {"a": 0, "b": 0}
-    with path.open("rb") as handle:
-        while line := handle.readline(MAX_LINE_BYTES + 1):
-            if b'"step"' not in line:
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                break  # the line being written when the run was killed
-            if isinstance(record, dict) and record.get("type") == "step":
-                lane = record.get("lane")
-                if lane in counts:
-                    counts[lane] += 1
+def _counts(records: list[dict[str, Any]], whole: bool) -> tuple[int | None, int | None]:
+    """Each lane's steps, from its last step in the tail (steps are numbered from 0); a
+    lane with none there has none at all when the tail is the whole file, else is
+    unknown (it stopped long before the other)."""
+    counts: dict[str, int | None] = dict.fromkeys(LANE_IDS, 0 if whole else None)
+    for record in records:
+        index = record.get("index")
+        if record.get("type") == "step" and record.get("lane") in counts and type(index) is int:
+            counts[record["lane"]] = index + 1
     return counts["a"], counts["b"]
 
 
-def _footer(path: Path) -> RunSummary | None:
-    try:
-        record: Any = json.loads(_last_line(path).decode("utf-8"))
-    except ValueError:
-        return None  # a run killed mid-line: the file is a partial session
-    if not (isinstance(record, dict) and record.get("type") == "footer"):
-        return None
-    return RunSummary.from_json(record)
-
-
 def read_info(path: Path) -> SessionInfo:
-    """What the list shows of one file; a file that cannot be read says why."""
+    """What the list shows of one file, from its first line and its last FOOTER_WINDOW
+    bytes only, so a file of any size costs the same; a file that cannot be read says
+    why."""
     try:
         with path.open("rb") as handle:
             first = handle.readline(MAX_LINE_BYTES + 1)
-        record: Any = json.loads(first.decode("utf-8"))
-        if not isinstance(record, dict):
+        if ends_mid_line(first):
+            raise ValueError("the file ends inside its header line")
+        record = parse_line(first, first=True)
+        if record is None:
             raise ValueError("the first line is not a session header")
         header = SessionHeader.from_json(record)
-        footer = _footer(path)
+        tail, whole = _tail_records(path)
         info = SessionInfo(
             path=path, created=header.created, pair=header.pair.name, prompt=header.prompt
         )
-        if footer is None:
-            return replace(info, partial=True, generated=_count_steps(path))
+        if not tail or tail[-1].get("type") != "footer":
+            return replace(info, partial=True, generated=_counts(tail, whole))
+        footer = RunSummary.from_json(tail[-1])
         return replace(
             info,
             fork_index=footer.fork_index,

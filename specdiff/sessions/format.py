@@ -30,6 +30,17 @@ CRASHED = "crashed"
 crash in llama.cpp); the other stop reasons are eos, length, stop and cancelled."""
 MAX_TOKEN_ID = 1 << 31
 MAX_INDEX = 1 << 24
+MAX_PROMPT_TOKENS = 1 << 20
+"""A lane's largest n_ctx: no prompt that ran is longer."""
+MAX_CANDIDATES = 4096
+"""top_k is at most 1024; a server may add the chosen token to its own list."""
+MAX_LOGIT = 1e9
+"""Far beyond any logit or log-probability a model gives (tens), and small enough that a
+margin (the difference of two) stays finite."""
+MAX_NESTING = 8
+"""How deep a free-form value (a server's identity, extra request fields) may nest."""
+MAX_ITEMS = 1024
+"""How many entries a free-form object or list may hold."""
 
 
 # --- in-memory result of a pair run ---------------------------------------------------
@@ -199,6 +210,102 @@ def _lanes_of(value: object, what: str) -> dict[str, dict[str, Any]]:
     return {lane_id: check_object(table.get(lane_id), f"{what}.{lane_id}") for lane_id in LANE_IDS}
 
 
+def check_plain(value: object, what: str, depth: int = 0) -> Any:
+    """A JSON value nobody computes with (a server's identity, extra request fields):
+    bounded in depth and size, numbers finite, so every reader can show it."""
+    if depth > MAX_NESTING:
+        raise ValueError(f"{what} is nested deeper than {MAX_NESTING} levels")
+    if isinstance(value, (dict, list)) and len(value) > MAX_ITEMS:
+        raise ValueError(f"{what} holds more than {MAX_ITEMS} entries")
+    if isinstance(value, dict):
+        return {key: check_plain(item, f"{what}.{key}", depth + 1) for key, item in value.items()}
+    if isinstance(value, list):
+        return [check_plain(item, what, depth + 1) for item in value]
+    if isinstance(value, float):
+        return check_float(value, what)
+    return value
+
+
+def _text_or_none(value: object, what: str) -> str | None:
+    return None if value is None else check_text(value, what)
+
+
+def _size_or_none(value: object, what: str) -> int | None:
+    return None if value is None else check_int(value, what, 0, 1 << 62)
+
+
+def _repack_or_none(value: object, what: str) -> bool | str | None:
+    # a bool from the lanes' own record; "on"/"off"/"auto" where a lane's setting is copied
+    return value if value is None or isinstance(value, bool) else check_text(value, what)
+
+
+def _object_or_none(value: object, what: str) -> dict[str, Any] | None:
+    return None if value is None else check_plain(check_object(value, what), what)
+
+
+EXECUTED_FIELDS: dict[str, Any] = {
+    **dict.fromkeys(
+        (
+            "model_path",
+            "model_sha256",
+            "quantization",
+            "architecture",
+            "flash_attn",
+            "type_k",
+            "type_v",
+            "repack_choice",
+            "draft_model_path",
+            "draft_model_sha256",
+            "backend",
+            "endpoint",
+            "api",
+            "tokenizer_path",
+            "tokenizer_sha256",
+        ),
+        _text_or_none,
+    ),
+    **dict.fromkeys(
+        ("model_size", "n_ctx", "n_batch", "n_ubatch", "threads", "threads_batch"),
+        _size_or_none,
+    ),
+    "repack": _repack_or_none,
+    "server": _object_or_none,
+    "request": _object_or_none,
+}
+"""What a lane's executed table may hold, as the readers use it (verify's environment
+diff, the reports' tables); other keys are kept as plain values."""
+BUILD_FIELDS = (
+    "llama_cpp_python",
+    "llama_cpp_build",
+    "system_info",
+    "cpu",
+    "platform",
+    "python",
+    "specdiff",
+)
+"""Every known build field is text (verify reads the CPU's features from system_info)."""
+
+
+def _checked_table(value: object, what: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+    table = check_plain(check_object(value, what), what)
+    for key, check in fields.items():
+        if key in table:
+            table[key] = check(table[key], f"{what}.{key}")
+    return table
+
+
+def _executed(value: object) -> dict[str, dict[str, Any]]:
+    lanes = _lanes_of(value, "executed")
+    return {
+        lane_id: _checked_table(table, f"executed.{lane_id}", EXECUTED_FIELDS)
+        for lane_id, table in lanes.items()
+    }
+
+
+def _build(value: object) -> dict[str, Any]:
+    return _checked_table(value, "build", dict.fromkeys(BUILD_FIELDS, _text_or_none))
+
+
 def _finite_or_none(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
@@ -262,6 +369,8 @@ class SessionHeader:
             check_text(record.get("description", ""), "the description"),
         )
         tokens = check_list(record.get("prompt_token_ids", []), "prompt_token_ids")
+        if len(tokens) > MAX_PROMPT_TOKENS:
+            raise ValueError(f"prompt_token_ids holds more than {MAX_PROMPT_TOKENS} tokens")
         return cls(
             pair=pair,
             prompt=check_text(record["prompt"], "the prompt"),
@@ -270,8 +379,8 @@ class SessionHeader:
             stop=tuple(
                 check_text(s, "a stop string") for s in check_list(record.get("stop", []), "stop")
             ),
-            executed=_lanes_of(record.get("executed", {"a": {}, "b": {}}), "executed"),
-            build=check_object(record.get("build", {}), "build"),
+            executed=_executed(record.get("executed", {"a": {}, "b": {}})),
+            build=_build(record.get("build", {})),
             created=check_text(record.get("created", ""), "created"),
             teacher_forced=check_bool(record.get("teacher_forced", False), "teacher_forced"),
             specdiff=check_text(record.get("specdiff", ""), "specdiff"),
@@ -490,7 +599,12 @@ def _piece_from(value: object) -> bytes:
     if isinstance(value, str):
         return value.encode("utf-8", "surrogatepass")
     if isinstance(value, dict) and isinstance(value.get("hex"), str):
-        return bytes.fromhex(value["hex"])
+        try:
+            return bytes.fromhex(value["hex"])
+        except ValueError:
+            raise ValueError(
+                f"a token's hex piece must be pairs of hex digits, got {value['hex']!r:.40}"
+            ) from None
     raise ValueError(f"a token piece must be text or {{'hex': ...}}, got {value!r:.60}")
 
 
@@ -498,6 +612,8 @@ def _candidates(top: object) -> tuple[Candidate, ...]:
     # The hot loop of loading (eight candidates a step): checks inlined, no helper calls.
     if type(top) is not list or not top:
         raise ValueError("top must be a list holding at least the chosen token")
+    if len(top) > MAX_CANDIDATES:
+        raise ValueError(f"top holds more than {MAX_CANDIDATES} candidates")
     candidates = []
     for item in top:
         if type(item) is not list or len(item) != 3:
@@ -505,25 +621,35 @@ def _candidates(top: object) -> tuple[Candidate, ...]:
         token_id, logit, piece = item
         if type(token_id) is not int or not 0 <= token_id <= MAX_TOKEN_ID:
             raise ValueError(f"a candidate id must be from 0 to {MAX_TOKEN_ID}, got {token_id!r}")
-        if type(logit) is not float:
-            logit = check_float(logit, "a logit")
-        elif not -math.inf < logit < math.inf:  # also false for NaN
-            raise ValueError(f"a logit must be a finite number, got {logit}")
+        if type(logit) is not float or not -MAX_LOGIT <= logit <= MAX_LOGIT:  # NaN fails too
+            logit = check_logit(logit, "a logit")
         piece = piece.encode("utf-8", "surrogatepass") if type(piece) is str else _piece_from(piece)
         candidates.append(Candidate(token_id, logit, piece))
     return tuple(candidates)
 
 
+def check_logit(value: object, what: str) -> float:
+    """A logit, log-probability or normaliser: finite and within MAX_LOGIT, so that the
+    margins and probabilities computed from it stay finite."""
+    number = check_float(value, what)
+    if not -MAX_LOGIT <= number <= MAX_LOGIT:
+        raise ValueError(f"{what} must be between -{MAX_LOGIT:g} and {MAX_LOGIT:g}, got {number}")
+    return number
+
+
 def _probes(value: object) -> tuple[Probe, ...]:
     probes = []
-    for item in check_list(value, "probes"):
+    items = check_list(value, "probes")
+    if len(items) > MAX_CANDIDATES:
+        raise ValueError(f"probes holds more than {MAX_CANDIDATES} entries")
+    for item in items:
         if not isinstance(item, list) or len(item) != 3:
             raise ValueError("probes must be a list of [id, logit, rank] lists")
         token_id, logit, rank = item
         probes.append(
             Probe(
                 check_int(token_id, "a probe id", 0, MAX_TOKEN_ID),
-                check_float(logit, "a probe logit"),
+                check_logit(logit, "a probe logit"),
                 check_int(rank, "a probe rank", 1, MAX_TOKEN_ID),
             )
         )
@@ -552,5 +678,5 @@ def step_from(record: Mapping[str, Any]) -> TokenStep:
         verify_width=check_int(record["verify_width"], "verify_width", 1, MAX_INDEX),
         timestamp=check_float(record["timestamp"], "timestamp"),
         probes=_probes(record.get("probes", [])),
-        logsumexp=None if lse is None else check_float(lse, "logsumexp"),
+        logsumexp=None if lse is None else check_logit(lse, "logsumexp"),
     )

@@ -22,6 +22,7 @@ from typing import IO, Any
 
 from specdiff.compare import DEFAULT_NEAR_TIE, Comparison, compare
 from specdiff.errors import SpecdiffError
+from specdiff.files import naming
 from specdiff.lanes import Pair
 from specdiff.sessions.format import (
     PairResult,
@@ -70,8 +71,9 @@ def safe_name(text: str) -> str:
 
 
 def _line(handle: IO[str], record: dict[str, Any]) -> None:
-    handle.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
-    handle.flush()
+    with naming(handle.name):  # a full disk names the session file, not "the output"
+        handle.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+        handle.flush()
 
 
 class SessionWriter:
@@ -172,6 +174,9 @@ class Session:
     footer: RunSummary | None = None
     order: list[str] = field(default_factory=list)
     """The lane of each step line, in file order: the order they were produced."""
+    cut_line: int | None = None
+    """The number of the last line when the file ends inside it (a disk that filled, a
+    crash mid-write, a copy cut short): the session holds every line before it."""
 
     @property
     def partial(self) -> bool:
@@ -208,6 +213,17 @@ class Session:
             output_sha256=derived.output_sha256,
         )
 
+    @property
+    def cut_note(self) -> str | None:
+        """Where the file was cut, for the reader to say: None when it ends whole."""
+        if self.cut_line is None:
+            return None
+        where = "before the first step"
+        if self.order:
+            lane_id = self.order[-1]
+            where = f"after step {self.steps[lane_id][-1].index} of lane {lane_id}"
+        return f"cut {where}: line {self.cut_line} is incomplete"
+
     def recorded_steps(self) -> list[TokenStep]:
         """Both lanes' steps in the order they were produced."""
         if len(self.order) != len(self.steps["a"]) + len(self.steps["b"]):
@@ -225,6 +241,36 @@ class Session:
 
 MAX_LINE_BYTES = 4 * 1024 * 1024
 """No real record comes near this (a step is ~1 KB, a header ~10 KB plus the prompt)."""
+BOM = b"\xef\xbb\xbf"
+
+
+def parse_line(raw: bytes, first: bool = False) -> dict[str, Any] | None:
+    """One line of a session file as a JSON object, None for a blank line; ValueError
+    saying what is wrong with it. `raw` holds at most MAX_LINE_BYTES + 1 bytes: one
+    more says the line is longer than any record."""
+    if len(raw) > MAX_LINE_BYTES:
+        raise ValueError(f"line longer than {MAX_LINE_BYTES} bytes")
+    if first and raw.startswith(BOM):  # an editor that saved the file may add one
+        raw = raw[len(BOM) :]
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("not UTF-8 text") from None
+    if not line.strip():
+        return None
+    try:
+        record = json.loads(line)
+    except RecursionError:
+        raise ValueError("JSON nested too deep to be a session record") from None
+    if not isinstance(record, dict):
+        raise ValueError("a line must hold a JSON object")
+    return record
+
+
+def ends_mid_line(raw: bytes) -> bool:
+    """The file ends inside this line: no newline, and not stopped by the length limit
+    (readline stops only there, at a newline, or at the end of the file)."""
+    return not raw.endswith(b"\n") and len(raw) <= MAX_LINE_BYTES
 
 
 def load_session(path: str | Path) -> Session:
@@ -257,39 +303,43 @@ class SessionStream:
             raise SessionError(f"cannot read session file {self.path}: {error.strerror}") from None
         self.number = 0
         self.done = False
+        self.cut_line: int | None = None
         self._pending: SessionError | None = None
         try:
-            header = None
-            while header is None:
-                record = self._next_record()
-                if record is None:
-                    raise SessionError(f"{self.path}: empty file, not a session")
-                header = self._header(record)
+            record = self._next_record()
+            if record is None:
+                raise SessionError(self._no_header())
+            header = self._header(record)
         except BaseException:
             self.close()
             raise
         self.session = Session(self.path, header)
 
+    def _no_header(self) -> str:
+        if self.cut_line is not None:
+            return f"{self.path}: the file ends inside its header line; it holds no session"
+        return f"{self.path}: empty file, not a session"
+
     def _next_record(self) -> dict[str, Any] | None:
+        """The next record; None at the end of the file, or at a last line the file ends
+        inside (`cut_line` then names it)."""
         while True:
-            raw = self.handle.readline(MAX_LINE_BYTES + 1)
+            try:
+                raw = self.handle.readline(MAX_LINE_BYTES + 1)
+            except OSError as error:
+                raise SessionError(f"cannot read {self.path}: {error.strerror}") from None
             if not raw:
                 return None
             self.number += 1
             try:
-                if len(raw) > MAX_LINE_BYTES:
-                    raise ValueError(f"line longer than {MAX_LINE_BYTES} bytes")
-                line = raw.decode("utf-8")
-                if not line.strip():
-                    continue
-                record = json.loads(line)
-                if not isinstance(record, dict):
-                    raise ValueError("a line must hold a JSON object")
+                record = parse_line(raw, first=self.number == 1)
+            except ValueError as error:
+                if ends_mid_line(raw):
+                    self.cut_line = self.number
+                    return None
+                raise SessionError(f"{self.path}:{self.number}: {error}") from None
+            if record is not None:
                 return record
-            except UnicodeDecodeError:
-                raise SessionError(f"{self.path}:{self.number}: not UTF-8 text") from None
-            except (ValueError, TypeError, OverflowError) as error:
-                raise SessionError(f"{self.path}:{self.number}: {_reason(error)}") from None
 
     def _header(self, record: dict[str, Any]) -> SessionHeader:
         try:
@@ -310,10 +360,13 @@ class SessionStream:
                 record = self._next_record()
                 if record is None:
                     self.done = True
+                    session.cut_line = self.cut_line
                     self.close()
                     break
                 try:
                     kind = record.get("type")
+                    if session.footer is not None:
+                        raise ValueError("a line after the footer, which ends a session")
                     if kind == "step":
                         step = step_from(record)
                         if step.index != len(session.steps[step.lane]):

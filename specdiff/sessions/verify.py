@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from specdiff.safe_text import visible
 from specdiff.sessions.format import SessionHeader
 from specdiff.sessions.store import Session
 
@@ -105,8 +106,9 @@ def likely_cause(recorded: Mapping[str, Any], build: Mapping[str, Any]) -> str |
         return None
     old = cpu_features(str(recorded.get("system_info") or ""))
     new = cpu_features(str(build.get("system_info") or ""))
-    then = _machine(str(recorded.get("cpu") or ""), old, new)
-    now = _machine(str(build.get("cpu") or ""), new, old)
+    # the recorded CPU's name comes from a file that may have been shared: shown escaped
+    then = _machine(visible(str(recorded.get("cpu") or ""), limit=80), old, new)
+    now = _machine(visible(str(build.get("cpu") or ""), limit=80), new, old)
     return (
         f"recorded on another CPU ({then} -> {now}): "
         "kernels that round differently change near ties"
