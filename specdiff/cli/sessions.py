@@ -65,7 +65,7 @@ def print_listing(directory: Path, infos: list[SessionInfo]) -> None:
         if info.problem is not None:
             print(f"{number:>3}  {visible(info.path.name)}: unreadable ({visible(info.problem)})")
             continue
-        tokens = "/".join(str(n) for n in info.generated) if info.generated else "?"
+        tokens = "/".join("?" if n is None else str(n) for n in info.generated or (None,))
         prompt = visible(" ".join(info.prompt.split()), limit=40)
         print(
             f"{number:>3}  {visible(info.when, 16):<16}  {visible(info.pair, 16):<16}  "

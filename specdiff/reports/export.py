@@ -13,6 +13,7 @@ import codecs
 import hashlib
 import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ from specdiff.reports._markup import (
 )
 from specdiff.reports.svg import margin_plot
 from specdiff.reports.text import fork_json, pick_text, piece_text
+from specdiff.safe_text import terminal_text
 from specdiff.sessions.format import MEASURED_FIELDS
 from specdiff.sessions.store import Session
 from specdiff.steps import TokenStep, text_of
@@ -148,6 +150,8 @@ def verdict(session: Session, comparison: Comparison) -> str:
         text = f"identical: both lanes produced the same {length_a} tokens"
     else:
         text = f"same tokens, different lengths: lane a {length_a}, lane b {length_b}"
+    if session.cut_note is not None:
+        return f"partial (the file is {session.cut_note}): {text}"
     if session.partial:
         return f"partial (the run did not finish): {text}"
     if session.footer is not None and session.footer.crashed:
@@ -613,6 +617,7 @@ def _json(report: _Report) -> str:
         },
         "title": _title(session),
         "partial": session.partial,
+        "cut": session.cut_note,
         "cancelled": session.footer is not None and session.footer.cancelled,
         "verdict": verdict(session, report.comparison),
         "pair": header["pair"],
@@ -631,7 +636,14 @@ def _json(report: _Report) -> str:
         "summary": _json_summary(report),
         "lanes": {lane_id: _json_lane(report, lane_id) for lane_id in LANE_IDS},
     }
-    return json.dumps(finite(document), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    text = json.dumps(finite(document), indent=2, ensure_ascii=False, allow_nan=False)
+    # only strings hold these, where a \u escape means the same character
+    return _JSON_CONTROLS.sub(lambda match: f"\\u{ord(match.group()):04x}", text) + "\n"
+
+
+_JSON_CONTROLS = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+"""What json.dumps leaves raw and a terminal showing the report may act on (DEL, C1
+controls, line separators, bidirectional controls)."""
 
 
 def _json_summary(report: _Report) -> dict[str, Any]:
@@ -682,7 +694,10 @@ def export_session(session: Session, fmt: str, near_tie: float = DEFAULT_NEAR_TI
     if near_tie < 0 or not math.isfinite(near_tie):
         raise ExportError(f"the near-tie threshold must be a number >= 0, got {near_tie}")
     # a prompt or header read from JSON may hold lone surrogates, which no encoder writes
-    return without_surrogates(renderer(_report(session, near_tie)))
+    document = without_surrogates(renderer(_report(session, near_tie)))
+    # a report is read in a terminal too (`export` prints it): whatever control
+    # character a shared file slipped past the markup is shown as its escape
+    return document if fmt == "json" else terminal_text(document)
 
 
 def check_output(path: Path, force: bool) -> None:

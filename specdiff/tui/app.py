@@ -370,7 +370,8 @@ class SpecdiffApp(App[int]):
         else:
             state = "partial session" if self.session.partial else "session"
         fork = f"fork at token {self.fork.index}" if self.fork else "lanes identical"
-        return f"{state} {self.session.path.name}: {fork}"
+        cut = f" ({self.session.cut_note})" if self.session.cut_note and not self.loading else ""
+        return f"{state} {self.session.path.name}{cut}: {fork}"
 
     # -- replay ---------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="session-read", exit_on_error=False)
