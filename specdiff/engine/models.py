@@ -69,8 +69,8 @@ def sha256_file(path: Path, progress: Progress = _quiet) -> str:
         index = json.loads(index_path.read_text(encoding="utf-8"))
         if not isinstance(index, dict):
             index = {}
-    except (OSError, ValueError):
-        index = {}
+    except (OSError, ValueError, RecursionError):
+        index = {}  # only a cache: a damaged one is rebuilt, whatever it holds
     known = index.get(str(path))
     if (
         isinstance(known, dict)
