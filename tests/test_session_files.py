@@ -114,3 +114,102 @@ def test_random_mutations_never_escape_as_other_errors(tmp_path: Path, data) -> 
         load_session(path)
     except SessionError as error:
         assert "\n" not in str(error)
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**20), max_value=10**20)
+    | st.floats()  # NaN and infinities included: written as bare NaN/Infinity literals
+    | st.text(max_size=12),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+NESTED_TABLES = {"header": ("lanes", "executed", "build"), "footer": ()}
+
+
+def field_paths(record: dict) -> list[tuple[str, ...]]:
+    """Every key of a header or footer, and every key one and two levels into its tables
+    (lanes.a.n_batch, executed.b.model_sha256, build.system_info)."""
+    paths = [(key,) for key in record]
+    for key, value in record.items():
+        if isinstance(value, dict):
+            for inner, item in value.items():
+                paths.append((key, inner))
+                if isinstance(item, dict):
+                    paths.extend((key, inner, leaf) for leaf in item)
+    return paths
+
+
+def every_reader(path: Path) -> None:
+    """What each command does with a file that loads: export it in every format, compare
+    it as verify does, list it."""
+    from specdiff.reports.export import export_session
+    from specdiff.sessions.catalog import read_info
+    from specdiff.sessions.verify import environment_changes, first_drift, likely_cause
+
+    session = load_session(path)
+    session.summary()
+    for fmt in ("md", "html", "json"):
+        json.loads(export_session(session, "json")) if fmt == "json" else export_session(
+            session, fmt
+        )
+    first_drift(session, {"a": [0], "b": []})
+    environment_changes(session.header, {"cpu": "x"}, {"a": {}, "b": {}})
+    likely_cause(session.header.build, {"cpu": "x", "system_info": "AVX2 = 1"})
+    assert read_info(path).problem is None
+
+
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(st.data())
+def test_any_value_in_any_header_or_footer_field_is_read_or_refused(tmp_path: Path, data) -> None:
+    """A header or footer field (or one inside the lanes, executed and build tables)
+    replaced by any JSON value, or removed: the file loads and every reader can show it,
+    or loading refuses it with one line naming the file and line."""
+    records = [json.loads(line) for line in LINES]
+    row = data.draw(st.sampled_from([0, len(records) - 1]))
+    record = records[row]
+    for _ in range(data.draw(st.integers(1, 3))):
+        path = data.draw(st.sampled_from(field_paths(record)))
+        target = record
+        for key in path[:-1]:
+            target = target[key]
+        if data.draw(st.booleans()):
+            target[path[-1]] = data.draw(JSON_VALUES)
+        else:
+            target.pop(path[-1], None)
+    file = write(tmp_path, [json.dumps(r).encode() + b"\n" for r in records])
+    try:
+        every_reader(file)
+    except SessionError as error:
+        message = str(error)
+        assert "\n" not in message and f"{file}:{row + 1}:" in message
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+# up to the footer's closing brace: the footer without its newline is a whole record
+@given(st.integers(len(LINES[0]) + 1, sum(map(len, LINES)) - 2))
+def test_a_file_cut_anywhere_after_its_header_loads_every_whole_line(
+    tmp_path: Path, end: int
+) -> None:
+    data = b"".join(LINES)
+    path = write(tmp_path, [data[:end]])
+    session = load_session(path)
+    whole_lines = data[:end].count(b"\n")
+    assert len(session.order) == min(whole_lines - 1, len(LINES) - 2)
+    if data[end - 1 : end] != b"\n":
+        assert session.cut_line == whole_lines + 1 and session.partial
+        assert (
+            session.cut_note is not None
+            and f"line {whole_lines + 1} is incomplete" in session.cut_note
+        )
+    else:
+        assert session.cut_line is None
