@@ -29,14 +29,16 @@ def add_parser(commands: Subcommands) -> None:
         command_repeat,
     )
     options.add_prompt_options(parser, file_help="read the prompt from FILE")
-    parser.add_argument("-n", "--runs", type=int, default=8, help="how many runs (default 8)")
+    parser.add_argument(
+        "-n", "--runs", type=options.run_count, default=8, help="how many runs (default 8)"
+    )
     parser.add_argument(
         "--companions",
-        type=int,
+        type=options.companion_count,
         default=3,
         help="run r shares its batches with r mod (K+1) other sequences (default K=3)",
     )
-    parser.add_argument("--max-tokens", type=int, default=options.DEFAULT_MAX_TOKENS)
+    options.add_max_tokens(parser)
     parser.add_argument(
         "--endpoint",
         metavar="URL",
@@ -44,7 +46,7 @@ def add_parser(commands: Subcommands) -> None:
     )
     parser.add_argument(
         "--concurrency",
-        type=int,
+        type=options.concurrency,
         default=4,
         help="with --endpoint: requests in flight at once (default 4)",
     )

@@ -22,7 +22,7 @@ from typing import Any
 from specdiff import __version__
 from specdiff.compare import DEFAULT_NEAR_TIE, Comparison, Fork
 from specdiff.errors import SpecdiffError
-from specdiff.files import write_text_atomic
+from specdiff.files import lost_output, write_text_atomic
 from specdiff.lanes import differences, headline
 from specdiff.reports._markup import (
     finite,
@@ -722,4 +722,5 @@ def write_report(text: str, path: Path, force: bool = False) -> None:
     except FileExistsError:
         raise ExportError(f"{path} already exists; pass --force to overwrite it") from None
     except OSError as error:
-        raise ExportError(f"cannot write {path}: {error.strerror or error}") from None
+        failed = ExportError(f"cannot write {path}: {error.strerror or error}")
+        raise lost_output(error) or failed from None
