@@ -45,7 +45,7 @@ class NotRegularFile(SpecdiffError):
 def lost_output(error: OSError) -> OutputLost | None:
     """The one-line OutputLost a failed write means, or None when it means something
     else (permission, a missing folder): those are the caller's to word."""
-    target = error.filename or "the output (standard output)"
+    target = error.filename or "standard output"
     reason = os.strerror(error.errno) if error.errno else str(error)
     if error.errno in NO_ROOM:
         return OutputLost(f"cannot write {target}: {reason}; {NO_ROOM[error.errno]}")

@@ -163,8 +163,9 @@ def test_export_onto_a_full_disk_keeps_the_older_report(tmp_path: Path) -> None:
     [
         ["export", str(SESSION), "--format", "html"],
         ["sessions", "--sessions-dir", "FOLDER", "--json"],
+        ["--version"],
     ],
-    ids=["export html", "sessions json"],
+    ids=["export html", "sessions json", "version"],
 )
 def test_stdout_on_a_full_device(tmp_path: Path, args: list[str]) -> None:
     shutil.copy(SESSION, tmp_path / SESSION.name)
@@ -180,8 +181,9 @@ def test_stdout_on_a_full_device(tmp_path: Path, args: list[str]) -> None:
     [
         ["export", str(SESSION), "--format", "json"],
         ["sessions", "--sessions-dir", "FOLDER"],
+        ["run", "--help"],
     ],
-    ids=["export json", "sessions"],
+    ids=["export json", "sessions", "help"],
 )
 def test_stdout_into_a_closed_pipe(tmp_path: Path, closed_pipe: int, args: list[str]) -> None:
     shutil.copy(SESSION, tmp_path / SESSION.name)

@@ -55,6 +55,12 @@ class CommandParser(argparse.ArgumentParser):
         # argparse exits with its own usage dump; specdiff's rule is one line and exit 2.
         raise ArgumentError(f"{message} (see: {self.prog} --help)")
 
+    def _print_message(self, message: str, file: TextIO | None = None) -> None:
+        # argparse ignores a failed write, so `--help > /dev/full` exited 0 having
+        # written nothing; raised, main() reports it like any other lost output
+        if message:
+            (file or sys.stderr).write(message)
+
 
 class Status:
     """One progress line on stderr, rewritten in place on a terminal.
