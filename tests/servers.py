@@ -1,8 +1,11 @@
 """Real servers on loopback for the server-lane tests: llama-cpp-python's OpenAI server,
-and a small HTTP server that misbehaves on purpose (errors, broken streams, slowness)."""
+and a small HTTP server that misbehaves on purpose: errors, broken streams, slowness, and
+the hostile answers a server the user does not control may give (endless streams, NaN,
+an echoed key, escape sequences, redirects, giant events)."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import socket
@@ -110,61 +113,138 @@ def fault_server(mode: str) -> Iterator[str]:
         process.wait(timeout=30)
 
 
-def _event(text: str, logprobs: bool = True) -> bytes:
-    choice: dict = {"text": text, "index": 0, "finish_reason": None, "logprobs": None}
+ESCAPES = "\x1b]52;c;c3BlY2RpZmY=\x07\x1b]0;pwned\x07\x1b[31m"
+"""What a hostile server hides in its words: a clipboard write (OSC 52), a window title,
+a colour."""
+ENDLESS_CAP = 200_000
+"""Tokens an endless stream sends at most before it gives up on a client that never left."""
+
+
+def _event(
+    text: str, logprobs: bool = True, logprob: float = -0.5, finish: str | None = None
+) -> bytes:
+    choice: dict = {"text": text, "index": 0, "finish_reason": finish, "logprobs": None}
     if logprobs:
         choice["logprobs"] = {
             "tokens": [text],
-            "token_logprobs": [-0.5],
-            "top_logprobs": [{text: -0.5, " other": -1.5}],
+            "token_logprobs": [logprob],
+            "top_logprobs": [{text: logprob, " other": -1.5}],
         }
     return f"data: {json.dumps({'choices': [choice]})}\n\n".encode()
 
 
+def _secret(authorization: str) -> str:
+    """What the client authenticated with: the bearer key, or a basic-auth password."""
+    kind, _, value = authorization.partition(" ")
+    if kind == "Basic":
+        return base64.b64decode(value).decode("utf-8", "replace").partition(":")[2]
+    return value
+
+
 class _Faulty(BaseHTTPRequestHandler):
+    """Answers as `mode` says. ok: no tokens; steady: four tokens and a finish; endless:
+    tokens until the client leaves, whatever max_tokens says; nan / inf: a second token
+    whose log-probability is NaN / a top candidate at -inf; echo-key: the client's secret
+    in /v1/models, /props and the streamed text; newline-error: an HTTP 500 whose message
+    holds newlines and escape sequences; redirect: a 307 to a URL with credentials;
+    giant-event: one 50 MB line; keepalive: comments, never a token."""
+
     mode = "ok"
 
     def log_message(self, *_: object) -> None:
         return None
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        body = json.dumps({"data": [{"id": f"fault-{self.mode}"}]}).encode()
-        self.send_response(200)
+    def _json(self, status: int, data: object, **headers: str) -> None:
+        body = json.dumps(data).encode()
+        self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
+        for name, value in headers.items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        secret = _secret(self.headers.get("Authorization", ""))
+        if self.mode == "echo-key" and self.path == "/props":
+            self._json(200, {"build_info": f"b1 {secret}", "model_path": f"/m/{secret}.gguf"})
+            return
+        model = f"{secret}{ESCAPES}" if self.mode == "echo-key" else f"fault-{self.mode}"
+        self._json(200, {"data": [{"id": model}]})
 
     def do_POST(self) -> None:  # noqa: N802
         length = int(self.headers.get("Content-Length", 0))
         self.rfile.read(length)
         if self.mode == "http500":
-            body = json.dumps({"error": {"message": "out of memory (injected)"}}).encode()
-            self.send_response(500)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self._json(500, {"error": {"message": "out of memory (injected)"}})
+            return
+        if self.mode == "newline-error":
+            message = f"out of memory\nat line 2\r\n{ESCAPES}\nend of message"
+            self._json(500, {"error": {"message": message}})
+            return
+        if self.mode == "redirect":
+            location = "http://admin:hunter2-redirect@127.0.0.1:9/v1/completions"
+            self._json(307, {"error": "moved"}, Location=location)
             return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self._stream(_secret(self.headers.get("Authorization", "")))
+
+    def _stream(self, secret: str) -> None:
+        write = self.wfile.write
         if self.mode == "nologprobs":
-            self.wfile.write(_event(" Hello", logprobs=False))
+            write(_event(" Hello", logprobs=False))
         elif self.mode == "malformed":
-            self.wfile.write(_event(" Hello"))
-            self.wfile.write(b"data: {not json\n\n")
+            write(_event(" Hello"))
+            write(b"data: {not json\n\n")
         elif self.mode == "slow":
-            self.wfile.write(_event(" Hello"))
+            write(_event(" Hello"))
             self.wfile.flush()
             time.sleep(30)
         elif self.mode == "die":
             for _ in range(3):
-                self.wfile.write(_event(" Hello"))
+                write(_event(" Hello"))
             self.wfile.flush()
             self.connection.shutdown(socket.SHUT_RDWR)
             return
-        self.wfile.write(b"data: [DONE]\n\n")
+        elif self.mode == "steady":
+            for word in (" Hello", " world", " again", "."):
+                write(_event(word))
+            write(_event("", logprobs=False, finish="length"))
+        elif self.mode == "endless":
+            for _ in range(ENDLESS_CAP):
+                write(_event(" Hello"))
+                self.wfile.flush()
+        elif self.mode in ("nan", "inf"):
+            write(_event(" Hello"))
+            if self.mode == "nan":
+                write(_event(" world", logprob=float("nan")))
+            else:
+                write(_event(" world").replace(b"-1.5", b"-Infinity"))
+        elif self.mode == "echo-key":
+            for word in (
+                " The",
+                " key",
+                " is",
+                " ",
+                *[secret[i : i + 3] for i in range(0, len(secret), 3)],
+                ".",
+            ):
+                write(_event(word))
+        elif self.mode == "giant-event":
+            write(_event(" Hello"))
+            write(b"data: " + b"x" * (1 << 20))
+            for _ in range(49):
+                write(b"x" * (1 << 20))
+            return
+        elif self.mode == "keepalive":
+            for _ in range(600):
+                write(b": ping\n\n")
+                self.wfile.flush()
+                time.sleep(0.1)
+        write(b"data: [DONE]\n\n")
 
 
 if __name__ == "__main__":

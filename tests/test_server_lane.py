@@ -159,6 +159,7 @@ def test_a_server_that_is_not_running(capsys) -> None:
 
 
 @pytest.mark.server
+@pytest.mark.model
 @pytest.mark.parametrize(
     "mode, settings, message",
     [

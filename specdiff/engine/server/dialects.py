@@ -268,9 +268,9 @@ def read_events(
             yield Event([], done=True)
             return
         event = _event(payload, dialect, client)
-        if event.tokens:
-            last_token = time.monotonic()
         yield event
+        if event.tokens:  # counted from here: the time the tokens took to handle is not silence
+            last_token = time.monotonic()
 
 
 def _event(payload: str, dialect: Dialect, client: ServerClient) -> Event:
