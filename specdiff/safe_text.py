@@ -56,7 +56,9 @@ def escape(character: str) -> str:
     if named is not None:
         return named
     code = ord(character)
-    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def _escaped(match: re.Match[str]) -> str:
