@@ -237,3 +237,21 @@ def test_escape_sequences_in_a_file_reach_the_report_as_visible_text(folder: Pat
         assert not UNSAFE.search(report) and "\x1b" not in report
     assert "]52;c;aGk=" in export_session(session, "md")
     assert session.prompt == ESCAPES  # the record keeps what was stored
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("name", ["escapes-prompt", "escapes-cpu"])
+def test_verify_runs_a_file_with_escapes_and_prints_them_escaped(folder: Path, name: str) -> None:
+    """Verify for real (the lanes re-run on the bundled model): the prompt's escape
+    sequences go to the model as text, and whatever verify prints shows them escaped."""
+    done = subprocess.run(
+        [sys.executable, "-m", "specdiff", "verify", str(path_of(folder, BY_NAME[name]))],
+        capture_output=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    assert b"Traceback" not in done.stderr
+    assert not UNSAFE_BYTES.search(done.stdout + done.stderr)
+    assert re.search(rb"^(verified|DRIFT)", done.stdout, re.MULTILINE)
