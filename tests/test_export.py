@@ -476,7 +476,8 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(files_module.os, "replace", refuse)
-    with pytest.raises(ExportError, match="No space left on device"):
+    # a full disk is lost output (exit 1), not bad input
+    with pytest.raises(files_module.OutputLost, match="No space left on device"):
         write_report("new\n", output, force=True)
     assert output.read_text(encoding="utf-8") == "old\n"
     assert [path.name for path in tmp_path.iterdir()] == ["out.md"]
