@@ -13,6 +13,9 @@ function here, and every other module calls it rather than escaping on its own:
   the text stays readable and nothing in it acts on the terminal.
 - ``terminal_text(text)``: many lines (a lane's text): newline and tab keep their
   meaning, the rest is escaped as above.
+- ``pictured(text)``: model text in a document (a report's code block): newline and
+  tab kept, C0 controls and DEL as their Unicode control pictures (one cell wide,
+  like the character they stand for: ␛), the rest escaped as above.
 - ``markdown_cell(text)`` and ``csv_cell(value)`` for report tables.
 
 Always escaped: C0 controls, DEL, C1 controls, lone surrogates (which cannot even be encoded
@@ -41,6 +44,8 @@ _CONTROLS = "\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u
 """What no terminal should receive from outside, newline and tab aside."""
 _UNSAFE_IN_LINES = re.compile(f"[{_CONTROLS}]")
 _ANY_CONTROL = re.compile(f"[\n\t{_CONTROLS}]")
+_PICTURES = {code: 0x2400 + code for code in range(0x20) if chr(code) not in "\n\t"}
+_PICTURES[0x7F] = 0x2421
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _MARKDOWN_SPECIAL = re.compile(r"[\\`*_\[\]|~]")
 _MARKDOWN_ENTITIES = {ord("&"): "&amp;", ord("<"): "&lt;", ord(">"): "&gt;"}
@@ -87,6 +92,12 @@ def terminal_text(text: str, tab: str = "\t") -> str:
     other control character is shown as its escape."""
     shown = _UNSAFE_IN_LINES.sub(_escaped, text)
     return shown if tab == "\t" else shown.replace("\t", tab)
+
+
+def pictured(text: str) -> str:
+    """Model text for a document: newline and tab kept, C0 controls and DEL as their
+    control pictures (␛, ␀), every other control character as its escape."""
+    return terminal_text(text.translate(_PICTURES))
 
 
 def without_controls(text: str) -> str:

@@ -9,10 +9,10 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from specdiff.safe_text import pictured
+
 # --- model text -----------------------------------------------------------------------
 
-_CONTROL_PICTURES = {code: 0x2400 + code for code in range(32) if chr(code) not in "\n\t"}
-_CONTROL_PICTURES[0x7F] = 0x2421
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -22,9 +22,10 @@ def without_surrogates(text: str) -> str:
 
 
 def visible(text: str) -> str:
-    """Model text for reading: C0 controls as their Unicode control pictures (a raw
-    escape or form feed would garble a terminal, a page or a code block)."""
-    return without_surrogates(text.translate(_CONTROL_PICTURES))
+    """Model text for reading: C0 controls as their Unicode control pictures, C1
+    controls and bidi overrides as escapes (a raw escape or form feed would garble a
+    terminal, a page or a code block; a C1 CSI acts on some terminals)."""
+    return pictured(text)
 
 
 def finite(value: Any) -> Any:
