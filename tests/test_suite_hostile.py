@@ -251,3 +251,26 @@ def test_a_report_that_does_not_fit_is_one_line_and_leaves_no_temporary_file(
     last = run.stderr.strip().splitlines()[-1]
     assert last.startswith("specdiff: error: cannot write ") and "Traceback" not in run.stderr
     assert sorted(p.relative_to(folder) for p in folder.rglob("*")) == before
+
+
+@pytest.mark.model
+def test_a_suite_where_every_run_crashes_exits_1_with_the_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    from specdiff.engine.worker import FAULT_ENV
+
+    prompts = tmp_path / "two.jsonl"
+    prompts.write_text("".join(json.dumps(p) + "\n" for p in PROMPTS), encoding="utf-8")
+    monkeypatch.setenv(FAULT_ENV, "b:1:segv")  # every run dies at its second step
+    folder = tmp_path / "report"
+    code = main(
+        ["suite", str(prompts), "--pair", "ubatch", "--report", str(folder), "--max-tokens", "3"]
+    )
+    captured = capsys.readouterr()
+    no_traceback_and_one_line_each(captured.err)
+    assert code == 1, captured.err
+    last = captured.err.strip().splitlines()[-1]
+    assert last.startswith("specdiff: no run of the suite finished: ubatch first: ")
+    assert "SIGSEGV" in last
+    assert "ubatch: no run finished, 2 crashed" in captured.out
+    assert "identical 0 of 0" not in captured.out
