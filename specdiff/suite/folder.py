@@ -52,6 +52,8 @@ def prepare_report_dir(
             ) from None
         if settings is not None and prompts is not None:
             check_resume(stored, settings, prompts, report_dir)
+            # the same settings, with what suite.json leaves out: an endpoint's credentials
+            return settings
         return stored_settings
     assert settings is not None
     _clear_report_dir(report_dir, force)
