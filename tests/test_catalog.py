@@ -133,3 +133,25 @@ def test_a_partial_session_cut_mid_line_is_listed_as_partial(folder: Path) -> No
     (folder / "cut.jsonl.partial").write_text("".join(lines[:8]) + lines[8][:40], "utf-8")
     (info,) = [i for i in list_sessions(folder) if i.path.name == "cut.jsonl.partial"]
     assert info.problem is None and info.partial and info.diverged == "partial"
+
+
+@pytest.mark.parametrize("ended_early", [False, True])
+def test_a_long_partial_is_counted_from_its_last_steps(tmp_path: Path, ended_early: bool) -> None:
+    """Each lane's count comes from its last step near the end of the file; a lane whose
+    steps all lie before that window is unknown, not miscounted."""
+    lines = DEMOS[0].read_text(encoding="utf-8").splitlines()
+    header, step = lines[0], json.loads(lines[1])
+    records = []
+    for index in range(1500):
+        for lane in ("a", "b"):
+            if lane == "a" and ended_early and index >= 5:
+                continue
+            records.append(json.dumps({**step, "lane": lane, "index": index}))
+    path = tmp_path / "long.jsonl.partial"
+    path.write_text("\n".join([header, *records]) + "\n" + records[-1][:40], encoding="utf-8")
+    (info,) = list_sessions(tmp_path)
+    assert info.partial and info.problem is None
+    assert info.generated == ((None if ended_early else 1500), 1500)
+    session = load_session(path)
+    assert len(session.steps["a"]) == (5 if ended_early else 1500)
+    assert session.cut_line == len(records) + 2
