@@ -327,6 +327,23 @@ def test_run_prints_a_hostile_pairs_file_as_text(tmp_path: Path, hostile: str) -
     assert visible("p" + hostile) in done.stdout.decode()
 
 
+@pytest.mark.model
+def test_verify_prints_a_hostile_recorded_build_as_text(tmp_path: Path) -> None:
+    """The build, CPU and system info a shared session claims, and its file name."""
+    attack = HOSTILE["osc52 clipboard"] + HOSTILE["c1 csi"] + HOSTILE["bidi override"]
+    records = [json.loads(line) for line in SESSION.read_text(encoding="utf-8").splitlines()]
+    build = records[0]["build"]
+    build.update(cpu=f"cpu{attack}", llama_cpp_build=f"b{attack}")
+    build["system_info"] += f" AVX512{attack} = 1 |"
+    path = tmp_path / f"shared{attack}.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    done = specdiff("verify", str(path))
+    assert done.returncode in (0, 1), done.stderr
+    assert_bytes_terminal_safe(done.stdout)
+    assert_bytes_terminal_safe(done.stderr)
+    assert b"\\x1b]52;c;" in done.stdout, "the recorded build is shown, escaped"
+
+
 # -- the TUI ---------------------------------------------------------------------------
 def rendered_lines(app) -> list[str]:
     strips = app.screen._compositor.render_strips()
