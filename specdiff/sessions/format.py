@@ -236,7 +236,9 @@ def _size_or_none(value: object, what: str) -> int | None:
 
 def _repack_or_none(value: object, what: str) -> bool | str | None:
     # a bool from the lanes' own record; "on"/"off"/"auto" where a lane's setting is copied
-    return value if value is None or isinstance(value, bool) else check_text(value, what)
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    raise ValueError(f"{what} must be true, false or text, got {value!r:.60}")
 
 
 def _object_or_none(value: object, what: str) -> dict[str, Any] | None:

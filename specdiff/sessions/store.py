@@ -262,6 +262,8 @@ def parse_line(raw: bytes, first: bool = False) -> dict[str, Any] | None:
         record = json.loads(line)
     except RecursionError:
         raise ValueError("JSON nested too deep to be a session record") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"not valid JSON: {error.msg} at column {error.colno}") from None
     if not isinstance(record, dict):
         raise ValueError("a line must hold a JSON object")
     return record
