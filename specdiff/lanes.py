@@ -210,6 +210,11 @@ class Lane:
             return f"server {without_credentials(self.endpoint)}"
         return "plain"
 
+    def shown(self, key: str) -> Any:
+        """A key's value as messages print it: the endpoint without its credentials."""
+        value = getattr(self, key)
+        return without_credentials(value) if key == "endpoint" else value
+
     def as_dict(self) -> dict[str, Any]:
         """Every key, as sessions, reports and suite.json record it: the endpoint without
         the credentials a URL may carry."""
@@ -282,7 +287,7 @@ def headline(lane: Lane, other: Lane) -> str:
         return lane.describe()
     if changed == ["prefix"] or lane.prefix == "cached" and "prefix" in changed:
         return lane.describe()
-    return " · ".join(f"{key} {getattr(lane, key)}" for key in changed)
+    return " · ".join(f"{key} {lane.shown(key)}" for key in changed)
 
 
 @dataclass(frozen=True)

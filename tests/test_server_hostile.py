@@ -90,10 +90,10 @@ def specdiff(*arguments: str) -> subprocess.CompletedProcess[bytes]:
 
 
 def hostile_lane(url: str) -> list[str]:
-    """Lane options for lane a on the hostile server, with a key to echo."""
+    """Lane options for lane a on the hostile server, with a key and a password to echo."""
     return [
         "--lane-a",
-        f"endpoint={url}",
+        f"endpoint={with_password(url)}",
         "--lane-a",
         f"api_key_env={KEY_ENV}",
         "--lane-a",
@@ -226,7 +226,7 @@ def test_a_suite_marks_the_failed_runs_and_resumes(
 def test_repeat_against_a_hostile_server_finishes(hostile: tuple[str, str]) -> None:
     mode, url = hostile
     done = specdiff(
-        "repeat", "--endpoint", url, "--lane", f"api_key_env={KEY_ENV}", "--lane", "timeout=3",
+        "repeat", "--endpoint", with_password(url), "--lane", f"api_key_env={KEY_ENV}", "--lane", "timeout=3",
         "-n", "3", "--concurrency", "2", "--max-tokens", str(BUDGET), "--json", "--quiet",
     )  # fmt: skip
     assert_clean(done.stdout, done.stderr)
@@ -251,7 +251,7 @@ async def test_live_shows_one_line_and_stays_responsive(
 
     monkeypatch.setenv(KEY_ENV, KEY)
     mode, url = hostile
-    lane_a = Lane(backend="server", endpoint=url, api_key_env=KEY_ENV, timeout=3)
+    lane_a = Lane(backend="server", endpoint=with_password(url), api_key_env=KEY_ENV, timeout=3)
     known = presets()
     known["hostile"] = Pair("hostile", lane_a, Lane(backend="server", endpoint=steady), "")
     app = make_app(known, "hostile", "Hello", BUDGET)
@@ -267,6 +267,8 @@ async def test_live_shows_one_line_and_stays_responsive(
         assert len(app.lanes["b"].steps) == 4
         shown = json.dumps([str(step.piece) for step in app.lanes["a"].steps])
         assert KEY not in shown and KEY not in (error or "")
+        title = str(app.query_one("#lane-a .lane-title").render())
+        assert "***@127.0.0.1" in title and PASSWORD not in title
         theme = app.theme
         await pilot.press("t")  # the app still answers keys
         await pilot.pause()

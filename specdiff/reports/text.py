@@ -70,7 +70,7 @@ def format_result(result: PairResult) -> str:
     if changed:
         out.append(
             "lanes differ in: "
-            + ", ".join(f"{k} ({getattr(a.lane, k)!r} vs {getattr(b.lane, k)!r})" for k in changed)
+            + ", ".join(f"{k} ({a.lane.shown(k)!r} vs {b.lane.shown(k)!r})" for k in changed)
         )
     if result.speedup is not None:
         out.append(f"speed a/b: {result.speedup:.2f}x")

@@ -71,7 +71,7 @@ class ServerLane:
             # report tokens only as text.
             self.model_path = resolve_model(lane.model, lane.quant, lane.threads, progress)
             self.model = self.pool.get(self.model_path, repack_choice(lane, self.model_path).on)
-            progress(f"lane {lane_id}: asking {lane.endpoint} who it is")
+            progress(f"lane {lane_id}: asking {self.client.where} who it is")
             self.identity = self.client.identity()
         except ServerError as error:
             self.close()
