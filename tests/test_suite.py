@@ -242,5 +242,5 @@ def test_teacher_forced_q8_0_flips_less_than_q4_k_m(tmp_path: Path, capsys) -> N
     assert q8["delta_logit"]["p90"] < q4["delta_logit"]["p90"]
     # the by-weight table of the report
     text = (folder / "report.md").read_text(encoding="utf-8")
-    assert "## By weight type" in text and re.search(r"\| q8_0 \| \d+ of 8 identical \|", text)
+    assert "## By weight type" in text and re.search(r"\| q8\\_0 \| \d+ of 8 identical \|", text)
     assert os.path.getsize(folder / "report.html") > 0
