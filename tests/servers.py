@@ -116,6 +116,8 @@ def fault_server(mode: str) -> Iterator[str]:
 ESCAPES = "\x1b]52;c;c3BlY2RpZmY=\x07\x1b]0;pwned\x07\x1b[31m"
 """What a hostile server hides in its words: a clipboard write (OSC 52), a window title,
 a colour."""
+PASSWORD = "pw-hostile-9876543210"
+"""The password the `password` mode asks for (basic auth, from the endpoint URL)."""
 ENDLESS_CAP = 200_000
 """Tokens an endless stream sends at most before it gives up on a client that never left."""
 
@@ -147,7 +149,8 @@ class _Faulty(BaseHTTPRequestHandler):
     whose log-probability is NaN / a top candidate at -inf; echo-key: the client's secret
     in /v1/models, /props and the streamed text; newline-error: an HTTP 500 whose message
     holds newlines and escape sequences; redirect: a 307 to a URL with credentials;
-    giant-event: one 50 MB line; keepalive: comments, never a token."""
+    giant-event: one 50 MB line; keepalive: comments, never a token; password: steady
+    for a client that authenticates with PASSWORD, HTTP 401 for any other."""
 
     mode = "ok"
 
@@ -175,6 +178,10 @@ class _Faulty(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         length = int(self.headers.get("Content-Length", 0))
         self.rfile.read(length)
+        authorization = self.headers.get("Authorization", "")
+        if self.mode == "password" and _secret(authorization) != PASSWORD:
+            self._json(401, {"error": {"message": "wrong password"}})
+            return
         if self.mode == "http500":
             self._json(500, {"error": {"message": "out of memory (injected)"}})
             return
@@ -190,7 +197,7 @@ class _Faulty(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            self._stream(_secret(self.headers.get("Authorization", "")))
+            self._stream(_secret(authorization))
 
     def _stream(self, secret: str) -> None:
         write = self.wfile.write
@@ -209,7 +216,7 @@ class _Faulty(BaseHTTPRequestHandler):
             self.wfile.flush()
             self.connection.shutdown(socket.SHUT_RDWR)
             return
-        elif self.mode == "steady":
+        elif self.mode in ("steady", "password"):
             for word in (" Hello", " world", " again", "."):
                 write(_event(word))
             write(_event("", logprobs=False, finish="length"))

@@ -23,12 +23,10 @@ from specdiff.lanes import Lane, Pair, presets, without_credentials
 from specdiff.sessions.store import load_session
 from specdiff.steps import Candidate, TokenStep
 from tests.conftest import wait_for
-from tests.servers import fault_server
+from tests.servers import PASSWORD, fault_server
 
 KEY = "sk-specdiff-hostile-0123456789abcdef"
 """The API key lane a sends: the echo-key server sends it back everywhere it can."""
-PASSWORD = "pw-hostile-9876543210"
-"""A password in an endpoint URL, which httpx sends as basic auth."""
 KEY_ENV = "SPECDIFF_HOSTILE_KEY"
 BUDGET = 6
 
@@ -222,12 +220,40 @@ def test_a_suite_marks_the_failed_runs_and_resumes(
 
 @pytest.mark.server
 @pytest.mark.model
+@pytest.mark.parametrize("hostile", ["password"], indirect=True)
+def test_a_resumed_suite_keeps_the_password_it_is_given(
+    hostile: tuple[str, str], steady: str, tmp_path: Path
+) -> None:
+    """suite.json keeps the endpoint without its password; a resume given the options
+    again runs with them, so its runs are not refused."""
+    _, url = hostile
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"id": "one", "prompt": "Hello"}\n{"id": "two", "prompt": "Once"}\n')
+    report = tmp_path / "report"
+    options = [
+        str(prompts), "--pair", "servers", "--lane-a", f"endpoint={with_password(url)}",
+        "--lane-b", f"endpoint={steady}", "--max-tokens", str(BUDGET), "--report", str(report),
+    ]  # fmt: skip
+    assert specdiff("suite", *options).returncode == 0
+    (missing, *_) = (report / "sessions").rglob("*.jsonl")
+    missing.unlink()
+    resumed = specdiff("suite", *options, "--resume")
+    assert_clean(resumed.stdout, resumed.stderr)
+    assert resumed.returncode == 0, resumed.stderr
+    summary = json.loads((report / "report.json").read_text())["pairs"][0]["summary"]
+    assert summary["prompts"] == 2 and summary["failed"] == 0
+    assert_no_secret_in(tmp_path)
+
+
+@pytest.mark.server
+@pytest.mark.model
 @pytest.mark.parametrize("hostile", MODES, indirect=True)
 def test_repeat_against_a_hostile_server_finishes(hostile: tuple[str, str]) -> None:
     mode, url = hostile
     done = specdiff(
-        "repeat", "--endpoint", with_password(url), "--lane", f"api_key_env={KEY_ENV}", "--lane", "timeout=3",
-        "-n", "3", "--concurrency", "2", "--max-tokens", str(BUDGET), "--json", "--quiet",
+        "repeat", "--endpoint", with_password(url), "--lane", f"api_key_env={KEY_ENV}",
+        "--lane", "timeout=3", "-n", "3", "--concurrency", "2", "--max-tokens", str(BUDGET),
+        "--json", "--quiet",
     )  # fmt: skip
     assert_clean(done.stdout, done.stderr)
     if mode == "endless":
