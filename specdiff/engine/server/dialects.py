@@ -6,6 +6,10 @@ each streamed event becomes tokens.
 - `chat`: POST /v1/chat/completions with `logprobs: true, top_logprobs: k`;
 - `llama-server`: POST /completion with `n_probs: k` and `return_tokens` (token ids,
   bytes, and the server's draft counts and timings).
+
+What a session will hold is checked here, where it enters: a log-probability that is not
+a finite number, or a token longer than any token is, ends the lane (`Unusable`), since a
+session file must never hold what its readers refuse; timings keep their finite numbers.
 """
 
 from __future__ import annotations
