@@ -101,6 +101,14 @@ def _jsonl_prompts(path: Path, bad: Report) -> list[SuitePrompt]:
     return entries
 
 
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _bundled_prompts(name: str) -> list[SuitePrompt]:
     return [
         SuitePrompt(str(item["id"]), str(item["prompt"]), None, f"{name}:{number}")
@@ -145,6 +153,11 @@ def _prompt_line(path: Path, number: int, raw: bytes, bad: Report) -> SuitePromp
         return None
     if not isinstance(prompt, str) or not prompt.strip():
         bad(f'{where}: missing "prompt" (a non-empty string)')
+        return None
+    if not _encodable(prompt_id) or not _encodable(prompt):
+        # JSON's "\udc80" decodes to a lone surrogate, which no file name, session or
+        # tokenizer can take
+        bad(f'{where}: "id" and "prompt" must be text without lone surrogates (\\udXXX escapes)')
         return None
     max_tokens = record.get("max_tokens")
     if max_tokens is not None and (
