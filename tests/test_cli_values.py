@@ -120,6 +120,24 @@ def test_replay_speed_must_be_finite_and_above_zero(capsys, value: str) -> None:
     assert "--speed: must be a finite number above 0" in error
 
 
+# argv as Python sees bytes that are not UTF-8: each such byte a lone surrogate
+NOT_UTF8 = [b"ab\xffc".decode("utf-8", "surrogateescape"), "\udc80", "x\ud800"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--prompt"],
+        ["live", "--prompt"],
+        ["run", "--stop"],
+        ["suite", "coding", "--report", "out", "--stop"],
+    ],
+)
+@pytest.mark.parametrize("value", NOT_UTF8)
+def test_text_that_is_not_utf8_is_refused(capsys, argv: list[str], value: str) -> None:
+    assert "is not UTF-8 text" in refused(capsys, [*argv, value])
+
+
 def test_number_types_at_their_bounds() -> None:
     budget = whole_number(1, 10)
     assert (budget("1"), budget(" 10 "), budget("0007")) == (1, 10, 7)

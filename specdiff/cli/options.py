@@ -49,6 +49,20 @@ def finite_number(low: float, above: bool = False) -> Callable[[str], float]:
     return read
 
 
+def utf8_text(text: str) -> str:
+    """An argparse type: text that is UTF-8. A shell passes bytes as they are, and Python
+    keeps the ones that are not UTF-8 as lone surrogates, which no tokenizer, session or
+    report can hold."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise argparse.ArgumentTypeError(
+            f"is not UTF-8 text ({text[error.start]!r} at position {error.start}); "
+            "pass UTF-8, e.g. from a UTF-8 file"
+        ) from None
+    return text
+
+
 token_budget = whole_number(1, MAX_TOKENS_LIMIT)
 """--max-tokens: at least one token, at most what the largest context holds."""
 thread_count = whole_number(0, BOUNDS["threads"][1])
@@ -82,7 +96,7 @@ def add_prompt_options(
 ) -> None:
     """--prompt or --prompt-file, as `common.read_prompt` reads them."""
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--prompt", help="the prompt text")
+    source.add_argument("--prompt", type=utf8_text, help="the prompt text")
     source.add_argument("--prompt-file", metavar="FILE", help=file_help)
 
 
@@ -124,7 +138,9 @@ def add_json_summary(parser: argparse.ArgumentParser) -> None:
 
 
 def add_stop(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    parser.add_argument(
+        "--stop", action="append", default=[], type=utf8_text, help="stop string (repeatable)"
+    )
 
 
 def add_model(parser: argparse.ArgumentParser) -> None:
