@@ -149,8 +149,9 @@ class _Faulty(BaseHTTPRequestHandler):
     whose log-probability is NaN / a top candidate at -inf; echo-key: the client's secret
     in /v1/models, /props and the streamed text; newline-error: an HTTP 500 whose message
     holds newlines and escape sequences; redirect: a 307 to a URL with credentials;
-    giant-event: one 50 MB line; keepalive: comments, never a token; password: steady
-    for a client that authenticates with PASSWORD, HTTP 401 for any other."""
+    giant-event: one 50 MB line; giant-body: a 50 MB /props and a 50 MB HTTP 500;
+    keepalive: comments, never a token; password: steady for a client that authenticates
+    with PASSWORD, HTTP 401 for any other."""
 
     mode = "ok"
 
@@ -167,10 +168,24 @@ class _Faulty(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _giant(self, status: int, start: bytes) -> None:
+        """A 50 MB body that opens as JSON and never closes, sent without a length."""
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self.wfile.write(start)
+            for _ in range(50):
+                self.wfile.write(b"x" * (1 << 20))
+        self.close_connection = True
+
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         secret = _secret(self.headers.get("Authorization", ""))
         if self.mode == "echo-key" and self.path == "/props":
             self._json(200, {"build_info": f"b1 {secret}", "model_path": f"/m/{secret}.gguf"})
+            return
+        if self.mode == "giant-body" and self.path == "/props":
+            self._giant(200, b'{"build_info": "')
             return
         model = f"{secret}{ESCAPES}" if self.mode == "echo-key" else f"fault-{self.mode}"
         self._json(200, {"data": [{"id": model}]})
@@ -184,6 +199,9 @@ class _Faulty(BaseHTTPRequestHandler):
             return
         if self.mode == "http500":
             self._json(500, {"error": {"message": "out of memory (injected)"}})
+            return
+        if self.mode == "giant-body":
+            self._giant(500, b'{"error": {"message": "')
             return
         if self.mode == "newline-error":
             message = f"out of memory\nat line 2\r\n{ESCAPES}\nend of message"

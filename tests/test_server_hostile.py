@@ -16,7 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from specdiff.engine.server.client import MAX_LINE_BYTES, ServerError, credentials, split_lines
+from specdiff.engine.server.client import (
+    MAX_LINE_BYTES,
+    MESSAGE_CHARS,
+    ServerError,
+    credentials,
+    split_lines,
+)
 from specdiff.engine.server.dialects import MAX_PIECE_BYTES, Chat, Completions, Unusable
 from specdiff.engine.server.lane import EchoGuard, ServerLane
 from specdiff.lanes import Lane, Pair, presets, without_credentials
@@ -108,7 +114,7 @@ def with_password(url: str) -> str:
 
 @pytest.mark.server
 @pytest.mark.model
-@pytest.mark.parametrize("hostile", [*MODES, "keepalive"], indirect=True)
+@pytest.mark.parametrize("hostile", [*MODES, "keepalive", "giant-body"], indirect=True)
 def test_the_lane_ends_in_one_line_or_at_the_budget(hostile: tuple[str, str], monkeypatch) -> None:
     monkeypatch.setenv(KEY_ENV, KEY)
     mode, url = hostile
@@ -125,8 +131,12 @@ def test_the_lane_ends_in_one_line_or_at_the_budget(hostile: tuple[str, str], mo
     finally:
         lane.close()
     message = str(caught.value)
-    expected = FAILURES.get(mode, "no token for 1 s, only keep-alives")
-    assert expected in message, message
+    expected = {
+        **FAILURES,
+        "keepalive": "no token for 1 s, only keep-alives",
+        "giant-body": 'HTTP 500: {"error": {"message": "xxxx',
+    }[mode]
+    assert expected in message and len(message) <= MESSAGE_CHARS, message
     assert_clean(message.encode(), identity.encode())
 
 
