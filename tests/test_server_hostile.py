@@ -23,7 +23,13 @@ from specdiff.engine.server.client import (
     credentials,
     split_lines,
 )
-from specdiff.engine.server.dialects import MAX_PIECE_BYTES, Chat, Completions, Unusable
+from specdiff.engine.server.dialects import (
+    MAX_PIECE_BYTES,
+    Chat,
+    Completions,
+    LlamaServer,
+    Unusable,
+)
 from specdiff.engine.server.lane import EchoGuard, ServerLane
 from specdiff.lanes import Lane, Pair, presets, without_credentials
 from specdiff.sessions.store import load_session
@@ -458,3 +464,40 @@ def test_a_token_longer_than_any_token_is_refused(size: int) -> None:
     entry = {"id": 1, "token": "x", "bytes": [120] * size, "logprob": -0.1}
     with pytest.raises(Unusable):
         Chat().parse({"choices": [{"delta": {"content": "x"}, "logprobs": {"content": [entry]}}]})
+
+
+def refuse_piece(token_id: int) -> bytes:
+    raise AssertionError(f"asked for the piece of {token_id}: the event should fail first")
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"id": 5, "token": "a", "logprob": float("nan"), "top_logprobs": []},
+        {"id": 5, "token": "a", "logprob": -0.1, "top_logprobs": [{"id": 6, "logprob": "-1"}]},
+        {"id": 5, "token": "a", "bytes": [97] * (MAX_PIECE_BYTES + 1), "logprob": -0.1},
+    ],
+    ids=["nan chosen", "text as a number", "oversized bytes"],
+)
+def test_llama_server_events_are_checked_like_the_others(entry: dict) -> None:
+    event = {"content": "a", "tokens": [5], "completion_probabilities": [entry]}
+    with pytest.raises(Unusable):
+        LlamaServer(refuse_piece).parse(event)
+
+
+@pytest.mark.parametrize(
+    "reason, recorded",
+    [
+        ("length", "length"),
+        ("stop", "eos"),
+        ("content_filter", "content_filter"),
+        ("\x1b]0;title\x07", "ended"),
+        ("x" * 100, "ended"),
+        (7, "ended"),
+    ],
+)
+def test_a_finish_reason_is_recorded_only_when_it_reads_as_one(
+    reason: object, recorded: str
+) -> None:
+    choice = {"text": "", "finish_reason": reason, "logprobs": None}
+    assert Completions().parse({"choices": [choice]}).finish == recorded
