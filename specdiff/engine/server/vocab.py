@@ -14,6 +14,9 @@ from specdiff.engine.server.dialects import Token
 
 UNKNOWN_TOKEN = (1 << 31) - 1
 """The id given to a token whose text the tokenizer vocabulary does not hold."""
+MAX_CACHED_TEXTS = 1 << 16
+"""Texts whose ids are remembered: a real server repeats a few thousand tokens, while one
+that sends a new text each time would otherwise grow the cache without end."""
 
 
 class Vocabulary:
@@ -57,6 +60,8 @@ class Vocabulary:
             return cached
         ids = model.tokenize(token.text, add_special=False) if token.text else []
         found = ids[0] if len(ids) == 1 else self._maps()[0].get(token.text, UNKNOWN_TOKEN)
+        if len(self._text_ids) >= MAX_CACHED_TEXTS:
+            self._text_ids.clear()
         self._text_ids[token.text] = found
         return found
 
