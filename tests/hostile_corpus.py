@@ -97,6 +97,11 @@ def removing(key: str) -> Callable[[dict[str, Any]], None]:
     return lambda record: record.pop(key, None)
 
 
+def _grade(**fields: Any) -> dict[str, Any]:
+    """A lane's grade in a footer, with the given fields replaced."""
+    return {"passed": True, "reason": "passed", "grader": "tests", **fields}
+
+
 def _wrong_types(kind: str, record: dict[str, Any], editor: Any) -> list[Case]:
     """Every field of a header or footer given each wrong value, and left out. Whether a
     value is wrong depends on the field, so the loader's verdict is only held to
@@ -138,6 +143,13 @@ def _escape_cases() -> list[Case]:
     cases = [Case(f"escapes-{name}", with_header(edit), "ok") for name, edit in fields]
     cases.append(Case("escapes-pieces", with_steps(every_piece), "ok"))
     cases.append(Case("escapes-error", with_footer(setting("errors", value=[ESCAPES, None])), "ok"))
+    cases.append(
+        Case(
+            "escapes-grade",
+            with_footer(setting("grades", value=[_grade(reason=ESCAPES)] * 2)),
+            "ok",
+        )
+    )
     cases.append(
         Case("escapes-stop-reason", with_footer(setting("stop_reasons", value=[ESCAPES] * 2)), "ok")
     )
@@ -236,6 +248,19 @@ def _structure_cases() -> list[Case]:
         "footer-speed-list": with_footer(setting("tokens_per_second", value=[[1], [2]])),
         "footer-speed-negative": with_footer(setting("tokens_per_second", value=[-1, 2])),
         "footer-generated-three": with_footer(setting("generated", value=[1, 2, 3])),
+        "footer-grades-one": with_footer(setting("grades", value=[None])),
+        "footer-grade-passed-number": with_footer(
+            setting("grades", value=[_grade(passed=1), None])
+        ),
+        "footer-grade-unknown-grader": with_footer(
+            setting("grades", value=[_grade(grader="x")] * 2)
+        ),
+        "footer-grade-reason-huge": with_footer(
+            setting("grades", value=[_grade(reason="r" * 10**5)] * 2)
+        ),
+        "footer-grade-reason-list": with_footer(
+            setting("grades", value=[None, _grade(reason=[1])])
+        ),
     }
     ok = {
         "bom": lambda: b"\xef\xbb\xbf" + whole(),

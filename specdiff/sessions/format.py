@@ -41,6 +41,10 @@ MAX_NESTING = 8
 """How deep a free-form value (a server's identity, extra request fields) may nest."""
 MAX_ITEMS = 1024
 """How many entries a free-form object or list may hold."""
+GRADERS = ("tests", "answer", "regex")
+"""How a lane's text is graded: a prompt's tests executed, an exact answer, a pattern."""
+MAX_GRADE_REASON = 500
+"""A grade's reason is one short line (an exception's name, a timeout, a signal)."""
 
 
 # --- in-memory result of a pair run ---------------------------------------------------
@@ -391,6 +395,35 @@ class SessionHeader:
 
 # --- footer: the run's summary --------------------------------------------------------
 
+
+@dataclass(frozen=True)
+class Grade:
+    """Whether one lane's text passed its prompt's grader, and why."""
+
+    passed: bool
+    reason: str
+    """"passed", "failed: AssertionError", "timeout after 10 s", "crashed: signal 9",
+    "no match", "not graded: lane failed"..."""
+    grader: str
+    """One of GRADERS."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"passed": self.passed, "reason": self.reason, "grader": self.grader}
+
+    @classmethod
+    def from_json(cls, value: object) -> Grade:
+        record = check_object(value, "a grade")
+        reason = check_text(record.get("reason"), "a grade's reason")
+        if len(reason) > MAX_GRADE_REASON:
+            raise ValueError(f"a grade's reason is longer than {MAX_GRADE_REASON} characters")
+        grader = check_text(record.get("grader"), "a grade's grader")
+        if grader not in GRADERS:
+            raise ValueError(
+                f"a grade's grader must be one of {', '.join(GRADERS)}, got {grader!r:.40}"
+            )
+        return cls(check_bool(record.get("passed"), "a grade's passed"), reason, grader)
+
+
 MEASURED_FIELDS = ("tokens_per_second", "stop_reasons", "errors", "drafted", "accepted")
 """RunSummary fields only the run itself knows: a partial session (no footer) lacks them,
 while the rest follow from its steps."""
@@ -420,6 +453,8 @@ class RunSummary:
     seconds: tuple[float, float] | None = None
     """Each lane's time in its decode loop; absent from files written before it was recorded."""
     first_token_seconds: tuple[float, float] | None = None
+    grades: tuple[Grade | None, Grade | None] | None = None
+    """Each lane's grade when the run was graded; None for a lane left ungraded."""
 
     @property
     def generation_seconds(self) -> float:
@@ -490,6 +525,8 @@ class RunSummary:
             record["seconds"] = list(self.seconds)
         if self.first_token_seconds is not None:
             record["first_token_seconds"] = list(self.first_token_seconds)
+        if self.grades is not None:
+            record["grades"] = [None if g is None else g.to_json() for g in self.grades]
         return record
 
     @classmethod
@@ -509,6 +546,7 @@ class RunSummary:
             accepted=_two(record.get("accepted", [0, 0]), "accepted", _count),
             seconds=_optional_two(record, "seconds", _duration, legacy="generation_seconds"),
             first_token_seconds=_optional_two(record, "first_token_seconds", _duration),
+            grades=_optional_two(record, "grades", _grade),
         )
 
 
@@ -540,6 +578,10 @@ def _speed(value: object, what: str) -> float:
 
 
 _duration = _speed
+
+
+def _grade(value: object, what: str) -> Grade | None:
+    return None if value is None else Grade.from_json(value)
 
 
 def _error(value: object, what: str) -> str | None:
