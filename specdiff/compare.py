@@ -17,6 +17,17 @@ from specdiff.steps import TokenStep, text_of
 
 DEFAULT_NEAR_TIE = 0.5
 
+DEFAULT_SPLIT_THRESHOLD = 2.0
+"""A reference margin (logits) at or above which a fork is not a rounding effect: the
+teacher-forced |delta logit| of the ubatch pair (the measured numeric noise scale) has a
+p99 of about 0.6 and a maximum under 1 on the bundled model."""
+
+NEAR_TIE = "near tie"
+AMBIGUOUS = "ambiguous"
+LARGE_MARGIN_SPLIT = "large-margin split"
+FORK_CLASSES = (NEAR_TIE, AMBIGUOUS, LARGE_MARGIN_SPLIT)
+"""What a fork is, from the reference lane's margin and the other pick's rank there."""
+
 MARGIN_DISPLAY_CAP = 4.0
 """Where drawn margins stop (the TUI's sparkline, the reports' plots): one confident step
 (margins reach 10+ logits) would otherwise squash every near tie into the axis."""
@@ -161,3 +172,50 @@ def teacher_flips(a: Sequence[TokenStep], b: Sequence[TokenStep]) -> list[int]:
         for index, (reference, forced) in enumerate(zip(a, b))
         if forced.top[0].token_id != reference.token_id
     ]
+
+
+def classify_fork(
+    reference_margin: float,
+    other_rank: int | None,
+    near_tie: float = DEFAULT_NEAR_TIE,
+    split: float = DEFAULT_SPLIT_THRESHOLD,
+) -> str:
+    """The class of a fork, given the reference lane's top-1 minus top-2 logit there and
+    the rank (1 = argmax) the reference lane gave the other lane's pick, None when that
+    pick was outside its candidates.
+
+    A pick ranked below #2, or a reference margin at or above `split`, cannot come from
+    reordering two close logits: the other lane changed the computation. A margin below
+    `near_tie` with the other pick at #2 is the near tie numerics flip. The rest is
+    ambiguous."""
+    if other_rank is None or other_rank > 2 or reference_margin >= split:
+        return LARGE_MARGIN_SPLIT
+    if reference_margin < near_tie:
+        return NEAR_TIE
+    return AMBIGUOUS
+
+
+def _picks_its_argmax(step: TokenStep, pick: int) -> bool:
+    return bool(step.top) and step.top[0].token_id == pick
+
+
+def fork_class_at(
+    step_a: TokenStep,
+    step_b: TokenStep,
+    teacher_forced: bool = False,
+    near_tie: float = DEFAULT_NEAR_TIE,
+    split: float = DEFAULT_SPLIT_THRESHOLD,
+) -> str:
+    """Classify the fork between two steps at the same index.
+
+    Lane A is the reference, unless A's pick is not its own argmax while B's is (a lane
+    that accepts drafts leniently emits tokens its own logits did not rank first, so
+    its margin says nothing about the token it took): then B is. In a teacher-forced
+    run B's token is A's by construction, and B's pick is its own argmax."""
+    pick_a = step_a.token_id
+    pick_b = step_b.top[0].token_id if teacher_forced and step_b.top else step_b.token_id
+    if _picks_its_argmax(step_a, pick_a) or not _picks_its_argmax(step_b, pick_b):
+        reference, other_pick = step_a, pick_b
+    else:
+        reference, other_pick = step_b, pick_a
+    return classify_fork(reference.margin, reference.rank_of(other_pick), near_tie, split)

@@ -261,6 +261,8 @@ def _structure_cases() -> list[Case]:
         "footer-grade-reason-list": with_footer(
             setting("grades", value=[None, _grade(reason=[1])])
         ),
+        "footer-fork-class-unknown": with_footer(setting("fork_class", value=ESCAPES)),
+        "footer-fork-class-list": with_footer(setting("fork_class", value=["near tie"])),
     }
     ok = {
         "bom": lambda: b"\xef\xbb\xbf" + whole(),

@@ -17,7 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specdiff import __version__
-from specdiff.compare import Comparison, teacher_flips
+from specdiff.compare import (
+    DEFAULT_NEAR_TIE,
+    FORK_CLASSES,
+    Comparison,
+    fork_class_at,
+    teacher_flips,
+)
 from specdiff.lanes import Lane, Pair, lane_from_dict
 from specdiff.steps import Candidate, Probe, TokenStep
 
@@ -155,6 +161,7 @@ class PairResult:
             accepted=(self.a.accepted, self.b.accepted),
             seconds=(self.a.seconds, self.b.seconds),
             first_token_seconds=(self.a.first_token_seconds, self.b.first_token_seconds),
+            near_tie=self.comparison.near_tie_threshold,
         )
 
 
@@ -455,6 +462,8 @@ class RunSummary:
     first_token_seconds: tuple[float, float] | None = None
     grades: tuple[Grade | None, Grade | None] | None = None
     """Each lane's grade when the run was graded; None for a lane left ungraded."""
+    fork_class: str | None = None
+    """One of compare.FORK_CLASSES where the lanes forked; None without a fork."""
 
     @property
     def generation_seconds(self) -> float:
@@ -490,6 +499,10 @@ class RunSummary:
         # a run cut short by a crash is not identical, whatever it held so far
         identical = fork_index is None and len(a) == len(b) and CRASHED not in stop_reasons
         margins = None if fork_index is None else (a[fork_index].margin, b[fork_index].margin)
+        near_tie = measured.pop("near_tie", DEFAULT_NEAR_TIE)
+        kind = None
+        if fork_index is not None:
+            kind = fork_class_at(a[fork_index], b[fork_index], teacher_forced, near_tie)
         return cls(
             identical=identical,
             fork_index=fork_index,
@@ -500,6 +513,7 @@ class RunSummary:
             stop_reasons=stop_reasons,
             errors=measured.pop("errors", (None, None)),
             cancelled=measured.pop("cancelled", False),
+            fork_class=kind,
             **measured,
         )
 
@@ -527,6 +541,8 @@ class RunSummary:
             record["first_token_seconds"] = list(self.first_token_seconds)
         if self.grades is not None:
             record["grades"] = [None if g is None else g.to_json() for g in self.grades]
+        if self.fork_class is not None:
+            record["fork_class"] = self.fork_class
         return record
 
     @classmethod
@@ -547,11 +563,19 @@ class RunSummary:
             seconds=_optional_two(record, "seconds", _duration, legacy="generation_seconds"),
             first_token_seconds=_optional_two(record, "first_token_seconds", _duration),
             grades=_optional_two(record, "grades", _grade),
+            fork_class=_optional(record.get("fork_class"), _fork_class),
         )
 
 
 def _optional(value: object, check: Any) -> Any:
     return None if value is None else check(value)
+
+
+def _fork_class(value: object) -> str:
+    if value not in FORK_CLASSES:
+        known = ", ".join(FORK_CLASSES)
+        raise ValueError(f"fork_class must be one of {known}, got {value!r:.60}")
+    return check_text(value, "fork_class")
 
 
 def _fork_index(value: object) -> int:

@@ -211,6 +211,11 @@ class Session:
             fork_margins=derived.fork_margins,
             generated=derived.generated,
             output_sha256=derived.output_sha256,
+            # the footer's class used the run's own near-tie threshold; a file written
+            # before classes were recorded gets one from its steps
+            fork_class=None
+            if derived.fork_index is None
+            else self.footer.fork_class or derived.fork_class,
         )
 
     @property

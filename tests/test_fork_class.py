@@ -1,0 +1,169 @@
+"""Fork classes: near tie, ambiguous, large-margin split.
+
+The classifier is a pure function of the reference lane's margin and the rank it gave
+the other lane's pick; these tests hold it to its definition over the whole input
+space, check which lane is the reference, and that the class travels through session
+files (written, validated on read, derived for files written before it existed).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specdiff.compare import (
+    AMBIGUOUS,
+    DEFAULT_NEAR_TIE,
+    DEFAULT_SPLIT_THRESHOLD,
+    FORK_CLASSES,
+    LARGE_MARGIN_SPLIT,
+    NEAR_TIE,
+    classify_fork,
+    fork_class_at,
+)
+from specdiff.sessions.format import RunSummary
+from specdiff.sessions.store import SessionError, load_session
+from specdiff.steps import Candidate, TokenStep
+
+FIXTURE = Path(__file__).parent / "data" / "ubatch-roman-empire.jsonl"
+
+margins = st.floats(0, 50, allow_nan=False)
+ranks = st.none() | st.integers(1, 300)
+
+
+@given(margins, ranks, st.floats(0.01, 1.0), st.floats(1.0, 5.0))
+def test_the_class_follows_its_definition(
+    margin: float, rank: int | None, near_tie: float, split: float
+) -> None:
+    kind = classify_fork(margin, rank, near_tie, split)
+    not_rounding = rank is None or rank > 2 or margin >= split
+    assert (kind == LARGE_MARGIN_SPLIT) == not_rounding
+    assert (kind == NEAR_TIE) == (not not_rounding and margin < near_tie)
+    assert kind in FORK_CLASSES
+
+
+@given(margins, st.integers(1, 2), st.floats(0, 10))
+def test_a_wider_margin_never_reads_as_a_closer_call(
+    margin: float, rank: int, wider_by: float
+) -> None:
+    order = {NEAR_TIE: 0, AMBIGUOUS: 1, LARGE_MARGIN_SPLIT: 2}
+    narrow, wide = classify_fork(margin, rank), classify_fork(margin + wider_by, rank)
+    assert order[narrow] <= order[wide]
+
+
+@pytest.mark.parametrize(
+    ("margin", "rank", "expected"),
+    [
+        (0.0, 2, NEAR_TIE),
+        (DEFAULT_NEAR_TIE - 1e-9, 2, NEAR_TIE),
+        (DEFAULT_NEAR_TIE, 2, AMBIGUOUS),
+        (DEFAULT_SPLIT_THRESHOLD - 1e-9, 2, AMBIGUOUS),
+        (DEFAULT_SPLIT_THRESHOLD, 2, LARGE_MARGIN_SPLIT),
+        (0.01, 3, LARGE_MARGIN_SPLIT),
+        (0.01, None, LARGE_MARGIN_SPLIT),
+        (float("inf"), None, LARGE_MARGIN_SPLIT),
+    ],
+)
+def test_the_thresholds_bound_each_class(margin: float, rank: int | None, expected: str) -> None:
+    assert classify_fork(margin, rank) == expected
+
+
+def _step(lane: str, token: int, logits: dict[int, float]) -> TokenStep:
+    top = tuple(
+        Candidate(t, v) for t, v in sorted(logits.items(), key=lambda item: (-item[1], item[0]))
+    )
+    return TokenStep(lane, 0, token, b"x", top, False, 1, 0.0)
+
+
+# lane A's logits: 1 leads 2 by 0.1 and 3 by 3.0
+CLOSE = {1: 5.0, 2: 4.9, 3: 2.0}
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "expected"),
+    [
+        # both lanes greedy: A is the reference, B's pick is A's #2 at a 0.1 margin
+        (_step("a", 1, CLOSE), _step("b", 2, {2: 5.0, 1: 4.95}), NEAR_TIE),
+        # B's pick is A's #3
+        (_step("a", 1, CLOSE), _step("b", 3, {3: 5.0, 1: 4.0}), LARGE_MARGIN_SPLIT),
+        # B's pick is outside A's candidates
+        (_step("a", 1, CLOSE), _step("b", 77, {77: 5.0, 1: 4.0}), LARGE_MARGIN_SPLIT),
+        # A took a token its own logits ranked #3 (a lenient accept): B, greedy, is the
+        # reference, and it put A's pick at #2 behind a 2.5 margin
+        (_step("a", 3, CLOSE), _step("b", 1, {1: 5.0, 3: 2.5}), LARGE_MARGIN_SPLIT),
+        (_step("a", 2, CLOSE), _step("b", 1, {1: 5.0, 2: 4.8}), NEAR_TIE),
+        # neither lane took its argmax: A stays the reference
+        (_step("a", 2, CLOSE), _step("b", 3, {1: 5.0, 3: 4.0}), LARGE_MARGIN_SPLIT),
+    ],
+    ids=["near-tie", "rank-3", "absent", "lenient-a-split", "lenient-a-tie", "neither-greedy"],
+)
+def test_the_reference_is_the_lane_that_took_its_argmax(
+    a: TokenStep, b: TokenStep, expected: str
+) -> None:
+    assert fork_class_at(a, b) == expected
+
+
+@pytest.mark.parametrize(
+    ("b_logits", "expected"),
+    [({2: 5.0, 1: 4.95}, NEAR_TIE), ({3: 5.0, 1: 4.0}, LARGE_MARGIN_SPLIT)],
+    ids=["flip-to-2", "flip-to-3"],
+)
+def test_a_teacher_forced_flip_is_classed_by_b_s_own_pick(
+    b_logits: dict[int, float], expected: str
+) -> None:
+    a = _step("a", 1, CLOSE)
+    # B was fed A's token 1; its own argmax is the first key of b_logits
+    b = _step("b", 1, b_logits)
+    assert fork_class_at(a, b, teacher_forced=True) == expected
+    summary = RunSummary.of_steps([a], [b], teacher_forced=True)
+    assert summary.fork_class == expected
+    assert RunSummary.of_steps([a], [b]).fork_class is None
+
+
+def _fixture_records() -> list[dict]:
+    return [json.loads(line) for line in FIXTURE.read_text().splitlines() if line.strip()]
+
+
+def _write(records: list[dict], path: Path) -> Path:
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    return path
+
+
+def test_a_file_without_classes_gets_one_from_its_steps(tmp_path: Path) -> None:
+    records = _fixture_records()
+    records[-1].pop("fork_class", None)
+    session = load_session(_write(records, tmp_path / "old.jsonl"))
+    summary = session.summary()
+    assert summary.fork_index is not None
+    steps = session.steps
+    index = summary.fork_index
+    assert summary.fork_class == fork_class_at(steps["a"][index], steps["b"][index])
+
+
+@pytest.mark.parametrize("kind", FORK_CLASSES)
+def test_the_recorded_class_survives_a_round_trip(kind: str, tmp_path: Path) -> None:
+    records = _fixture_records()
+    records[-1]["fork_class"] = kind
+    session = load_session(_write(records, tmp_path / "kind.jsonl"))
+    assert session.footer is not None and session.footer.fork_class == kind
+    # the class was computed with the run's own near-tie threshold: it is kept
+    assert session.summary().fork_class == kind
+    assert RunSummary.from_json(session.footer.to_json()).fork_class == kind
+
+
+@pytest.mark.parametrize(
+    "value", ["split", "NEAR TIE", "", 2.0, ["near tie"], {"x": 1}, True], ids=repr
+)
+def test_an_unknown_class_is_one_line_naming_file_and_line(value: object, tmp_path: Path) -> None:
+    records = _fixture_records()
+    records[-1]["fork_class"] = value
+    path = _write(records, tmp_path / "bad.jsonl")
+    with pytest.raises(SessionError) as raised:
+        load_session(path)
+    message = str(raised.value)
+    assert message.startswith(f"{path}:{len(records)}: ") and "fork_class" in message
+    assert "\n" not in message
