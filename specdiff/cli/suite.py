@@ -207,24 +207,28 @@ def duration(seconds: float | None) -> str:
 
 
 def print_summary(data: dict[str, Any], paths: list[Path]) -> None:
-    """A line per pair (identical runs, speed, flips, failures, crashes), then where the
-    report is."""
+    """A line per pair (identical runs, pass@1 and McNemar when graded, fork classes,
+    speed, flips, failures, crashes), then where the report is."""
+    from specdiff.reports.suite import left_out_text, paired_line
+    from specdiff.safe_text import visible
+
     for pair in data["pairs"]:
         summary = pair["summary"]
+        label = visible(pair["label"])
         ran = summary["prompts"] - summary["failed"] - summary["crashed"]
-        failures = (f", {summary['failed']} failed" if summary["failed"] else "") + (
-            f", {summary['crashed']} crashed" if summary["crashed"] else ""
-        )
+        failures = [f"{summary[kind]} {kind}" for kind in ("failed", "crashed") if summary[kind]]
         if not ran:
             # "identical 0 of 0" would read as a result
-            print(f"{pair['label']}: no run finished{failures}")
+            print(f"{label}: " + ", ".join(["no run finished", *failures]))
             continue
-        speed = f", speed a/b {summary['speedup']:.2f}x" if summary["speedup"] else ""
+        parts = [f"{label}: {paired_line(summary)}"]
+        if summary["speedup"]:
+            parts.append(f"speed a/b {summary['speedup']:.2f}x")
         teacher = summary.get("teacher_forced")
-        flips = (
-            f", teacher-forced flips {teacher['flips']} of {teacher['steps']} steps"
-            if teacher
-            else ""
-        )
-        print(f"{pair['label']}: identical {summary['identical']} of {ran}{speed}{flips}{failures}")
+        if teacher:
+            parts.append(f"teacher-forced flips {teacher['flips']} of {teacher['steps']} steps")
+        print(" · ".join([*parts, *failures]))
+        left_out = left_out_text(summary)
+        if left_out:
+            print(f"  {visible(left_out, 400)}")
     print(f"report: {paths[2]} (also {', '.join(p.name for p in paths if p != paths[2])})")

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from specdiff.compare import FORK_CLASSES
 from specdiff.files import write_text_atomic
 from specdiff.reports._markup import finite, html_table, md_table, page_head
 from specdiff.reports.svg import LANE_COLORS, Rule, Series, histogram, line_chart
@@ -33,6 +34,7 @@ CSV_COLUMNS = (
     "fork_index",
     "fork_margin_a",
     "fork_margin_b",
+    "fork_class",
     "tokens_a",
     "tokens_b",
     "tokens_per_second_a",
@@ -46,6 +48,8 @@ CSV_COLUMNS = (
     "stop_reason_a",
     "stop_reason_b",
     "error",
+    "grade_a",
+    "grade_b",
     "teacher_flips",
     "sha256_a",
     "sha256_b",
@@ -118,6 +122,102 @@ def _pair_line(summary: dict[str, Any]) -> str:
     )
 
 
+def _interval_text(rate: dict[str, Any]) -> str:
+    interval = rate["interval"]
+    return "–" if interval is None else f"[{interval[0]:.2f}, {interval[1]:.2f}]"
+
+
+def _rate_text(rate: dict[str, Any]) -> str:
+    """`7/50 [0.07, 0.26]`: a count, its denominator and its Wilson 95% interval."""
+    text = f"{rate['count']}/{rate['of']}"
+    return text if rate["interval"] is None else f"{text} {_interval_text(rate)}"
+
+
+def _p_text(p: float) -> str:
+    return f"{p:.2f}" if p >= 0.01 else f"{p:.1e}"
+
+
+def _class_counts_text(summary: dict[str, Any]) -> str:
+    """`near tie 3, ambiguous 1, large-margin split 0`; empty when nothing forked."""
+    shown = _shown_classes(summary)
+    if not any(count for _name, count in shown):
+        return ""
+    return ", ".join(f"{name} {count}" for name, count in shown)
+
+
+def _shown_classes(summary: dict[str, Any]) -> list[tuple[str, int]]:
+    """Each fork class and its count; `unclassified` only when some fork has no class."""
+    counts = summary.get("fork_classes") or {}
+    return [(name, n) for name, n in counts.items() if n or name != "unclassified"]
+
+
+def paired_line(summary: dict[str, Any]) -> str:
+    """The pair in one line, as the field's tables read: `identical 7/50 [0.07, 0.26] ·
+    solved a 34 b 33 · only a 5 · only b 4 · McNemar p 1.00`, then the fork classes."""
+    parts = [f"identical {_rate_text(summary['identical_rate'])}"]
+    grades = summary.get("grades")
+    if grades:
+        solved = [rate["count"] for rate in grades["pass_at_1"]]
+        parts += [
+            f"solved a {solved[0]} b {solved[1]}",
+            f"only a {grades['only_a']}",
+            f"only b {grades['only_b']}",
+            f"McNemar p {_p_text(grades['mcnemar_p'])}",
+        ]
+    classes = _class_counts_text(summary)
+    if classes:
+        parts.append(f"forks: {classes}")
+    return " · ".join(parts)
+
+
+def _rate_row(name: str, rate: dict[str, Any]) -> list[str]:
+    return [name, f"{rate['count']}/{rate['of']}", _interval_text(rate)]
+
+
+def _paired_rows(summary: dict[str, Any]) -> list[list[str]]:
+    """The pair's figures with their intervals: identical runs, then, when graded,
+    pass@1 per lane, the 2×2 table, McNemar and pass@1 among the forked prompts."""
+    rows = [_rate_row("identical", summary["identical_rate"])]
+    grades = summary.get("grades")
+    if grades:
+        rows += [_rate_row(f"pass@1 {lane}", r) for lane, r in zip("ab", grades["pass_at_1"])]
+        for key in ("both", "only_a", "only_b", "neither"):
+            rows.append([PAIRED_CELLS[key], str(grades[key]), ""])
+        discordant = grades["only_a"] + grades["only_b"]
+        p_value = _p_text(grades["mcnemar_p"])
+        rows.append([f"McNemar p (exact, {discordant} discordant)", p_value, ""])
+        rows += [
+            _rate_row(f"pass@1 {lane}, forked only", r)
+            for lane, r in zip("ab", grades["forked_pass_at_1"])
+        ]
+        rows.append(["left out of pass@1", str(len(grades["excluded"])), ""])
+    return rows + [[f"forks: {name}", str(count), ""] for name, count in _shown_classes(summary)]
+
+
+PAIRED_CELLS = {"both": "both pass", "only_a": "only a", "only_b": "only b", "neither": "neither"}
+PAIRED_HEADER = ("figure", "value", "95% interval (Wilson)")
+PAIRED_NOTE = (
+    "pass@1 counts the runs in which both lanes were graded; a run that failed or crashed "
+    "says nothing of its text's quality and is left out (named below). McNemar's exact test "
+    "asks whether the prompts only one lane solved lean to one lane more than chance would."
+)
+
+
+def left_out_text(summary: dict[str, Any]) -> str:
+    """The runs left out of pass@1 and why, or empty when none was."""
+    grades = summary.get("grades")
+    if not grades or not grades["excluded"]:
+        return ""
+    named = "; ".join(f"{e['prompt_id']} ({e['why']})" for e in grades["excluded"])
+    return f"Left out of pass@1: {named}."
+
+
+def _grade_words(record: dict[str, Any]) -> list[str]:
+    """Each lane's grade as `pass`, `fail`, or blank where the lane was not graded."""
+    grades = record.get("grades") or (None, None)
+    return ["" if g is None else ("pass" if g["passed"] else "fail") for g in grades]
+
+
 def _summary_rows(data: dict[str, Any]) -> list[list[str]]:
     rows = []
     for pair in data["pairs"]:
@@ -135,9 +235,24 @@ def _summary_rows(data: dict[str, Any]) -> list[list[str]]:
                 " / ".join(_percent(v, 0) for v in s["acceptance"]),
                 str(s["failed"]),
                 str(s["crashed"]),
+                _solved_cell(s),
+                _p_text(s["grades"]["mcnemar_p"]) if s.get("grades") else "–",
+                _class_counts_cell(s),
             ]
         )
     return rows
+
+
+def _solved_cell(summary: dict[str, Any]) -> str:
+    grades = summary.get("grades")
+    if not grades:
+        return "–"
+    return " / ".join(_rate_text(rate) for rate in grades["pass_at_1"])
+
+
+def _class_counts_cell(summary: dict[str, Any]) -> str:
+    counts = summary.get("fork_classes") or {}
+    return " / ".join(str(counts.get(name, 0)) for name in FORK_CLASSES)
 
 
 SUMMARY_HEADER = (
@@ -152,6 +267,9 @@ SUMMARY_HEADER = (
     "draft acceptance a / b",
     "failed",
     "crashed",
+    "pass@1 a / b [95% interval]",
+    "McNemar p",
+    "forks: near tie / ambiguous / large-margin split",
 )
 
 
@@ -284,6 +402,7 @@ def _prompt_rows(data: dict[str, Any]) -> list[list[str]]:
                 "–" if margins is None else " / ".join(_number(m, 3) for m in margins),
                 " / ".join(str(n) for n in record["generated"]),
                 " / ".join(h[:12] for h in record["output_sha256"]),
+                " / ".join(word or "–" for word in _grade_words(record)),
                 error or "",
                 record["session"],
             ]
@@ -303,7 +422,10 @@ def _fork_cell(record: dict[str, Any]) -> str:
         return "crashed" if fork is None else f"{fork}, then crashed"
     if record["identical"]:
         return "identical"
-    return "–" if fork is None else str(fork)
+    if fork is None:
+        return "–"
+    kind = record.get("fork_class")
+    return f"{fork} ({kind})" if kind else str(fork)
 
 
 SUMMARY_NOTE = (
@@ -321,6 +443,7 @@ PROMPT_HEADER = (
     "margins at fork a / b",
     "tokens a / b",
     "sha256 a / b (first 12)",
+    "grade a / b",
     "error",
     "session",
 )
@@ -433,6 +556,11 @@ def _md_pair(pair: dict[str, Any]) -> list[str]:
         "",
         _pair_line(summary),
         "",
+        paired_line(summary),
+        "",
+        *_md_table(PAIRED_HEADER, _paired_rows(summary)),
+        *_md_paired_notes(summary),
+        "",
         "First divergence index:",
         "",
         "```text",
@@ -457,6 +585,13 @@ def _md_pair(pair: dict[str, Any]) -> list[str]:
             *_md_table(LANE_HEADER, rows),
         ]
     return lines
+
+
+def _md_paired_notes(summary: dict[str, Any]) -> list[str]:
+    if not summary.get("grades"):
+        return []
+    left_out = left_out_text(summary)
+    return ["", PAIRED_NOTE, *(["", markdown_cell(left_out)] if left_out else [])]
 
 
 # -- HTML ----------------------------------------------------------------------------
@@ -514,7 +649,17 @@ def _html_overview(data: dict[str, Any]) -> list[str]:
 
 def _html_pair(pair: dict[str, Any]) -> list[str]:
     summary = pair["summary"]
-    parts = [f"<h2>{html.escape(pair['label'])}</h2>", f"<p>{html.escape(_pair_line(summary))}</p>"]
+    parts = [
+        f"<h2>{html.escape(pair['label'])}</h2>",
+        f"<p>{html.escape(_pair_line(summary))}</p>",
+        f'<p class="paired">{html.escape(paired_line(summary))}</p>',
+        _html_table(PAIRED_HEADER, _paired_rows(summary), "paired"),
+    ]
+    if summary.get("grades"):
+        parts.append(f'<p class="muted">{html.escape(PAIRED_NOTE)}</p>')
+        left_out = left_out_text(summary)
+        if left_out:
+            parts.append(f"<p>{html.escape(left_out)}</p>")
     teacher = summary.get("teacher_forced")
     if teacher:
         parts += [
@@ -554,6 +699,7 @@ def _csv_row(r: dict[str, Any]) -> list[Any]:
         "" if r["fork_index"] is None else r["fork_index"],
         _csv_number(margins[0]),
         _csv_number(margins[1]),
+        r.get("fork_class") or "",
         r["generated"][0],
         r["generated"][1],
         _csv_number(r["tokens_per_second"][0]),
@@ -567,6 +713,7 @@ def _csv_row(r: dict[str, Any]) -> list[Any]:
         r["stop_reasons"][0],
         r["stop_reasons"][1],
         _errors_text(r),
+        *_grade_words(r),
         "" if teacher is None else len(teacher["flips"]),
         r["output_sha256"][0],
         r["output_sha256"][1],

@@ -97,13 +97,6 @@ class Rate:
             "interval": None if interval is None else list(interval),
         }
 
-    def text(self) -> str:
-        """`7/50 [0.07, 0.26]`, or `0/0` when nothing was counted."""
-        interval = self.interval
-        if interval is None:
-            return f"{self.count}/{self.of}"
-        return f"{self.count}/{self.of} [{interval[0]:.2f}, {interval[1]:.2f}]"
-
 
 @dataclass(frozen=True)
 class PairedOutcomes:

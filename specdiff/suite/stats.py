@@ -9,7 +9,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from specdiff import __version__
+from specdiff.compare import FORK_CLASSES
 from specdiff.sessions.format import RunSummary
+from specdiff.suite.paired import PairedOutcomes, Rate
 from specdiff.suite.records import MARGIN_BUCKETS, PromptRecord, TeacherStats, bucket_index
 from specdiff.suite.runner import SuiteOutcome
 
@@ -55,6 +57,7 @@ def summarize(records: Sequence[PromptRecord], max_tokens: int, near_tie: float)
         "failed": n - len(ok) - crashed,
         "crashed": crashed,
         "identical": sum(1 for run in runs if run.identical),
+        "identical_rate": Rate(sum(1 for run in runs if run.identical), len(runs)).to_json(),
         "forked": len(forks),
         "lengths_differ": sum(1 for run in runs if not run.identical and run.fork_index is None),
         **_fork_places(forks, longest, len(ok)),
@@ -64,11 +67,69 @@ def summarize(records: Sequence[PromptRecord], max_tokens: int, near_tie: float)
         "near_ties_per_1000": [1000 * ties[i] / steps[i] if steps[i] else None for i in (0, 1)],
         **_speeds(runs),
         "generation_seconds": sum(r.summary.generation_seconds for r in records),
+        "fork_classes": fork_class_counts(runs),
+        "grades": graded_summary(records),
     }
     teachers = [r.teacher for r in ok if r.teacher is not None]
     if teachers:
         summary["teacher_forced"] = teacher_summary(teachers)
     return summary
+
+
+def fork_class_counts(runs: Sequence[RunSummary]) -> dict[str, int]:
+    """How many forks fell in each class; `unclassified` counts forks recorded before
+    sessions carried a class."""
+    counts = dict.fromkeys(FORK_CLASSES, 0)
+    counts["unclassified"] = 0
+    for run in runs:
+        if run.fork_index is not None:
+            counts[run.fork_class if run.fork_class in counts else "unclassified"] += 1
+    return counts
+
+
+def _paired_pass(record: PromptRecord) -> tuple[bool, bool] | str:
+    """Whether each lane passed, or why the run is left out of pass@1: it failed,
+    crashed, or a lane has no grade."""
+    run = record.summary
+    if run.crashed:
+        return "crashed"
+    if run.failed:
+        return "failed: " + "; ".join(dict.fromkeys(e for e in run.errors if e))
+    if run.grades is None or run.grades[0] is None or run.grades[1] is None:
+        return "not graded"
+    return run.grades[0].passed, run.grades[1].passed
+
+
+def graded_summary(records: Sequence[PromptRecord]) -> dict[str, Any] | None:
+    """Paired pass@1 over the runs where both lanes were graded, or None when no run of
+    the pair carries a grade. Failed and crashed runs are left out of every denominator
+    (a lane that never finished says nothing about its quality) and named instead."""
+    if not any(r.summary.grades is not None for r in records):
+        return None
+    passes: list[tuple[bool, bool]] = []
+    forked_passes: list[tuple[bool, bool]] = []
+    excluded = []
+    for record in records:
+        outcome = _paired_pass(record)
+        if isinstance(outcome, str):
+            excluded.append({"prompt_id": record.prompt_id, "why": outcome})
+            continue
+        passes.append(outcome)
+        if not record.summary.identical:
+            forked_passes.append(outcome)
+    table = PairedOutcomes.of(passes)
+    forked = PairedOutcomes.of(forked_passes)
+    return {
+        "graded": table.total,
+        "pass_at_1": [rate.to_json() for rate in table.solved],
+        "both": table.both,
+        "only_a": table.only_a,
+        "only_b": table.only_b,
+        "neither": table.neither,
+        "mcnemar_p": table.mcnemar_p,
+        "forked_pass_at_1": [rate.to_json() for rate in forked.solved],
+        "excluded": excluded,
+    }
 
 
 def _fork_places(forks: Sequence[int], longest: int, runs: int) -> dict[str, Any]:
