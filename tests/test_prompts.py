@@ -7,6 +7,7 @@ import re
 import pytest
 
 from specdiff import prompts
+from specdiff.grading.graders import GRADER_FIELDS
 
 MIN_COUNTS = {"coding": 30, "questions": 30, "repetitive": 12}
 ID_PATTERN = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
@@ -19,7 +20,7 @@ def test_set_has_unique_kebab_ids_and_non_empty_prompts(name: str) -> None:
     ids = [entry["id"] for entry in entries]
     assert len(ids) == len(set(ids))
     for entry in entries:
-        assert set(entry) == {"id", "prompt"}
+        assert {"id", "prompt"} <= set(entry) <= {"id", "prompt", "stop", *GRADER_FIELDS}
         assert ID_PATTERN.fullmatch(entry["id"]), entry["id"]
         assert entry["prompt"].strip(), entry["id"]
     assert len(entries) >= MIN_COUNTS.get(name, 1)

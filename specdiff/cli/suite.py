@@ -22,6 +22,7 @@ from specdiff.cli.common import (
     resolve_pair,
 )
 from specdiff.errors import printable
+from specdiff.grading.sandbox import DEFAULT_TIMEOUT as DEFAULT_GRADE_TIMEOUT
 from specdiff.prompts import SETS
 
 if TYPE_CHECKING:
@@ -30,8 +31,8 @@ if TYPE_CHECKING:
     from specdiff.suite.settings import SuiteSettings
 
 PROMPTS_HELP = (
-    "JSONL file ({id, prompt, max_tokens?} a line), folder of .txt files, or a bundled set: "
-    + ", ".join(SETS)
+    "JSONL file ({id, prompt, max_tokens?, stop?, tests+entry_point | answer(s) | "
+    "answer_regex?} a line), folder of .txt files, or a bundled set: " + ", ".join(SETS)
 )
 
 
@@ -70,6 +71,7 @@ def add_parser(commands: Subcommands) -> None:
         help="run each pair once per weight type, e.g. base,q8_0,f16 (base = the model as is)",
     )
     options.add_stop(suite)
+    add_grading_options(suite)
     suite.add_argument("--resume", action="store_true", help="continue a stopped suite in DIR")
     suite.add_argument("--force", action="store_true", help="replace the report in DIR")
     suite.add_argument(
@@ -78,13 +80,39 @@ def add_parser(commands: Subcommands) -> None:
     options.add_quiet(suite)
 
 
+def add_grading_options(suite: argparse.ArgumentParser) -> None:
+    suite.add_argument(
+        "--grade",
+        action="store_true",
+        help="grade each lane's text with its prompt's grader; prompts with tests run "
+        "model-written code, each in a sandboxed python subprocess",
+    )
+    suite.add_argument(
+        "--no-exec",
+        action="store_true",
+        help="grade answers and patterns only: run no model-written code (implies --grade)",
+    )
+    suite.add_argument(
+        "--grade-timeout",
+        type=float,
+        metavar="SECONDS",
+        help=f"how long a graded program may run (default {DEFAULT_GRADE_TIMEOUT:g})",
+    )
+    suite.add_argument(
+        "--limit", type=int, metavar="N", help="run only the first N prompts (of --ids)"
+    )
+    suite.add_argument(
+        "--ids", metavar="LIST", help="run only the prompts with these ids, e.g. a,b,c"
+    )
+
+
 def command_suite(args: argparse.Namespace) -> int:
     """Exit 0 when every run finished; 1 when some lane failed or crashed, a pair would not
     load, or no run finished at all (with the reason); 130 when stopped."""
     # deferred: the engine, session and report modules load only for the command that runs
     from specdiff.reports.suite import write_reports
     from specdiff.suite.folder import prepare_report_dir, read_suite_file, write_settings
-    from specdiff.suite.prompts import load_suite_prompts
+    from specdiff.suite.prompts import load_suite_prompts, select_prompts
     from specdiff.suite.runner import SuiteRun
     from specdiff.suite.settings import check_resume
     from specdiff.suite.stats import outcome_json
@@ -95,6 +123,7 @@ def command_suite(args: argparse.Namespace) -> int:
     settings = prepare_report_dir(report_dir, given, prompts, args.resume, args.force)
     if prompts is None:
         prompts, skipped = load_suite_prompts(settings.source, args.skip_bad)
+        prompts = select_prompts(prompts, settings.ids, settings.limit, settings.source)
         check_resume(read_suite_file(report_dir), None, prompts, report_dir)
     write_settings(report_dir, settings, prompts)
     status = Status(sys.stderr, not args.quiet)
@@ -106,6 +135,8 @@ def command_suite(args: argparse.Namespace) -> int:
         f"{'s' if len(variants) > 1 else ''} ({', '.join(v[0] for v in variants)}), up to "
         f"{settings.max_tokens} tokens per lane -> {report_dir}"
     )
+    if settings.executes_code(prompts):
+        status.message("grading runs model-written code, each program in a sandboxed subprocess")
 
     def on_progress(progress: Progress) -> None:
         status.update(progress_line(progress))
@@ -138,7 +169,7 @@ def given_suite(
     """The settings, prompts and skipped lines the command names; (None, None, []) for a
     --resume without PROMPTS, which takes all of them from the stopped suite."""
     # deferred: the engine, session and report modules load only for the command that runs
-    from specdiff.suite.prompts import load_suite_prompts
+    from specdiff.suite.prompts import load_suite_prompts, select_prompts
     from specdiff.suite.settings import SuiteSettings, check_quants
 
     if args.prompts is None:
@@ -156,9 +187,54 @@ def given_suite(
         teacher_forced=args.teacher_forced,
         quants=check_quants(args.quants.split(",")) if args.quants else (),
         stop=tuple(args.stop),
+        grade=args.grade or args.no_exec,
+        no_exec=args.no_exec,
+        grade_timeout=grade_timeout(args.grade_timeout),
+        limit=args.limit,
+        ids=prompt_ids(args.ids),
     )
+    if args.limit is not None and args.limit < 1:
+        raise ArgumentError(f"--limit must be at least 1, not {args.limit}")
     prompts, skipped = load_suite_prompts(args.prompts, args.skip_bad)
+    prompts = select_prompts(prompts, settings.ids, settings.limit, args.prompts)
+    check_graders(settings, prompts)
     return settings, prompts, skipped
+
+
+def grade_timeout(value: float | None) -> float:
+    from specdiff.suite.settings import MAX_GRADE_TIMEOUT
+
+    if value is None:
+        return DEFAULT_GRADE_TIMEOUT
+    if not 0 < value <= MAX_GRADE_TIMEOUT:  # NaN fails too
+        raise ArgumentError(f"--grade-timeout must be above 0 and at most {MAX_GRADE_TIMEOUT:g}")
+    return value
+
+
+def prompt_ids(value: str | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    ids = tuple(dict.fromkeys(part.strip() for part in value.split(",") if part.strip()))
+    if not ids:
+        raise ArgumentError("--ids needs at least one prompt id, e.g. --ids a,b")
+    return ids
+
+
+def check_graders(settings: SuiteSettings, prompts: list[SuitePrompt]) -> None:
+    """Refuse --grade where no prompt could be graded, before anything is written."""
+    if not settings.grade:
+        return
+    graded = [p for p in prompts if p.grader is not None]
+    if not graded:
+        raise ArgumentError(
+            f"--grade needs prompts that carry a grader (tests, answer, answers or "
+            f"answer_regex); {printable(settings.source, 200)} has none: drop --grade"
+        )
+    if settings.no_exec and all(p.grader.executes for p in graded if p.grader):
+        raise ArgumentError(
+            f"--no-exec grades answers and patterns only, and the prompts of "
+            f"{printable(settings.source, 200)} carry tests: drop --no-exec to run them"
+        )
 
 
 def refuse_run_options(args: argparse.Namespace) -> None:
@@ -172,6 +248,11 @@ def refuse_run_options(args: argparse.Namespace) -> None:
             ("--quants", args.quants),
             ("--teacher-forced", args.teacher_forced or None),
             ("--stop", args.stop),
+            ("--grade", args.grade or None),
+            ("--no-exec", args.no_exec or None),
+            ("--grade-timeout", args.grade_timeout),
+            ("--limit", args.limit),
+            ("--ids", args.ids),
             ("--lane-a", args.lane_a),
             ("--lane-b", args.lane_b),
             ("--both", args.both),

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdiff import prompts as bundled
+from specdiff.grading.graders import Grader, grader_from
 from specdiff.sessions.store import safe_name
 from specdiff.suite import SuiteError
 
@@ -24,6 +25,9 @@ class SuitePrompt:
     max_tokens: int | None = None
     where: str = ""
     """File and line (or file) it came from, for messages."""
+    grader: Grader | None = None
+    stop: tuple[str, ...] = ()
+    """Stop strings of this prompt, beside the suite's own (--stop)."""
 
     @property
     def file_stem(self) -> str:
@@ -60,8 +64,36 @@ def load_suite_prompts(source: str, skip_bad: bool = False) -> tuple[list[SuiteP
 
 
 def prompts_digest(prompts: Sequence[SuitePrompt]) -> str:
-    text = json.dumps([[p.id, p.prompt, p.max_tokens] for p in prompts], ensure_ascii=False)
+    """What a resumed suite checks its prompts against; a prompt's grader and stop
+    strings count only where it has them, so older suites' digests stay the same."""
+    text = json.dumps([_digested(p) for p in prompts], ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _digested(prompt: SuitePrompt) -> list[object]:
+    fields: list[object] = [prompt.id, prompt.prompt, prompt.max_tokens]
+    if prompt.grader is not None or prompt.stop:
+        fields += [prompt.grader.as_json() if prompt.grader else None, list(prompt.stop)]
+    return fields
+
+
+def select_prompts(
+    prompts: Sequence[SuitePrompt], ids: Sequence[str], limit: int | None, where: str
+) -> list[SuitePrompt]:
+    """The prompts named by `ids` (all when none are named), in the set's order, then
+    the first `limit` of them."""
+    chosen = list(prompts)
+    if ids:
+        known = {p.id for p in prompts}
+        missing = [i for i in ids if i not in known]
+        if missing:
+            raise SuiteError(
+                f"--ids names {missing[0]!r}, which {where} does not hold "
+                f"(its first ids: {', '.join(p.id for p in prompts[:3])})"
+            )
+        wanted = set(ids)
+        chosen = [p for p in prompts if p.id in wanted]
+    return chosen[:limit] if limit is not None else chosen
 
 
 def _folder_prompts(path: Path, bad: Report) -> tuple[list[SuitePrompt], str]:
@@ -110,10 +142,16 @@ def _encodable(text: str) -> bool:
 
 
 def _bundled_prompts(name: str) -> list[SuitePrompt]:
-    return [
-        SuitePrompt(str(item["id"]), str(item["prompt"]), None, f"{name}:{number}")
-        for number, item in enumerate(bundled.load(name), 1)
-    ]
+    try:
+        items = bundled.load(name)
+    except bundled.MissingSet as error:
+        raise SuiteError(str(error)) from None
+
+    def broken(message: str) -> None:
+        raise SuiteError(f"the bundled set is damaged: {message}; reinstall specdiff")
+
+    entries = [_prompt_from(item, f"{name}:{n}", broken) for n, item in enumerate(items, 1)]
+    return [entry for entry in entries if entry is not None]
 
 
 def _distinct_files(entries: Sequence[SuitePrompt], bad: Report) -> list[SuitePrompt]:
@@ -142,6 +180,11 @@ def _prompt_line(path: Path, number: int, raw: bytes, bad: Report) -> SuitePromp
     except ValueError as error:
         bad(f"{where}: not valid JSON ({error.args[0].split(':')[0]})")
         return None
+    return _prompt_from(record, where, bad)
+
+
+def _prompt_from(record: object, where: str, bad: Report) -> SuitePrompt | None:
+    """A prompt from one line's object; None (after `bad`) when a field is wrong."""
     if not isinstance(record, dict):
         bad(f'{where}: expected an object like {{"id": "...", "prompt": "..."}}')
         return None
@@ -154,10 +197,10 @@ def _prompt_line(path: Path, number: int, raw: bytes, bad: Report) -> SuitePromp
     if not isinstance(prompt, str) or not prompt.strip():
         bad(f'{where}: missing "prompt" (a non-empty string)')
         return None
-    if not _encodable(prompt_id) or not _encodable(prompt):
-        # JSON's "\udc80" decodes to a lone surrogate, which no file name, session or
-        # tokenizer can take
-        bad(f'{where}: "id" and "prompt" must be text without lone surrogates (\\udXXX escapes)')
+    if not _encodable(json.dumps(record, ensure_ascii=False)):
+        # JSON's "\udc80" decodes to a lone surrogate, which no file name, session,
+        # tokenizer or graded program can take
+        bad(f"{where}: text must be without lone surrogates (\\udXXX escapes)")
         return None
     max_tokens = record.get("max_tokens")
     if max_tokens is not None and (
@@ -165,4 +208,13 @@ def _prompt_line(path: Path, number: int, raw: bytes, bad: Report) -> SuitePromp
     ):
         bad(f'{where}: "max_tokens" must be a whole number of at least 1, got {max_tokens!r}')
         return None
-    return SuitePrompt(prompt_id, prompt, max_tokens, where)
+    stop = record.get("stop", [])
+    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
+        bad(f'{where}: "stop" must be a list of non-empty strings')
+        return None
+    try:
+        grader = grader_from(record)
+    except ValueError as error:
+        bad(f"{where}: {error}")
+        return None
+    return SuitePrompt(prompt_id, prompt, max_tokens, where, grader, tuple(stop))

@@ -6,21 +6,25 @@ prompt's run, whose session keeps every step that arrived and names the crash in
 footer, and a fresh worker runs the next prompt. A run whose session file cannot be
 read back (corrupt, cut short, holding a value a reader rejects) is recorded as failed
 with the reason. A resumed suite runs crashed, failed-to-read and cut-short prompts
-again."""
+again.
+
+With --grade, each lane's text is graded once its run ends, and the grades go into the
+session's footer beside the run's summary (the steps are the run's, untouched)."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specdiff.errors import SpecdiffError, printable
+from specdiff.grading.graders import NOT_RUN_LANE_FAILED, Grader, grade_text
 from specdiff.lanes import Pair
-from specdiff.sessions.format import SessionHeader
+from specdiff.sessions.format import CRASHED, Grade, LaneOutcome, RunSummary, SessionHeader
 from specdiff.sessions.store import (
     PARTIAL_SUFFIX,
     SessionWriter,
@@ -93,6 +97,12 @@ class SuiteOutcome:
     skipped_runs: int = 0
     unloaded: list[str] = field(default_factory=list)
     """`label: why` for each pair (variant) whose models would not load."""
+    executed_code: bool = False
+    """Model-written programs were run (graded with tests)."""
+    grading_seconds: float = 0.0
+    """Time spent grading the runs of this invocation, its programs' time included."""
+    program_seconds: float = 0.0
+    """Of that, the time the graded programs ran in the sandbox."""
 
     @property
     def finished_runs(self) -> int:
@@ -177,6 +187,8 @@ class SuiteRun:
         self.skipped_runs = 0
         """Runs that could not start (a prompt too long, a pair that would not load)."""
         self.unloaded: list[str] = []
+        self.grading_seconds = 0.0
+        self.program_seconds = 0.0
 
     def run(self) -> SuiteOutcome:
         started = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -202,6 +214,9 @@ class SuiteRun:
             started=started,
             skipped_runs=self.skipped_runs,
             unloaded=self.unloaded,
+            executed_code=self.settings.executes_code(self.prompts),
+            grading_seconds=self.grading_seconds,
+            program_seconds=self.program_seconds,
         )
 
     def _read_back(self, label: str, quant: str, tally: _Tally) -> list[SuitePrompt]:
@@ -340,7 +355,7 @@ class SuiteRun:
             result = variant.runner.run(
                 prompt.prompt,
                 max_tokens,
-                list(self.settings.stop),
+                self._stop(prompt),
                 self.settings.near_tie,
                 on_step,
                 teacher_forced=self.settings.teacher_forced,
@@ -352,7 +367,7 @@ class SuiteRun:
         if result.cancelled:
             writer.handle.close()  # the partial file stays; --resume runs the prompt again
             return path, True
-        summary = result.summary()
+        summary = self._graded(result.summary(), (result.a, result.b), prompt)
         if summary.crashed:
             self.on_message(
                 f"crashed: {variant.label} {prompt.id} after {produced} steps; "
@@ -386,7 +401,7 @@ class SuiteRun:
                 prompt=prompt.prompt,
                 prompt_token_ids=tuple(tokens),
                 max_tokens=max_tokens,
-                stop=tuple(self.settings.stop),
+                stop=tuple(self._stop(prompt)),
                 executed=runner.executed(),
                 build=runner.build,
                 created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -394,3 +409,32 @@ class SuiteRun:
             )
         )
         return writer
+
+    def _stop(self, prompt: SuitePrompt) -> list[str]:
+        """The suite's stop strings (--stop), then the prompt's own."""
+        return list(dict.fromkeys((*self.settings.stop, *prompt.stop)))
+
+    def _graded(
+        self, summary: RunSummary, lanes: tuple[LaneOutcome, LaneOutcome], prompt: SuitePrompt
+    ) -> RunSummary:
+        """The summary with each lane's grade, when the suite grades this prompt: with
+        --grade, a grader on the prompt, and, for tests, no --no-exec."""
+        grader = prompt.grader
+        settings = self.settings
+        if not settings.grade or grader is None or (grader.executes and settings.no_exec):
+            return summary
+        began = time.perf_counter()
+        grades = (self._grade(grader, prompt, lanes[0]), self._grade(grader, prompt, lanes[1]))
+        self.grading_seconds += time.perf_counter() - began
+        return replace(summary, grades=grades)
+
+    def _grade(self, grader: Grader, prompt: SuitePrompt, lane: LaneOutcome) -> Grade:
+        if lane.error is not None or lane.stop_reason == CRASHED:
+            # a lane cut short by its failure has no answer to grade: it solved nothing
+            return Grade(False, NOT_RUN_LANE_FAILED, grader.kind)
+        text = b"".join(step.piece for step in lane.steps).decode("utf-8", "replace")
+        grade, program_seconds = grade_text(
+            grader, prompt.prompt, text, self._stop(prompt), self.settings.grade_timeout
+        )
+        self.program_seconds += program_seconds
+        return grade

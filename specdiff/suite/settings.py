@@ -11,10 +11,13 @@ from typing import Any
 
 from specdiff import __version__
 from specdiff.compare import DEFAULT_NEAR_TIE
+from specdiff.grading.sandbox import DEFAULT_TIMEOUT
 from specdiff.lanes import QUANT_TYPES, Pair, lane_from_dict
 from specdiff.suite import SuiteError
 from specdiff.suite.prompts import SuitePrompt, prompts_digest
 
+MAX_GRADE_TIMEOUT = 3600.0
+"""The longest --grade-timeout: a graded program runs an hour at most."""
 BASE_QUANT = "base"
 """In --quants: the model as it is, not requantized."""
 RESUMED_KEYS = (
@@ -25,8 +28,14 @@ RESUMED_KEYS = (
     "quants",
     "stop",
     "near_tie",
+    "grade",
+    "no_exec",
+    "grade_timeout",
+    "limit",
+    "ids",
 )
-"""The settings a resumed suite must share with the stopped one, as suite.json names them."""
+"""The settings a resumed suite must share with the stopped one, as suite.json names them
+(those of grading and picking prompts only where they were given)."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,35 @@ class SuiteSettings:
     quants: tuple[str, ...] = ()
     """Run every pair once per weight type (BASE_QUANT = the model as it is)."""
     stop: tuple[str, ...] = ()
+    grade: bool = False
+    """Grade each lane's text with its prompt's grader."""
+    no_exec: bool = False
+    """Grade without running code: prompts whose grader is tests stay ungraded."""
+    grade_timeout: float = DEFAULT_TIMEOUT
+    limit: int | None = None
+    """Run the first N prompts (of those --ids names)."""
+    ids: tuple[str, ...] = ()
+
+    def executes_code(self, prompts: Sequence[SuitePrompt]) -> bool:
+        """Whether the suite runs model-written programs."""
+        return (
+            self.grade
+            and not self.no_exec
+            and any(p.grader is not None and p.grader.executes for p in prompts)
+        )
+
+    def grading_json(self, prompts: Sequence[SuitePrompt]) -> dict[str, Any]:
+        """suite.json's grading and selection fields: only those given, so a suite that
+        used none reads as before."""
+        data: dict[str, Any] = {}
+        if self.grade:
+            data.update(grade=True, no_exec=self.no_exec, grade_timeout=self.grade_timeout)
+            data["executed_code"] = self.executes_code(prompts)
+        if self.limit is not None:
+            data["limit"] = self.limit
+        if self.ids:
+            data["ids"] = list(self.ids)
+        return data
 
     def variants(self) -> list[tuple[str, Pair, str]]:
         """(label, pair as run, quant) for every pair and weight type, in run order."""
@@ -74,6 +112,7 @@ class SuiteSettings:
             "teacher_forced": self.teacher_forced,
             "quants": list(self.quants),
             "stop": list(self.stop),
+            **self.grading_json(prompts),
         }
 
 
@@ -119,7 +158,26 @@ def settings_from_json(data: dict[str, Any]) -> SuiteSettings:
         teacher_forced=_typed(data, "teacher_forced", bool),
         quants=check_quants(_strings(data, "quants")),
         stop=tuple(_strings(data, "stop")),
+        **_grading_from_json(data),
     )
+
+
+def _grading_from_json(data: dict[str, Any]) -> dict[str, Any]:
+    """The grading and selection fields of a suite.json, where present."""
+    out: dict[str, Any] = {"ids": tuple(_strings(data, "ids"))}
+    if "grade" in data:
+        out["grade"] = _typed(data, "grade", bool)
+        out["no_exec"] = _typed(data, "no_exec", bool)
+        timeout = _typed(data, "grade_timeout", (int, float))
+        if not math.isfinite(timeout) or not 0 < timeout <= MAX_GRADE_TIMEOUT:
+            raise ValueError(f"grade_timeout must be above 0 and at most {MAX_GRADE_TIMEOUT}")
+        out["grade_timeout"] = float(timeout)
+    if "limit" in data:
+        limit = _typed(data, "limit", int)
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, not {limit}")
+        out["limit"] = limit
+    return out
 
 
 def _typed(data: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
@@ -158,7 +216,7 @@ def check_resume(
         return
     given_json = given.as_json(prompts)
     for key in RESUMED_KEYS:
-        if given_json[key] != stored.get(key):
+        if given_json.get(key) != stored.get(key):
             raise SuiteError(
                 f"the {key.replace('_', ' ')} given differ from the stopped suite's in "
                 f"{report_dir}; resume with the same options, or use a new --report dir"

@@ -1,0 +1,2 @@
+"""Grading what a lane wrote: a prompt's tests executed in a sandbox, an exact answer,
+or a pattern (graders), and the sandbox that runs model-written programs (sandbox)."""
