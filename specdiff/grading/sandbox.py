@@ -294,11 +294,11 @@ def _reason(code: int | None, output: str, timeout: float) -> str:
             name = "signal"
         return f"crashed: signal {-code} ({name})"
     traceback = output.rfind("Traceback (most recent call last):")
-    # the exception's line is the first after the last traceback that is not indented
-    for line in output[traceback:].splitlines()[1:] if traceback >= 0 else ():
-        if line and not line[0].isspace():
-            match = _EXCEPTION_LINE.match(line)
-            if match:
-                return f"failed: {match.group(1)[:80]}"
-            break
+    # the exception's line is the first after the last traceback that is not indented;
+    # a syntax error has no traceback, and its line ends the output
+    lines = output[traceback:].splitlines()[1:] if traceback >= 0 else output.splitlines()[-1:]
+    line = next((line for line in lines if line and not line[0].isspace()), "")
+    match = _EXCEPTION_LINE.match(line)
+    if match and (traceback >= 0 or match.group(1).endswith("Error")):
+        return f"failed: {match.group(1)[:80]}"
     return f"failed: exit status {code}"
