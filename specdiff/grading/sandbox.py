@@ -39,6 +39,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -71,6 +72,7 @@ _MS_NODEV = 0x4
 _MS_REC = 0x4000
 _MS_PRIVATE = 1 << 18
 _LIBC = ctypes.CDLL(None, use_errno=True)
+_ONE_AT_A_TIME = threading.Lock()
 _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::|$)")
 
 
