@@ -256,6 +256,10 @@ class SpecdiffApp(App[int]):
         parts.append(f"{ties} near ties")
         if state.error:
             parts.append(f"ERROR: {state.error}")
+        grades = self.session.footer.grades if self.session and self.session.footer else None
+        grade = grades[0 if lane_id == "a" else 1] if grades else None
+        if grade is not None:
+            parts.append(f"{'PASS' if grade.passed else 'FAIL'} ({grade.reason})")
         return " · ".join(parts)
 
     def marks(self, lane_id: str) -> TokenMarks:
