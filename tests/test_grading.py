@@ -193,6 +193,11 @@ def test_the_tests_program_is_laid_out_as_humaneval_does() -> None:
         (['{"id": "a", "prompt": "x"}'], ["--ids", "b"], "--ids names 'b'"),
         (['{"id": "a", "prompt": "x"}'], ["--limit", "0"], "--limit must be at least 1"),
         (['{"id": "a", "prompt": "x"}'], ["--grade-timeout", "-1"], "--grade-timeout must"),
+        (
+            [json.dumps({"id": "a", "prompt": "x", **TESTS})],
+            ["--grade", "--teacher-forced"],
+            "--grade with --teacher-forced",
+        ),
     ],
 )
 def test_bad_grading_input_is_one_line_and_writes_nothing(
@@ -220,3 +225,36 @@ def test_a_missing_id_is_refused_before_anything_runs(tmp_path: Path) -> None:
     assert select_prompts(prompts_read, ["a"], 1, "set") == prompts_read
     with pytest.raises(SuiteError, match="--ids names 'z'"):
         select_prompts(prompts_read, ["z"], None, "set")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("grade", "yes"),
+        ("no_exec", 1),
+        ("grade_timeout", -5),
+        ("grade_timeout", "10"),
+        ("limit", 0),
+        ("limit", 2.5),
+        ("ids", "a,b"),
+        ("ids", [1]),
+    ],
+)
+def test_a_suite_json_with_bad_grading_fields_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str, value: object
+) -> None:
+    from specdiff.lanes import presets
+    from specdiff.suite.settings import SuiteSettings
+
+    source = tmp_path / "set.jsonl"
+    source.write_text(json.dumps({"id": "a", "prompt": "x", **TESTS}) + "\n", encoding="utf-8")
+    prompts_read, _ = load_suite_prompts(str(source))
+    settings = SuiteSettings(str(source), (presets()["ubatch"],), 8, grade=True, limit=1)
+    stored = settings.as_json(prompts_read) | {field: value}
+    report = tmp_path / "report"
+    report.mkdir()
+    (report / "suite.json").write_text(json.dumps(stored), encoding="utf-8")
+    assert main(["suite", "--resume", "--report", str(report)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and field in err, err
+    assert sorted(p.name for p in report.iterdir()) == ["suite.json"]

@@ -224,6 +224,11 @@ def check_graders(settings: SuiteSettings, prompts: list[SuitePrompt]) -> None:
     """Refuse --grade where no prompt could be graded, before anything is written."""
     if not settings.grade:
         return
+    if settings.teacher_forced:
+        raise ArgumentError(
+            "--grade with --teacher-forced: lane b is fed lane a's tokens, so both lanes' "
+            "texts are a's; drop one of them"
+        )
     graded = [p for p in prompts if p.grader is not None]
     if not graded:
         raise ArgumentError(
