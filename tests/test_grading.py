@@ -188,6 +188,11 @@ def test_the_tests_program_is_laid_out_as_humaneval_does() -> None:
         (['{"id": "a", "prompt": "x", "tests": "t", "answer": "y"}'], [], "one grader"),
         (['{"id": "a", "prompt": "x", "tests": "t"}'], [], '"entry_point"'),
         (['{"id": "a", "prompt": "x", "stop": "\\n"}'], [], '"stop" must be a list'),
+        (
+            ['{"id": "a", "prompt": "x", "tests": "\\ud800", "entry_point": "f"}'],
+            [],
+            "every text must be without lone surrogates",
+        ),
         (['{"id": "a", "prompt": "x"}'], ["--grade"], "--grade needs prompts"),
         ([json.dumps({"id": "a", "prompt": "x", **TESTS})], ["--no-exec"], "--no-exec grades"),
         (['{"id": "a", "prompt": "x"}'], ["--ids", "b"], "--ids names 'b'"),

@@ -197,10 +197,13 @@ def _prompt_from(record: object, where: str, bad: Report) -> SuitePrompt | None:
     if not isinstance(prompt, str) or not prompt.strip():
         bad(f'{where}: missing "prompt" (a non-empty string)')
         return None
+    if not _encodable(prompt_id) or not _encodable(prompt):
+        # JSON's "\udc80" decodes to a lone surrogate, which no file name, session or
+        # tokenizer can take
+        bad(f'{where}: "id" and "prompt" must be text without lone surrogates (\\udXXX escapes)')
+        return None
     if not _encodable(json.dumps(record, ensure_ascii=False)):
-        # JSON's "\udc80" decodes to a lone surrogate, which no file name, session,
-        # tokenizer or graded program can take
-        bad(f"{where}: text must be without lone surrogates (\\udXXX escapes)")
+        bad(f"{where}: every text must be without lone surrogates (\\udXXX escapes)")
         return None
     max_tokens = record.get("max_tokens")
     if max_tokens is not None and (
