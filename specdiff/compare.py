@@ -199,13 +199,38 @@ def _picks_its_argmax(step: TokenStep, pick: int) -> bool:
     return bool(step.top) and step.top[0].token_id == pick
 
 
-def fork_class_at(
+@dataclass(frozen=True)
+class ForkVerdict:
+    """A fork's class and what it was read from."""
+
+    kind: str
+    """One of FORK_CLASSES."""
+    reference: str
+    """The lane whose margin and candidates were read: "a" or "b"."""
+    margin: float
+    """The reference lane's top-1 minus top-2 logit at the fork."""
+    other_rank: int | None
+    """The rank the reference lane gave the other lane's pick; None outside its top-k."""
+    split: float
+    """The split threshold the class was read against."""
+
+    def describe(self, names: tuple[str, str] = ("lane a", "lane b")) -> str:
+        """One line; `names` calls the two sides (two lanes, or a recording and a re-run)."""
+        reference = names[0] if self.reference == "a" else names[1]
+        rank = "outside its top-k" if self.other_rank is None else f"#{self.other_rank}"
+        return (
+            f"{self.kind} ({reference} is the reference: margin {self.margin:.3f}, "
+            f"the other pick {rank} there; a split is a margin >= {self.split:g} or a rank > 2)"
+        )
+
+
+def fork_verdict(
     step_a: TokenStep,
     step_b: TokenStep,
     teacher_forced: bool = False,
     near_tie: float = DEFAULT_NEAR_TIE,
     split: float = DEFAULT_SPLIT_THRESHOLD,
-) -> str:
+) -> ForkVerdict:
     """Classify the fork between two steps at the same index.
 
     Lane A is the reference, unless A's pick is not its own argmax while B's is (a lane
@@ -215,7 +240,44 @@ def fork_class_at(
     pick_a = step_a.token_id
     pick_b = step_b.top[0].token_id if teacher_forced and step_b.top else step_b.token_id
     if _picks_its_argmax(step_a, pick_a) or not _picks_its_argmax(step_b, pick_b):
-        reference, other_pick = step_a, pick_b
+        reference, lane, other_pick = step_a, "a", pick_b
     else:
-        reference, other_pick = step_b, pick_a
-    return classify_fork(reference.margin, reference.rank_of(other_pick), near_tie, split)
+        reference, lane, other_pick = step_b, "b", pick_a
+    rank = reference.rank_of(other_pick)
+    kind = classify_fork(reference.margin, rank, near_tie, split)
+    return ForkVerdict(kind, lane, reference.margin, rank, split)
+
+
+def fork_class_at(
+    step_a: TokenStep,
+    step_b: TokenStep,
+    teacher_forced: bool = False,
+    near_tie: float = DEFAULT_NEAR_TIE,
+    split: float = DEFAULT_SPLIT_THRESHOLD,
+) -> str:
+    """The class alone of `fork_verdict`."""
+    return fork_verdict(step_a, step_b, teacher_forced, near_tie, split).kind
+
+
+def run_fork_index(
+    a: Sequence[TokenStep], b: Sequence[TokenStep], teacher_forced: bool = False
+) -> int | None:
+    """Where a run forks: the first differing token, or in a teacher-forced run (B fed
+    A's tokens, so their ids agree by construction) the first flip."""
+    if teacher_forced:
+        return next(iter(teacher_flips(a, b)), None)
+    return first_divergence(a, b)
+
+
+def run_fork_verdict(
+    a: Sequence[TokenStep],
+    b: Sequence[TokenStep],
+    teacher_forced: bool = False,
+    near_tie: float = DEFAULT_NEAR_TIE,
+    split: float = DEFAULT_SPLIT_THRESHOLD,
+) -> ForkVerdict | None:
+    """The class of a run's fork, None where it has none."""
+    index = run_fork_index(a, b, teacher_forced)
+    if index is None:
+        return None
+    return fork_verdict(a[index], b[index], teacher_forced, near_tie, split)

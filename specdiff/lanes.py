@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
 import sys
@@ -106,6 +107,10 @@ class Lane:
     """Grow the draft length while drafts are accepted, shrink it when they are not."""
     spec_align: int = 4
     """Round verify widths (drafts + 1) down to a multiple of this; 1 = no rounding."""
+    spec_accept: str = "exact"
+    """exact: a draft is accepted only where it is the target's argmax (lossless);
+    lenient:DELTA: where its logit is within DELTA of the row's maximum (relaxed
+    verification, which changes the output: a deliberate invariant breaker)."""
     draft_model: str = ""
     """Draft GGUF for speculation=draft; "" = the lane's own model."""
     prefix: str = "fresh"
@@ -152,7 +157,7 @@ class Lane:
                 extra = None
             if not isinstance(extra, dict):
                 raise LaneConfigError(
-                    'request must be a JSON object of extra request fields, e.g. '
+                    "request must be a JSON object of extra request fields, e.g. "
                     '{"cache_prompt": true}'
                 )
 
@@ -174,6 +179,11 @@ class Lane:
             )
         if self.prefix_text and self.prefix_tokens:
             raise LaneConfigError("set prefix_tokens or prefix_text, not both")
+        if self.accept_tolerance is not None and not self.speculative:
+            raise LaneConfigError(
+                f"spec_accept={self.spec_accept} relaxes draft verification: set "
+                "speculation=ngram or speculation=draft too"
+            )
 
     def _check_server(self) -> None:
         if not self.endpoint.startswith(("http://", "https://")):
@@ -195,15 +205,22 @@ class Lane:
     def speculative(self) -> bool:
         return self.speculation != "none"
 
+    @property
+    def accept_tolerance(self) -> float | None:
+        """How far below the row's maximum an accepted draft's logit may be; None for
+        exact verification."""
+        return accept_tolerance(self.spec_accept)
+
     def describe(self) -> str:
         """A short human description, the lane's label if it has one."""
         if self.label:
             return self.label
+        lenient = "" if self.accept_tolerance is None else f" · {self.spec_accept}"
         if self.speculation == "ngram":
-            return f"speculative · ngram {self.spec_ngram} · {self.spec_drafts} drafts"
+            return f"speculative · ngram {self.spec_ngram} · {self.spec_drafts} drafts{lenient}"
         if self.speculation == "draft":
             draft = Path(self.draft_model).name if self.draft_model else "self"
-            return f"speculative · draft {draft} · {self.spec_drafts} drafts"
+            return f"speculative · draft {draft} · {self.spec_drafts} drafts{lenient}"
         if self.prefix == "cached":
             return "prefix cached"
         if self.backend == "server":
@@ -271,6 +288,31 @@ def _check_field(name: str, value: object) -> None:
         raise LaneConfigError(f"lane key {name!r} cannot be {value!r}; allowed: {allowed}")
 
 
+MAX_ACCEPT_TOLERANCE = 100.0
+"""Far beyond any logit gap that matters: every draft in the top few is accepted."""
+ACCEPT_FORMS = (
+    "exact or lenient:DELTA (DELTA a number of logits above 0 and at most 100, e.g. lenient:1.0)"
+)
+
+
+def accept_tolerance(spec_accept: str) -> float | None:
+    """The DELTA of ``lenient:DELTA``, None for ``exact``; raises LaneConfigError naming
+    the accepted forms for anything else."""
+    if spec_accept == "exact":
+        return None
+    word, _, number = spec_accept.partition(":")
+    try:
+        tolerance = float(number) if word == "lenient" else math.nan
+    except ValueError:
+        tolerance = math.nan
+    # NaN fails both comparisons, so "nan", "inf" and non-numbers are refused here
+    if not 0 < tolerance <= MAX_ACCEPT_TOLERANCE:
+        raise LaneConfigError(
+            f"lane key 'spec_accept' must be {ACCEPT_FORMS}, got {spec_accept!r:.80}"
+        )
+    return tolerance
+
+
 def differences(a: Lane, b: Lane) -> list[str]:
     """The keys whose values differ between two lanes (the label excluded)."""
     return [key for key in LANE_KEYS if key != "label" and getattr(a, key) != getattr(b, key)]
@@ -323,6 +365,12 @@ def presets() -> dict[str, Pair]:
             _lane(),
             "draft-model speculation (default draft: the model itself) vs plain",
         ),
+        "lenient-vs-plain": Pair(
+            "lenient-vs-plain",
+            _lane(speculation="ngram", spec_accept="lenient:4.0"),
+            _lane(),
+            "n-gram speculation accepting drafts within 4 logits of the best (lossy) vs plain",
+        ),
         "cache-vs-fresh": Pair(
             "cache-vs-fresh",
             _lane(prefix="cached"),
@@ -351,8 +399,7 @@ def presets() -> dict[str, Pair]:
             "servers",
             _lane(backend="server", endpoint=SERVER_A),
             _lane(backend="server", endpoint=SERVER_B),
-            "two OpenAI-compatible servers (set them: --lane-a endpoint=URL --lane-b "
-            "endpoint=URL)",
+            "two OpenAI-compatible servers (set them: --lane-a endpoint=URL --lane-b endpoint=URL)",
         ),
         "server-cache-vs-fresh": Pair(
             "server-cache-vs-fresh",

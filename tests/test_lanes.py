@@ -20,6 +20,7 @@ def test_each_preset_differs_in_the_one_thing_it_names() -> None:
     expected = {
         "spec-vs-plain": ["speculation"],
         "draft-vs-plain": ["speculation"],
+        "lenient-vs-plain": ["speculation", "spec_accept"],
         "cache-vs-fresh": ["prefix"],
         "ubatch": ["n_batch", "n_ubatch"],
         "quant": ["quant"],

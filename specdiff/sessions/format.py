@@ -21,8 +21,8 @@ from specdiff.compare import (
     DEFAULT_NEAR_TIE,
     FORK_CLASSES,
     Comparison,
-    fork_class_at,
-    teacher_flips,
+    run_fork_index,
+    run_fork_verdict,
 )
 from specdiff.lanes import Lane, Pair, lane_from_dict
 from specdiff.steps import Candidate, Probe, TokenStep
@@ -269,6 +269,7 @@ EXECUTED_FIELDS: dict[str, Any] = {
             "repack_choice",
             "draft_model_path",
             "draft_model_sha256",
+            "spec_accept",
             "backend",
             "endpoint",
             "api",
@@ -488,21 +489,12 @@ class RunSummary:
         """The summary the steps imply, with what was measured beside them. In a
         teacher-forced run B's token ids are A's by construction, so B "forks" where
         its own pick first differs (the first flip)."""
-        if teacher_forced:
-            flips = teacher_flips(a, b)
-            fork_index = flips[0] if flips else None
-        else:
-            fork_index = next(
-                (i for i, (x, y) in enumerate(zip(a, b)) if x.token_id != y.token_id), None
-            )
+        fork_index = run_fork_index(a, b, teacher_forced)
         stop_reasons = measured.pop("stop_reasons", ("", ""))
         # a run cut short by a crash is not identical, whatever it held so far
         identical = fork_index is None and len(a) == len(b) and CRASHED not in stop_reasons
         margins = None if fork_index is None else (a[fork_index].margin, b[fork_index].margin)
-        near_tie = measured.pop("near_tie", DEFAULT_NEAR_TIE)
-        kind = None
-        if fork_index is not None:
-            kind = fork_class_at(a[fork_index], b[fork_index], teacher_forced, near_tie)
+        verdict = run_fork_verdict(a, b, teacher_forced, measured.pop("near_tie", DEFAULT_NEAR_TIE))
         return cls(
             identical=identical,
             fork_index=fork_index,
@@ -513,7 +505,7 @@ class RunSummary:
             stop_reasons=stop_reasons,
             errors=measured.pop("errors", (None, None)),
             cancelled=measured.pop("cancelled", False),
-            fork_class=kind,
+            fork_class=None if verdict is None else verdict.kind,
             **measured,
         )
 

@@ -1,10 +1,15 @@
 """Where draft tokens come from: n-gram prompt lookup, or a small draft model.
 
 A drafter proposes up to `room` tokens that continue the history; the target model
-verifies them in one batch. Drafters never decide what is emitted: the target's
-greedy pick always wins, so a drafter can change speed and batch widths (and so,
-through the kernels, the numbers), never the rule. `make_drafter` builds the one a
-lane's settings ask for; a draft model gets a context of its own from ``context``.
+verifies them in one batch. Under exact verification (the default) drafters never
+decide what is emitted: the target's greedy pick always wins, so a drafter can change
+speed and batch widths (and so, through the kernels, the numbers), never the rule.
+`Verification` is that rule, and its lenient form (``spec_accept=lenient:DELTA``)
+breaks it on purpose: relaxed verification keeps a draft whose logit is within DELTA
+of the row's maximum, so the emitted token is no longer always the argmax. That lane
+exists to show what a real invariant break looks like beside numeric noise.
+`make_drafter` builds the drafter a lane's settings ask for; a draft model gets a
+context of its own from ``context``.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
+
+import numpy as np
 
 from specdiff.engine.gguf import GGUFInfo, read_gguf
 from specdiff.engine.llama.context import Context, ModelPool, repack_choice
@@ -29,6 +36,21 @@ class Drafter(Protocol):
     def feedback(self, proposed: int, accepted: int) -> None: ...
 
     def close(self) -> None: ...
+
+
+class Verification:
+    """Which token a verify row emits, given the target's argmax and the draft for it."""
+
+    def __init__(self, tolerance: float | None = None) -> None:
+        self.tolerance = tolerance
+        """None: exact (argmax only); else how far below the maximum a kept draft may be."""
+
+    def pick(self, row: np.ndarray, argmax: int, draft: int | None) -> int:
+        if draft is None or draft == argmax or self.tolerance is None:
+            return argmax
+        if not 0 <= draft < row.shape[0]:
+            return argmax
+        return draft if row[draft] >= row[argmax] - self.tolerance else argmax
 
 
 class DraftLength:

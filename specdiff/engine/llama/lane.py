@@ -12,9 +12,10 @@ The loop for one lane:
   its own first, as an earlier turn of a conversation would have;
 - plain step: decode the last token alone, read its row;
 - speculative step: decode ``[last, d1..dk]`` in one batch with logits on every row,
-  accept drafts while the row's argmax equals the next draft, emit the target's own
-  token at the first mismatch (or after all), and remove the rejected positions
-  from the KV memory.
+  accept drafts while the row's argmax equals the next draft (or, under
+  ``spec_accept=lenient:DELTA``, while the draft's logit is within DELTA of the row's
+  maximum), emit the target's own token at the first mismatch (or after all), and
+  remove the rejected positions from the KV memory.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 
 from specdiff.engine.base import Generation
 from specdiff.engine.llama.context import Context, ModelPool, repack_choice
-from specdiff.engine.llama.drafts import make_drafter
+from specdiff.engine.llama.drafts import Verification, make_drafter
 from specdiff.engine.models import Progress, resolve_model, sha256_file
 from specdiff.engine.topk import TopK, logsumexp, rank_of
 from specdiff.errors import PromptError
@@ -83,6 +84,7 @@ class LocalLane:
             self.context.close()  # the lane never existed: free its KV memory now
             raise
         self.topk = TopK(lane.top_k)
+        self.verification = Verification(lane.accept_tolerance)
         self.generation = Generation()
         self._rows: dict[int, int] = {}
         """Step index -> the output row of the last decode that holds its logits."""
@@ -98,6 +100,8 @@ class LocalLane:
             **self.context.executed,
             "repack_choice": self.repack.note,
         }
+        if self.drafter is not None:
+            record["spec_accept"] = self.lane.spec_accept
         if self.draft_path is not None:
             record["draft_model_path"] = str(self.draft_path)
             record["draft_model_sha256"] = sha256_file(self.draft_path)
@@ -252,7 +256,7 @@ class LocalLane:
         token) with the top-k; `draft` is the token drafted for this row, if any."""
         row = self.context.row(row_index)
         ids, logits = self.topk(row)
-        token = ids[0] if forced is None else forced[index]
+        token = self.verification.pick(row, ids[0], draft) if forced is None else forced[index]
         probes: tuple[Probe, ...] = ()
         if token not in ids:
             logit, rank = rank_of(row, token)

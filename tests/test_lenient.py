@@ -1,0 +1,145 @@
+"""spec_accept=lenient:DELTA: relaxed draft verification, a deliberate invariant breaker.
+
+The rule itself is checked on logit rows (exact keeps only the argmax; lenient keeps a
+draft within DELTA of the maximum), the lane key is validated like every other, and on
+the bundled model a lenient lane's forks against plain decoding classify as
+large-margin splits while the exact speculative lane's forks over the same prompts do
+not: the classifier tells a broken invariant from numeric noise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specdiff.compare import LARGE_MARGIN_SPLIT, fork_at, fork_class_at
+from specdiff.engine.llama.drafts import Verification
+from specdiff.errors import LaneConfigError
+from specdiff.lanes import Lane, apply_overrides, parse_overrides, presets
+from specdiff.steps import TokenStep
+from tests.conftest import load_prompts
+
+rows = st.lists(st.floats(-30, 30), min_size=2, max_size=40).map(
+    lambda values: np.array(values, dtype=np.float32)
+)
+
+
+@given(rows, st.integers(0, 39), st.none() | st.floats(0.01, 10))
+def test_a_draft_is_kept_only_within_the_tolerance(
+    row: np.ndarray, draft: int, tolerance: float | None
+) -> None:
+    argmax = int(row.argmax())
+    draft %= row.shape[0]
+    picked = Verification(tolerance).pick(row, argmax, draft)
+    if tolerance is None:
+        assert picked == argmax
+    elif row[draft] >= row[argmax] - tolerance:
+        assert picked == draft
+    else:
+        assert picked == argmax
+
+
+@pytest.mark.parametrize("draft", [None, -1, 10**6], ids=["none", "negative", "past-vocab"])
+def test_no_usable_draft_emits_the_argmax(draft: int | None) -> None:
+    row = np.array([1.0, 3.0, 2.9], dtype=np.float32)
+    assert Verification(5.0).pick(row, 1, draft) == 1
+
+
+@pytest.mark.parametrize("value", ["exact", "lenient:1.0", "lenient:0.25", "lenient:100"])
+def test_a_valid_spec_accept_builds_a_lane(value: str) -> None:
+    lane = apply_overrides(Lane(speculation="ngram"), parse_overrides([f"spec_accept={value}"]))
+    assert lane.spec_accept == value
+    assert (lane.accept_tolerance is None) == (value == "exact")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "lenient",
+        "lenient:",
+        "lenient:0",
+        "lenient:-1",
+        "lenient:nan",
+        "lenient:inf",
+        "lenient:101",
+        "lenient:x",
+        "strict",
+        "",
+        "LENIENT:1",
+        "lenient:1\x1b[2J",
+    ],
+)
+def test_a_bad_spec_accept_is_one_line_naming_the_forms(value: str) -> None:
+    with pytest.raises(LaneConfigError) as raised:
+        Lane(speculation="ngram", spec_accept=value)
+    message = str(raised.value)
+    assert "spec_accept" in message and "lenient:DELTA" in message and "\n" not in message
+    assert "\x1b" not in message
+
+
+@pytest.mark.parametrize("backend", ["local", "server"])
+def test_lenient_without_speculation_is_refused(backend: str) -> None:
+    endpoint = "http://127.0.0.1:1" if backend == "server" else ""
+    with pytest.raises(LaneConfigError, match="speculation"):
+        Lane(backend=backend, endpoint=endpoint, spec_accept="lenient:1.0")
+
+
+def test_the_lenient_preset_differs_from_plain_only_in_speculation() -> None:
+    pair = presets()["lenient-vs-plain"]
+    assert pair.a.accept_tolerance is not None and pair.b.accept_tolerance is None
+    assert replace(pair.a, speculation="none", spec_accept="exact") == pair.b
+
+
+# --- on the bundled model -------------------------------------------------------------
+
+MAX_TOKENS = 32
+PROMPTS = 6
+
+
+def _run(lane: Lane, prompts: list[str], pool: object) -> list[list[TokenStep]]:
+    from specdiff.engine.llama.lane import LocalLane
+
+    local = LocalLane(lane, "a", pool)  # type: ignore[arg-type]
+    try:
+        return [list(local.generate(local.tokenize(p), MAX_TOKENS)) for p in prompts]
+    finally:
+        local.close()
+
+
+def _forks(runs: list[list[TokenStep]], plain: list[list[TokenStep]]) -> list[str]:
+    """Each fork against plain decoding: class, reference margin and the other pick's rank."""
+    found = []
+    for a, b in zip(runs, plain):
+        fork = fork_at(a, b)
+        if fork is None:
+            continue
+        kind = fork_class_at(a[fork.index], b[fork.index])
+        found.append(
+            f"{kind} at {fork.index}: a margin {fork.a.margin:.3f}, b margin "
+            f"{fork.b.margin:.3f}, a's pick ranked {fork.b.other.rank} by b, "
+            f"a took its argmax: {a[fork.index].top[0].token_id == fork.token_a}"
+        )
+    return found
+
+
+@pytest.mark.model
+def test_a_lenient_lane_splits_where_the_exact_lane_does_not() -> None:
+    from specdiff.engine.llama.context import ModelPool
+
+    prompts = [entry["prompt"] for entry in load_prompts("repetitive")][:PROMPTS]
+    pairs = presets()
+    lenient = pairs["lenient-vs-plain"].a
+    pool = ModelPool()
+    try:
+        plain = _run(pairs["spec-vs-plain"].b, prompts, pool)
+        exact_forks = _forks(_run(pairs["spec-vs-plain"].a, prompts, pool), plain)
+        lenient_forks = _forks(_run(lenient, prompts, pool), plain)
+    finally:
+        pool.close()
+    print(f"\nexact spec vs plain: {exact_forks}\n{lenient.spec_accept} vs plain: {lenient_forks}")
+    assert any(line.startswith(LARGE_MARGIN_SPLIT) for line in lenient_forks), lenient_forks
+    assert not any(line.startswith(LARGE_MARGIN_SPLIT) for line in exact_forks), exact_forks
