@@ -167,3 +167,85 @@ def test_an_unknown_class_is_one_line_naming_file_and_line(value: object, tmp_pa
     message = str(raised.value)
     assert message.startswith(f"{path}:{len(records)}: ") and "fork_class" in message
     assert "\n" not in message
+
+
+# --- where the class is shown ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["md", "html", "json"])
+@pytest.mark.parametrize("near_tie", [0.01, DEFAULT_NEAR_TIE, 5.0])
+def test_an_export_shows_the_class_at_its_own_threshold(fmt: str, near_tie: float) -> None:
+    from specdiff.reports.export import export_session
+
+    session = load_session(FIXTURE)
+    index = session.summary().fork_index
+    assert index is not None
+    expected = fork_class_at(
+        session.steps["a"][index], session.steps["b"][index], near_tie=near_tie
+    )
+    document = export_session(session, fmt, near_tie)
+    if fmt == "json":
+        summary = json.loads(document)["summary"]
+        assert summary["fork_class"] == expected
+        assert summary["split_threshold"] == DEFAULT_SPLIT_THRESHOLD
+    else:
+        assert f"Fork class: {expected}" in document
+
+
+def test_an_identical_session_exports_no_class(tmp_path: Path) -> None:
+    from specdiff.reports.export import export_session
+
+    records = _fixture_records()
+    header, *steps, footer = records
+    lane_a = [step for step in steps if step.get("lane") == "a"]
+    twins = [dict(step, lane="b") for step in lane_a]
+    footer.pop("fork_class", None)
+    session = load_session(_write([header, *lane_a, *twins], tmp_path / "same.jsonl"))
+    assert session.summary().fork_class is None
+    assert json.loads(export_session(session, "json"))["summary"]["fork_class"] is None
+    assert "Fork class" not in export_session(session, "md")
+
+
+def _shifted(step: TokenStep, token: int) -> TokenStep:
+    """The same step as a re-run that picked `token` would record it."""
+    return TokenStep(step.lane, step.index, token, b"", step.top, False, 1, 0.0)
+
+
+@pytest.mark.parametrize("rank", [2, 3], ids=["runner-up", "third"])
+def test_a_drift_is_classed_against_the_recorded_step(rank: int) -> None:
+    from specdiff.sessions.verify import Drift, drift_lines
+
+    session = load_session(FIXTURE)
+    steps = session.steps["a"]
+    index = next(i for i, step in enumerate(steps) if len(step.top) >= 3)
+    recorded = steps[index]
+    now_token = recorded.top[rank - 1].token_id
+    rerun = {"a": [*steps[:index], _shifted(recorded, now_token)], "b": session.steps["b"]}
+    lines = drift_lines(session, Drift(index, "a", recorded.token_id, now_token), rerun)
+    expected = classify_fork(recorded.margin, rank)
+    assert lines[-1].startswith(f"drift class: {expected} (the recording is the reference")
+    assert all("\n" not in line for line in lines)
+
+
+def test_a_drift_in_length_has_no_class() -> None:
+    from specdiff.sessions.verify import Drift, drift_lines
+
+    session = load_session(FIXTURE)
+    lines = drift_lines(session, Drift(3, "a", None, None), session.steps)
+    assert lines == ["DRIFT at step 3 of lane a: the lane stopped at another length"]
+
+
+@pytest.mark.parametrize(
+    ("b_logits", "badge"),
+    [({2: 5.0, 1: 4.95}, "near tie"), ({2: 5.0, 1: 4.0}, "ambiguous"), ({3: 5.0}, "SPLIT")],
+)
+def test_the_fork_panel_carries_a_class_badge(b_logits: dict[int, float], badge: str) -> None:
+    from specdiff.compare import fork_at
+    from specdiff.tui.widgets import render_panel
+
+    a = _step("a", 1, {1: 5.0, 2: 4.9 if badge == "near tie" else 4.2, 3: 1.0})
+    b = _step("b", next(iter(b_logits)), b_logits)
+    fork = fork_at([a], [b])
+    assert fork is not None
+    header = render_panel(0, a, b, fork, None, 1).renderables[0].plain
+    assert f"FORK at token 0 of 1  {badge} " in header

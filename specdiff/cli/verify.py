@@ -26,7 +26,7 @@ def command_verify(args: argparse.Namespace) -> int:
     # deferred: the engine, session and report modules load only for the command that runs
     from specdiff.engine.worker import PairWorker
     from specdiff.sessions.store import load_session
-    from specdiff.sessions.verify import environment_changes, first_drift, likely_cause
+    from specdiff.sessions.verify import drift_lines, environment_changes, first_drift, likely_cause
 
     session = load_session(args.session)
     header = session.header
@@ -53,14 +53,14 @@ def command_verify(args: argparse.Namespace) -> int:
     if drift is None:
         total = len(session.steps["a"]) + len(session.steps["b"])
         print(f"verified: all {total} recorded steps came out again ({name})")
+        recorded = session.summary()
+        if recorded.fork_index is not None:
+            print(f"  recorded fork at token {recorded.fork_index}: {recorded.fork_class}")
         for change in changes:
             print(f"  note: {change}")
         return Exit.SAME
-    where = f"DRIFT at step {drift.index} of lane {drift.lane}"
-    if drift.length_changed:
-        print(f"{where}: the lane stopped at another length")
-    else:
-        print(f"{where}: recorded token {drift.recorded}, now {drift.now} ({name})")
+    for line in drift_lines(session, drift, {"a": result.a.steps, "b": result.b.steps}):
+        print(line)
     print(
         "what changed since the recording: "
         + ("; ".join(changes) if changes else "nothing in build, system info or model hashes")

@@ -20,7 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from specdiff import __version__
-from specdiff.compare import DEFAULT_NEAR_TIE, Comparison, Fork
+from specdiff.compare import (
+    DEFAULT_NEAR_TIE,
+    DEFAULT_SPLIT_THRESHOLD,
+    Comparison,
+    Fork,
+    ForkVerdict,
+    run_fork_verdict,
+)
 from specdiff.errors import SpecdiffError
 from specdiff.files import lost_output, write_text_atomic
 from specdiff.lanes import differences, headline
@@ -83,6 +90,8 @@ class _Report:
     """Each lane's text split by token, a character going to the token that completes it."""
     changed: dict[str, frozenset[int]]
     """Token indices after the fork that the other lane does not share."""
+    verdict: ForkVerdict | None
+    """The fork's class (in a teacher-forced session, the first flip's)."""
 
     @property
     def fork(self) -> Fork | None:
@@ -135,6 +144,9 @@ def _report(session: Session, near_tie: float) -> _Report:
         comparison,
         {lane_id: token_texts(session.steps[lane_id]) for lane_id in LANE_IDS},
         _changed_tokens(comparison),
+        run_fork_verdict(
+            session.steps["a"], session.steps["b"], session.header.teacher_forced, near_tie
+        ),
     )
 
 
@@ -201,11 +213,13 @@ def _indices(indices: Sequence[int]) -> str:
     return ", ".join(str(i) for i in indices) if indices else "none"
 
 
-def _findings(comparison: Comparison) -> list[str]:
-    """Sentences under the fork: where the near ties lie, and how alike the texts stay
-    after the fork."""
+def _findings(report: _Report) -> list[str]:
+    """Sentences under the fork: its class, where the near ties lie, and how alike the
+    texts stay after the fork."""
+    comparison = report.comparison
     where = "before the fork" if comparison.fork is not None else "in the whole run"
-    lines = [
+    lines = [] if report.verdict is None else [f"Fork class: {report.verdict.describe()}."]
+    lines += [
         f"Near ties {where} (margin < {comparison.near_tie_threshold:g}): "
         f"lane a at {_indices(comparison.near_ties_a)}; "
         f"lane b at {_indices(comparison.near_ties_b)}."
@@ -370,7 +384,7 @@ def _md_fork(report: _Report) -> list[str]:
             for lane, margin, own, other in _fork_rows(fork)
         ]
         out += [*md_table(FORK_HEADER, rows), ""]
-    for line in _findings(report.comparison):
+    for line in _findings(report):
         out += [md_escape(line), ""]
     return out
 
@@ -555,7 +569,7 @@ def _html_fork(report: _Report) -> list[str]:
     out = [f"<h2>{xml_text(_fork_heading(fork))}</h2>"]
     if fork is not None:
         out.append(_html_rows(FORK_HEADER, _fork_rows(fork)))
-    return out + [f"<p>{xml_text(line)}</p>" for line in _findings(report.comparison)]
+    return out + [f"<p>{xml_text(line)}</p>" for line in _findings(report)]
 
 
 def _html_margins(report: _Report) -> list[str]:
@@ -654,7 +668,12 @@ def _json_summary(report: _Report) -> dict[str, Any]:
     if report.session.partial:
         # no footer: what only the run itself measured is unknown
         summary.update({key: [None, None] for key in MEASURED_FIELDS})
+    verdict = report.verdict
     return summary | {
+        # the class at this report's near-tie threshold (the footer's used the run's)
+        "fork_class": None if verdict is None else verdict.kind,
+        "fork_reference_lane": None if verdict is None else verdict.reference,
+        "split_threshold": DEFAULT_SPLIT_THRESHOLD,
         "fork": fork_json(fork),
         "near_tie_threshold": comparison.near_tie_threshold,
         "near_ties": {"a": list(comparison.near_ties_a), "b": list(comparison.near_ties_b)},

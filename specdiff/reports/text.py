@@ -12,7 +12,13 @@ import dataclasses
 import textwrap
 from typing import Any
 
-from specdiff.compare import Fork, LaneAtFork, PickView
+from specdiff.compare import (
+    DEFAULT_SPLIT_THRESHOLD,
+    Fork,
+    LaneAtFork,
+    PickView,
+    run_fork_verdict,
+)
 from specdiff.lanes import differences
 from specdiff.safe_text import terminal_text, visible
 from specdiff.sessions.format import CRASHED, LaneOutcome, PairResult
@@ -155,6 +161,11 @@ def _fork_lines(result: PairResult, fork: Fork) -> list[str]:
     ]
     for lane_id, view in (("a", fork.a), ("b", fork.b)):
         lines.append(_fork_view(lane_id, view, pieces))
+    verdict = run_fork_verdict(
+        a.steps, b.steps, result.teacher_forced, comparison.near_tie_threshold
+    )
+    if verdict is not None:
+        lines.append(f"fork class: {verdict.describe()}")
     lines.append(
         f"near ties before the fork (margin < {comparison.near_tie_threshold}): "
         f"lane a {len(comparison.near_ties_a)}, lane b {len(comparison.near_ties_b)}"
@@ -231,6 +242,7 @@ def result_json(result: PairResult) -> dict[str, Any]:
         "teacher_forced": result.teacher_forced,
         "fork": fork_json(comparison.fork),
         "near_tie_threshold": comparison.near_tie_threshold,
+        "split_threshold": DEFAULT_SPLIT_THRESHOLD,
         "near_ties_before_fork": {
             "a": list(comparison.near_ties_a),
             "b": list(comparison.near_ties_b),

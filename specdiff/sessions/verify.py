@@ -1,6 +1,7 @@
 """Checking a session against a re-run of its lanes: the first step whose token came out
-differently, what changed in the build, the system and the lanes since the recording, and
-the likely cause of a drift."""
+differently and its class (a drift is a fork between the recording and the re-run), what
+changed in the build, the system and the lanes since the recording, and the likely cause
+of a drift."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from specdiff.compare import ForkVerdict, fork_verdict
 from specdiff.safe_text import visible
 from specdiff.sessions.format import SessionHeader
 from specdiff.sessions.store import Session
+from specdiff.steps import TokenStep
 
 BUILD_KEYS = ("llama_cpp_build", "llama_cpp_python", "system_info", "cpu", "specdiff")
 """What in the build and the machine can change a greedy decode."""
@@ -63,6 +66,32 @@ def first_drift(session: Session, rerun: Mapping[str, Sequence[int]]) -> Drift |
         if drift is not None:
             drifts.append(drift)
     return min(drifts, key=lambda drift: (drift.index, drift.lane), default=None)
+
+
+def drift_verdict(
+    session: Session, drift: Drift, rerun: Mapping[str, Sequence[TokenStep]]
+) -> ForkVerdict | None:
+    """The drift's class, read as a fork between the recorded step ("a") and the re-run's
+    ("b"); None where the lane only stopped at another length."""
+    if drift.length_changed:
+        return None
+    return fork_verdict(session.steps[drift.lane][drift.index], rerun[drift.lane][drift.index])
+
+
+def drift_lines(
+    session: Session, drift: Drift, rerun: Mapping[str, Sequence[TokenStep]]
+) -> list[str]:
+    """Where the re-run left the recording, and what kind of fork that is."""
+    where = f"DRIFT at step {drift.index} of lane {drift.lane}"
+    verdict = drift_verdict(session, drift, rerun)
+    if verdict is None:
+        return [f"{where}: the lane stopped at another length"]
+    # the file name is what whoever shared the session called it
+    name = visible(session.path.name)
+    return [
+        f"{where}: recorded token {drift.recorded}, now {drift.now} ({name})",
+        f"drift class: {verdict.describe(('the recording', 'the re-run'))}",
+    ]
 
 
 def environment_changes(

@@ -294,6 +294,7 @@ class SpecdiffApp(App[int]):
             self.fork,
             self.similarity,
             max(len(a_steps), len(b_steps)),
+            self.near_tie,
         )
         self.query_one("#panel", Panel).set(panel)
 

@@ -26,8 +26,16 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Sparkline, Static
 
+from specdiff.compare import (
+    AMBIGUOUS,
+    DEFAULT_NEAR_TIE,
+    LARGE_MARGIN_SPLIT,
+    NEAR_TIE,
+    Fork,
+    PickView,
+    fork_verdict,
+)
 from specdiff.compare import MARGIN_DISPLAY_CAP as MARGIN_CAP
-from specdiff.compare import Fork, PickView
 from specdiff.safe_text import terminal_text, visible, without_controls
 from specdiff.steps import TokenStep
 
@@ -422,6 +430,21 @@ def _candidate_rows(step: TokenStep | None) -> list[tuple[str, str, str]]:
     return rows
 
 
+CLASS_BADGES = {
+    NEAR_TIE: ("near tie", "black on green"),
+    AMBIGUOUS: ("ambiguous", "black on yellow"),
+    LARGE_MARGIN_SPLIT: ("SPLIT", "bold white on red"),
+}
+"""The fork class badge: a split is not a rounding effect, so it stands out."""
+
+
+def _class_badge(a: TokenStep | None, b: TokenStep | None, near_tie: float) -> tuple[str, str]:
+    if a is None or b is None:
+        return ("", "")
+    label, style = CLASS_BADGES[fork_verdict(a, b, near_tie=near_tie).kind]
+    return (f" {label} ", style)
+
+
 def render_panel(
     index: int | None,
     a: TokenStep | None,
@@ -429,6 +452,7 @@ def render_panel(
     fork: Fork | None,
     similarity: float | None,
     generated: int,
+    near_tie: float = DEFAULT_NEAR_TIE,
 ) -> Group | Text:
     """The divergence panel: the fork (or the selected step) with both lanes' top-k."""
     if index is None:
@@ -444,7 +468,9 @@ def render_panel(
         lines.append(
             Text.assemble(
                 ("FORK", "bold reverse"),
-                f" at token {fork.index} of {generated}  ",
+                f" at token {fork.index} of {generated} ",
+                _class_badge(a, b, near_tie),
+                "  ",
                 ("a ", "bold"),
                 repr(fork.piece_a.decode("utf-8", "replace")),
                 "  vs  ",
