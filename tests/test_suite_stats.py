@@ -8,7 +8,10 @@ from __future__ import annotations
 import csv
 import html
 import io
+import json
 import random
+import subprocess
+import sys
 from dataclasses import dataclass
 
 import pytest
@@ -303,3 +306,37 @@ def test_a_shuffled_suite_gives_the_same_figures():
     assert paired_line(one) == paired_line(other)
     for key in ("pass_at_1", "forked_pass_at_1", "mcnemar_p", "both", "neither"):
         assert one["grades"][key] == other["grades"][key]
+
+
+@pytest.mark.model
+def test_a_real_graded_suite_prints_the_line_its_report_and_csv_hold(tmp_path):
+    """`specdiff suite` as a process on the bundled model: the terminal's line is the one
+    report.md and report.html hold, and its counts are those of results.csv's grades."""
+    report = tmp_path / "report"
+    pair = "spec-vs-plain"
+    done = subprocess.run(
+        [sys.executable, "-m", "specdiff", "suite", "questions", "--pair", pair, "--no-exec"]
+        + ["--limit", "3", "--max-tokens", "16", "--report", str(report), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    data = json.loads((report / "report.json").read_text(encoding="utf-8"))
+    summary = data["pairs"][0]["summary"]
+    line = paired_line(summary)
+    assert done.stdout.splitlines()[0].startswith(f"{pair}: {line}")
+    assert line in (report / "report.md").read_text(encoding="utf-8")
+    assert html.escape(line) in (report / "report.html").read_text(encoding="utf-8")
+    with (report / "results.csv").open(encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    graded = [(row["grade_a"], row["grade_b"]) for row in rows if row["error"] == ""]
+    assert len(graded) == 3 and all(words in {"pass", "fail"} for g in graded for words in g)
+    solved = [sum(g[lane] == "pass" for g in graded) for lane in (0, 1)]
+    assert line.split(" · ")[1] == f"solved a {solved[0]} b {solved[1]}"
+    only = [sum(g == ("pass", "fail") for g in graded), sum(g == ("fail", "pass") for g in graded)]
+    assert [summary["grades"]["only_a"], summary["grades"]["only_b"]] == only
+    assert summary["grades"]["mcnemar_p"] == mcnemar_exact(*only)
+    forked = sum(row["identical"] == "0" for row in rows)
+    assert sum(summary["fork_classes"].values()) == forked - summary["lengths_differ"]
+    assert {row["fork_class"] for row in rows if row["fork_index"]} <= set(FORK_CLASSES)

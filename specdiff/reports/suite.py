@@ -198,7 +198,7 @@ PAIRED_CELLS = {"both": "both pass", "only_a": "only a", "only_b": "only b", "ne
 PAIRED_HEADER = ("figure", "value", "95% interval (Wilson)")
 PAIRED_NOTE = (
     "pass@1 counts the runs in which both lanes were graded; a run that failed or crashed "
-    "says nothing of its text's quality and is left out (named below). McNemar's exact test "
+    "says nothing of its text's quality and is left out and named. McNemar's exact test "
     "asks whether the prompts only one lane solved lean to one lane more than chance would."
 )
 
