@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from specdiff import __version__
-from specdiff.compare import FORK_CLASSES
+from specdiff.compare import DEFAULT_SPLIT_THRESHOLD, FORK_CLASSES
 from specdiff.sessions.format import RunSummary
 from specdiff.suite.paired import PairedOutcomes, Rate
 from specdiff.suite.records import MARGIN_BUCKETS, PromptRecord, TeacherStats, bucket_index
@@ -68,6 +68,7 @@ def summarize(records: Sequence[PromptRecord], max_tokens: int, near_tie: float)
         **_speeds(runs),
         "generation_seconds": sum(r.summary.generation_seconds for r in records),
         "fork_classes": fork_class_counts(runs),
+        "split_threshold": DEFAULT_SPLIT_THRESHOLD,
         "grades": graded_summary(records),
     }
     teachers = [r.teacher for r in ok if r.teacher is not None]
