@@ -6,7 +6,13 @@ sum of every lane's generation time (prompt decode included; target <= 1.05) and
 resident memory after the first and after the last prompt (flat: no leak), of this
 process and of the worker process that runs the lanes.
 
+With --grade, every lane's text is graded too (the coding prompts' tests run in the
+sandbox), and it prints what grading added beyond the graded programs' own run time
+(each program's sandboxed subprocess, from start to reaped), over the rest of the
+suite's wall time (target <= 0.05).
+
     python benchmarks/suite_overhead.py [--prompts 50] [--max-tokens 48] [--pair ubatch]
+        [--grade]
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from specdiff.lanes import presets
 from specdiff.reports.suite import write_reports
 from specdiff.suite.folder import write_settings
 from specdiff.suite.prompts import load_suite_prompts
-from specdiff.suite.runner import Progress, SuiteRun
+from specdiff.suite.runner import Progress, SuiteOutcome, SuiteRun
 from specdiff.suite.settings import SuiteSettings
 from specdiff.suite.stats import outcome_json
 
@@ -48,11 +54,12 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=50)
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--pair", default="ubatch")
+    parser.add_argument("--grade", action="store_true", help="grade every lane's text too")
     args = parser.parse_args()
-    prompts = (load_suite_prompts("coding")[0] + load_suite_prompts("questions")[0])[
-        : args.prompts
-    ]
-    settings = SuiteSettings("coding+questions", (presets()[args.pair],), args.max_tokens)
+    prompts = (load_suite_prompts("coding")[0] + load_suite_prompts("questions")[0])[: args.prompts]
+    settings = SuiteSettings(
+        "coding+questions", (presets()[args.pair],), args.max_tokens, grade=args.grade
+    )
     samples: dict[int, float] = {}
 
     def on_progress(progress: Progress) -> None:
@@ -70,9 +77,7 @@ def main() -> None:
         wall = time.perf_counter() - began
     generation = sum(record.summary.generation_seconds for record in outcome.records)
     first, last = samples[min(samples)], samples[max(samples)]
-    print(
-        f"{len(outcome.records)} prompts x {args.pair}, up to {args.max_tokens} tokens per lane"
-    )
+    print(f"{len(outcome.records)} prompts x {args.pair}, up to {args.max_tokens} tokens per lane")
     print(f"wall {wall:.1f} s, lanes' generation {generation:.1f} s")
     print(f"ratio wall / generation: {wall / generation:.3f} (target <= 1.05)")
     print(
@@ -81,6 +86,22 @@ def main() -> None:
     )
     marks = sorted(samples)[:: max(1, len(samples) // 5)]
     print("RSS along the way: " + ", ".join(f"#{j + 1} {samples[j]:.0f}" for j in marks))
+    if args.grade:
+        print_grading(outcome, wall)
+
+
+def print_grading(outcome: SuiteOutcome, wall: float) -> None:
+    """What grading added beyond its programs' own run time, over the rest of the suite."""
+    added = outcome.grading_seconds - outcome.program_seconds
+    rest = wall - outcome.grading_seconds
+    grades = [g for r in outcome.records for g in r.summary.grades or () if g is not None]
+    print(
+        f"graded {len(grades)} lane texts: {outcome.grading_seconds:.2f} s grading, of "
+        f"which {outcome.program_seconds:.2f} s in the programs' sandboxed subprocesses"
+    )
+    print(
+        f"grading beyond the programs / the rest of the suite: {added / rest:.4f} (target <= 0.05)"
+    )
 
 
 if __name__ == "__main__":
