@@ -136,7 +136,11 @@ def command_suite(args: argparse.Namespace) -> int:
         f"{settings.max_tokens} tokens per lane -> {report_dir}"
     )
     if settings.executes_code(prompts):
-        status.message("grading runs model-written code, each program in a sandboxed subprocess")
+        from specdiff.grading.sandbox import current_confinement
+
+        status.message(
+            f"grading runs model-written code: each program in {current_confinement().describe()}"
+        )
 
     def on_progress(progress: Progress) -> None:
         status.update(progress_line(progress))

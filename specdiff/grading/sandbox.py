@@ -88,7 +88,7 @@ class Confinement:
     def describe(self) -> str:
         user = f"uid {self.uid}" if self.uid is not None else "specdiff's own user"
         private = ", private /tmp, no network" if self.private else ""
-        return f"python -I as {user}{private}, in a temporary directory"
+        return f"{self.interpreter} -I as {user}{private}, in a temporary directory"
 
 
 @dataclass(frozen=True)
