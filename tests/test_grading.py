@@ -25,6 +25,7 @@ from specdiff.grading.graders import (
     program,
 )
 from specdiff.grading.sandbox import run_program
+from specdiff.sessions.format import Grade, RunSummary
 from specdiff.suite import SuiteError
 from specdiff.suite.prompts import load_suite_prompts
 
@@ -263,3 +264,19 @@ def test_a_suite_json_with_bad_grading_fields_is_refused_in_one_line(
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and field in err, err
     assert sorted(p.name for p in report.iterdir()) == ["suite.json"]
+
+
+@pytest.mark.parametrize(
+    "grades",
+    [
+        None,
+        (Grade(True, "passed", "tests"), Grade(False, "timeout after 10 s", "tests")),
+        (Grade(False, "no match", "answer"), None),
+        (None, Grade(True, "matched", "regex")),
+    ],
+)
+def test_a_footer_keeps_each_lanes_grade(grades: tuple[Grade | None, Grade | None] | None) -> None:
+    summary = RunSummary.of_steps([], [], grades=grades)
+    record = json.loads(json.dumps(summary.to_json()))
+    assert ("grades" in record) is (grades is not None)
+    assert RunSummary.from_json(record).grades == grades
