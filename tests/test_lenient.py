@@ -9,14 +9,18 @@ not: the classifier tells a broken invariant from numeric noise.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specdiff.compare import LARGE_MARGIN_SPLIT, fork_at, fork_class_at
+from specdiff.compare import DEFAULT_SPLIT_THRESHOLD, LARGE_MARGIN_SPLIT, fork_at, fork_class_at
 from specdiff.engine.llama.drafts import Verification
 from specdiff.errors import LaneConfigError
 from specdiff.lanes import Lane, apply_overrides, parse_overrides, presets
@@ -143,3 +147,39 @@ def test_a_lenient_lane_splits_where_the_exact_lane_does_not() -> None:
     print(f"\nexact spec vs plain: {exact_forks}\n{lenient.spec_accept} vs plain: {lenient_forks}")
     assert any(line.startswith(LARGE_MARGIN_SPLIT) for line in lenient_forks), lenient_forks
     assert not any(line.startswith(LARGE_MARGIN_SPLIT) for line in exact_forks), exact_forks
+
+
+def _specdiff(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "specdiff", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("output", ["text", "json"])
+def test_run_shows_the_class_of_its_fork_and_records_the_rule(output: str, tmp_path: Path) -> None:
+    from specdiff.sessions.store import load_session
+
+    prompt = load_prompts("repetitive")[0]["prompt"]
+    args = ["run", "--pair", "lenient-vs-plain", "--prompt", prompt, "--max-tokens", "24"]
+    args += ["--quiet", "--save", "--sessions-dir", str(tmp_path)]
+    completed = _specdiff(*args, *(["--json"] if output == "json" else []))
+    assert completed.returncode in (0, 1), completed.stderr
+    (path,) = tmp_path.glob("*.jsonl")
+    session = load_session(path)
+    assert session.header.executed["a"]["spec_accept"] == "lenient:4.0"
+    recorded = session.summary()
+    assert (recorded.fork_class is None) == (recorded.fork_index is None)
+    if output == "json":
+        printed = json.loads(completed.stdout)
+        assert printed["fork_class"] == recorded.fork_class
+        assert printed["split_threshold"] == DEFAULT_SPLIT_THRESHOLD
+    else:
+        lines = [line for line in completed.stdout.splitlines() if line.startswith("fork class: ")]
+        assert [line.split(" (")[0] for line in lines] == (
+            [] if recorded.fork_class is None else [f"fork class: {recorded.fork_class}"]
+        )

@@ -242,6 +242,7 @@ def result_json(result: PairResult) -> dict[str, Any]:
         "teacher_forced": result.teacher_forced,
         "fork": fork_json(comparison.fork),
         "near_tie_threshold": comparison.near_tie_threshold,
+        "fork_class": summary.get("fork_class"),
         "split_threshold": DEFAULT_SPLIT_THRESHOLD,
         "near_ties_before_fork": {
             "a": list(comparison.near_ties_a),
