@@ -341,6 +341,24 @@ class Pair:
     b: Lane
     description: str = ""
 
+    def servers_named(self, source: str) -> str | None:
+        """Why re-running this pair, read from `source` (a session file that anyone may
+        have written), needs the user's word: its server lanes would send the prompt to
+        the endpoints the file names, and the key from whatever variable it names. None
+        when both lanes run in-process."""
+        contacts = [
+            f"lane {lane_id} talks to {without_credentials(lane.endpoint)}"
+            + (f" with the key in ${lane.api_key_env}" if lane.api_key_env else "")
+            for lane_id, lane in (("a", self.a), ("b", self.b))
+            if lane.backend == "server"
+        ]
+        if not contacts:
+            return None
+        return (
+            f"{source} names server lanes ({'; '.join(contacts)}); re-running them sends "
+            "the prompt there: pass --allow-servers if you trust the file"
+        )
+
 
 def _lane(**overrides: Any) -> Lane:
     return Lane(**overrides)

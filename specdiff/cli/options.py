@@ -152,9 +152,21 @@ def add_session_file(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("session", help="a session file (.jsonl)")
 
 
+def add_allow_servers(parser: argparse.ArgumentParser) -> None:
+    """A session file names its lanes, server lanes included: contacting the endpoints
+    and reading the key variable a shared file names takes the user's word."""
+    parser.add_argument(
+        "--allow-servers",
+        action="store_true",
+        help="re-run server lanes the session file names (it picks the endpoint and the "
+        "key variable; only for files you trust)",
+    )
+
+
 def add_replay_options(parser: argparse.ArgumentParser) -> None:
     """The theme and pace of a replay, as `replay.replay_file` reads them."""
     parser.add_argument("--theme", help="theme name")
+    add_allow_servers(parser)
     pace = parser.add_mutually_exclusive_group()
     pace.add_argument(
         "--speed",

@@ -13,6 +13,7 @@ from specdiff.lanes import presets
 
 if TYPE_CHECKING:
     from specdiff.sessions.store import Session, SessionStream
+    from specdiff.tui.app import SpecdiffApp
 
 REPLAY_FIRST_STEPS = 400
 """A paced replay opens once this many steps are read; the rest is read as it plays."""
@@ -44,31 +45,40 @@ def open_for_replay(path: str | Path) -> tuple[Session, SessionStream]:
 
 def replay_file(path: str | Path, args: argparse.Namespace) -> int:
     """Replay the session at `path` with the theme and pace of `options.add_replay_options`."""
-    # deferred: the engine, session and report modules load only for the command that runs
-    from specdiff.sessions.playback import check_speed
-
-    speed = None if args.instant else check_speed(args.speed)
     session, stream = open_for_replay(path)
     try:
-        known = presets()
-        known[session.pair.name] = session.pair
-        # deferred: Textual loads only for the commands that open a screen
-        from specdiff.tui.app import make_app
-
-        app = make_app(
-            known,
-            session.pair.name,
-            session.prompt,
-            session.header.max_tokens,
-            theme_name=args.theme or config_theme(),
-            autostart=False,
-            session=session,
-            replay_speed=speed,
-            session_stream=stream,
-        )
+        app = replay_app(session, stream, args)
         app.run()
     finally:
         stream.close()
     if app.load_error is not None:
         raise SpecdiffError(app.load_error)
     return Exit.SAME
+
+
+def replay_app(session: Session, stream: SessionStream, args: argparse.Namespace) -> SpecdiffApp:
+    """The TUI showing `session`: its pair among the presets, runnable only when it names
+    no server lanes or the user allowed them."""
+    # deferred: the engine, session and report modules load only for the command that runs
+    from specdiff.sessions.playback import check_speed
+
+    # deferred: Textual loads only for the commands that open a screen
+    from specdiff.tui.app import make_app
+
+    speed = None if args.instant else check_speed(args.speed)
+    known = presets()
+    known[session.pair.name] = session.pair
+    unsafe = session.pair.servers_named(session.path.name)
+    refused = {} if unsafe is None or args.allow_servers else {session.pair.name: unsafe}
+    return make_app(
+        known,
+        session.pair.name,
+        session.prompt,
+        session.header.max_tokens,
+        theme_name=args.theme or config_theme(),
+        autostart=False,
+        session=session,
+        replay_speed=speed,
+        session_stream=stream,
+        refused_pairs=refused,
+    )

@@ -7,6 +7,7 @@ import sys
 
 from specdiff.cli import options
 from specdiff.cli.common import Exit, Status, Subcommands, add_command
+from specdiff.errors import SpecdiffError
 from specdiff.safe_text import visible
 
 
@@ -19,6 +20,7 @@ def add_parser(commands: Subcommands) -> None:
     )
     options.add_session_file(verify)
     options.add_quiet(verify)
+    options.add_allow_servers(verify)
 
 
 def command_verify(args: argparse.Namespace) -> int:
@@ -31,6 +33,9 @@ def command_verify(args: argparse.Namespace) -> int:
     session = load_session(args.session)
     header = session.header
     pair = session.pair
+    unsafe = pair.servers_named(session.path.name)
+    if unsafe and not args.allow_servers:
+        raise SpecdiffError(unsafe)
     status = Status(sys.stderr, not args.quiet)
     with PairWorker(pair, status.message) as runner:
         status.message(f"re-running {pair.name} from {session.path.name}")

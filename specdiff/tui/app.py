@@ -109,12 +109,16 @@ class SpecdiffApp(App[int]):
         theme_dirs: list[Path] | None = None,
         replay_speed: float | None = None,
         session_stream: SessionStream | None = None,
+        refused_pairs: dict[str, str] | None = None,
     ) -> None:
         """`session` opens a recorded run: at once when `replay_speed` is None, else
         played at the recorded pace times `replay_speed`; `session_stream`, when given,
-        holds the rest of the session's file, read while the replay plays."""
+        holds the rest of the session's file, read while the replay plays.
+        `refused_pairs`: pairs shown but never run, each with the reason (a shared
+        session's server lanes, which the user has not allowed)."""
         super().__init__()
         self.pairs = pairs
+        self.refused_pairs = refused_pairs or {}
         self.pair_name = pair_name
         self.initial_prompt = prompt
         self.initial_max_tokens = max_tokens
@@ -573,6 +577,8 @@ class SpecdiffApp(App[int]):
         if max_tokens < 1:
             raise SpecdiffError(f"max tokens must be at least 1, got {max_tokens}")
         name = str(self.query_one("#pair", Select).value)
+        if name in self.refused_pairs:
+            raise SpecdiffError(self.refused_pairs[name])
         base = self.pairs[name]
         overrides = {
             lane_id: parse_overrides(
