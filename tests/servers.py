@@ -151,7 +151,11 @@ class _Faulty(BaseHTTPRequestHandler):
     holds newlines and escape sequences; redirect: a 307 to a URL with credentials;
     giant-event: one 50 MB line; giant-body: a 50 MB /props and a 50 MB HTTP 500;
     keepalive: comments, never a token; password: steady for a client that authenticates
-    with PASSWORD, HTTP 401 for any other."""
+    with PASSWORD, HTTP 401 for any other; echo-escaped: the secret in JSON \\u escapes
+    inside an event of the wrong shape; echo-finish: the secret as the finish reason;
+    echo-basic: an HTTP 500 quoting the Authorization header (basic auth: base64);
+    trickle: an event line that grows by a byte every half second; redirect-control: a
+    307 whose Location holds an escape sequence."""
 
     mode = "ok"
 
@@ -211,6 +215,13 @@ class _Faulty(BaseHTTPRequestHandler):
             location = "http://admin:hunter2-redirect@127.0.0.1:9/v1/completions"
             self._json(307, {"error": "moved"}, Location=location)
             return
+        if self.mode == "redirect-control":
+            self._json(307, {"error": "moved"}, Location="http://127.0.0.1:9/\x1b]0;x\x07")
+            return
+        if self.mode == "echo-basic":
+            message = f"bad credentials in header {authorization}"
+            self._json(500, {"error": {"message": message}})
+            return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
@@ -264,6 +275,20 @@ class _Faulty(BaseHTTPRequestHandler):
             for _ in range(49):
                 write(b"x" * (1 << 20))
             return
+        elif self.mode == "echo-escaped":
+            write(_event(" Hello"))
+            escaped = "".join(f"\\u{ord(c):04x}" for c in secret)
+            write(f'data: {{"choices": 7, "k": "{escaped}"}}\n\n'.encode())
+        elif self.mode == "echo-finish":
+            write(_event(" Hello"))
+            write(_event("", logprobs=False, finish=secret))
+        elif self.mode == "trickle":
+            write(_event(" Hello"))
+            write(b'data: {"choices": [')
+            for _ in range(240):
+                self.wfile.flush()
+                time.sleep(0.5)
+                write(b" ")
         elif self.mode == "keepalive":
             for _ in range(600):
                 write(b": ping\n\n")

@@ -6,6 +6,7 @@ reaches a file or the screen."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -144,6 +145,46 @@ def test_the_lane_ends_in_one_line_or_at_the_budget(hostile: tuple[str, str], mo
     }[mode]
     assert expected in message and len(message) <= MESSAGE_CHARS, message
     assert_clean(message.encode(), identity.encode())
+
+
+SECRET_DISGUISES = {
+    "echo-escaped": "an event of an unexpected shape",
+    "echo-basic": "HTTP 500: bad credentials in header Basic ***",
+    "trickle": "an event took over 1 s to arrive after 1 tokens",
+    "redirect-control": "the server redirects to an address that is not a URL",
+}
+"""What ends the lane when a server hides a secret in another form, or never finishes a
+line, or redirects to no URL at all."""
+
+
+@pytest.mark.server
+@pytest.mark.model
+@pytest.mark.parametrize("hostile", [*SECRET_DISGUISES, "echo-finish"], indirect=True)
+def test_a_secret_in_disguise_is_masked_and_a_trickle_times_out(
+    hostile: tuple[str, str], monkeypatch
+) -> None:
+    """The key as JSON escapes, the password as base64 basic auth, the key as a finish
+    reason: none reaches a message or the record; an event line that never ends fails
+    the lane after `timeout` even though every read brings a byte."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    mode, url = hostile
+    endpoint = with_password(url) if mode == "echo-basic" else url
+    lane = ServerLane(Lane(backend="server", endpoint=endpoint, api_key_env=KEY_ENV, timeout=1))
+    try:
+        if mode == "echo-finish":
+            steps = list(lane.generate("Hello", BUDGET))
+            assert len(steps) == 1 and lane.generation.stop_reason == "ended"
+            return
+        with pytest.raises(ServerError) as caught:
+            list(lane.generate("Hello", BUDGET))
+    finally:
+        lane.close()
+    message = str(caught.value)
+    assert SECRET_DISGUISES[mode] in message, message
+    assert_clean(message.encode())
+    undone = message.encode().decode("unicode_escape")  # what a reader of the escapes sees
+    assert KEY not in undone and PASSWORD not in undone, message
+    assert base64.b64encode(f"specdiff:{PASSWORD}".encode()).decode() not in message
 
 
 @pytest.mark.server
@@ -491,12 +532,13 @@ def test_llama_server_events_are_checked_like_the_others(entry: dict) -> None:
         ("length", "length"),
         ("stop", "eos"),
         ("content_filter", "content_filter"),
+        ("hunter_two_secret", "ended"),  # a key echoed as a reason reads like one
         ("\x1b]0;title\x07", "ended"),
         ("x" * 100, "ended"),
         (7, "ended"),
     ],
 )
-def test_a_finish_reason_is_recorded_only_when_it_reads_as_one(
+def test_a_finish_reason_is_recorded_only_when_it_is_a_known_one(
     reason: object, recorded: str
 ) -> None:
     choice = {"text": "", "finish_reason": reason, "logprobs": None}

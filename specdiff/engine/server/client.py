@@ -14,6 +14,7 @@ received is a limit on the bytes held.
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
@@ -72,7 +73,9 @@ def credentials(endpoint: str) -> list[str]:
     secret = password if password else user
     if not secret:
         return []
-    return [secret, unquote(secret)]
+    # a server that quotes its Authorization header back shows the basic-auth form
+    pair = f"{unquote(user or '')}:{unquote(password or '')}"
+    return [secret, unquote(secret), base64.b64encode(pair.encode("utf-8")).decode("ascii")]
 
 
 def reason(error: BaseException) -> str:
@@ -109,11 +112,21 @@ def read_bounded(chunks: Iterable[bytes], limit: int) -> bytes:
     return bytes(data[:limit])
 
 
-def split_lines(chunks: Iterable[bytes], too_long: Callable[[], Exception]) -> Iterator[str]:
+def split_lines(
+    chunks: Iterable[bytes],
+    too_long: Callable[[], Exception],
+    patience: float = math.inf,
+    too_slow: Callable[[], Exception] | None = None,
+) -> Iterator[str]:
     """The lines of a byte stream (\\n, \\r\\n or \\r ends one, as in server-sent
-    events); a line past MAX_LINE_BYTES raises `too_long()` instead of growing."""
+    events); a line past MAX_LINE_BYTES raises `too_long()` instead of growing, and one
+    still unfinished `patience` seconds after it began raises `too_slow()`: a server that
+    sends a byte a second resets every read timeout, and would hold the lane forever."""
     pending = b""
+    begun = 0.0
     for chunk in chunks:
+        if not pending:
+            begun = time.monotonic()
         pending += chunk
         lines = pending.splitlines(keepends=True)
         pending = lines.pop() if lines and not lines[-1].endswith((b"\n", b"\r")) else b""
@@ -123,6 +136,8 @@ def split_lines(chunks: Iterable[bytes], too_long: Callable[[], Exception]) -> I
             yield line.rstrip(b"\r\n").decode("utf-8", "replace")
         if len(pending) > MAX_LINE_BYTES:
             raise too_long()
+        if pending and too_slow is not None and time.monotonic() - begun > patience:
+            raise too_slow()
     if pending:
         yield pending.decode("utf-8", "replace")
 
@@ -197,13 +212,21 @@ class ServerClient:
                 f"after {emitted()} tokens; no event is that long"
             )
 
+        def too_slow() -> ServerError:
+            return self.fail(
+                f"an event took over {self.lane.timeout} s to arrive after {emitted()} "
+                "tokens (raise timeout=SECONDS for a slow server)"
+            )
+
         attempt = 0
         while True:
             try:
                 with self.client.stream("POST", path, json=body) as response:
                     if response.status_code != 200:
                         self.check_status(self.answer(response))
-                    yield from split_lines(response.iter_raw(), too_long)
+                    yield from split_lines(
+                        response.iter_raw(), too_long, self.lane.timeout, too_slow
+                    )
                 return
             except httpx.HTTPError as error:
                 attempt = self._next_attempt(error, attempt, emitted())
@@ -234,6 +257,12 @@ class ServerClient:
             return self.fail(
                 f"no data for {timeout} s{after} (raise timeout=SECONDS for a slow server)"
             )
+        if isinstance(error, httpx.RemoteProtocolError) and "location header" in str(error):
+            # httpx reads a redirect's target even when it follows none
+            return self.fail(
+                "the server redirects to an address that is not a URL, which specdiff "
+                "does not follow; set endpoint= to the server that answers"
+            )
         if emitted is not None and isinstance(error, (httpx.RemoteProtocolError, httpx.ReadError)):
             return self.fail(f"the connection broke{after} ({reason(error)})")
         return self.fail(f"the request failed{after} ({type(error).__name__}: {reason(error)})")
@@ -253,7 +282,11 @@ class ServerClient:
                 "not follow; set endpoint= to the server that answers"
             )
         text = answer.body.decode("utf-8", "replace")
-        message: Any = answer.json()
+        parsed: Any = answer.json()
+        if parsed is not None:
+            # quoted decoded: JSON's \u escapes would spell a secret past the mask
+            text = json.dumps(parsed, ensure_ascii=False)
+        message: Any = parsed
         if isinstance(message, dict):
             message = message.get("error", text)
             if isinstance(message, dict):

@@ -15,7 +15,6 @@ session file must never hold what its readers refuse; timings keep their finite 
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -281,10 +280,14 @@ def _event(payload: str, dialect: Dialect, client: ServerClient) -> Event:
     quote = client.quote
     try:
         data = json.loads(payload)
-    except (ValueError, RecursionError):
-        raise client.fail(f"malformed JSON in an event: {quote(payload)!r}") from None
+    except (ValueError, RecursionError) as error:
+        # not quoted: JSON escapes (\u0068...) can spell a secret that no mask sees
+        where = f" at column {error.colno}" if isinstance(error, json.JSONDecodeError) else ""
+        raise client.fail(
+            f"malformed JSON in an event of {len(payload)} characters{where}"
+        ) from None
     if not isinstance(data, dict):
-        raise client.fail(f"unexpected event: {quote(payload)!r}")
+        raise client.fail(f"unexpected event: {quote(json.dumps(data, ensure_ascii=False))!r}")
     if data.get("error"):
         error = data["error"]
         message = error.get("message") if isinstance(error, dict) else error
@@ -296,9 +299,10 @@ def _event(payload: str, dialect: Dialect, client: ServerClient) -> Event:
     except Unusable as error:
         raise client.fail(f"the server sent {quote(str(error))}; nothing of it was kept") from None
     except (KeyError, TypeError, AttributeError, IndexError, ValueError) as error:
+        decoded = json.dumps(data, ensure_ascii=False)  # escapes undone before the mask
         raise client.fail(
             f"an event of an unexpected shape ({type(error).__name__}: "
-            f"{quote(str(error))}): {quote(payload)!r}"
+            f"{quote(str(error))}): {quote(decoded)!r}"
         ) from None
 
 
@@ -347,9 +351,24 @@ def _finish(reason: object) -> str | None:
     if reason is None:
         return None
     text = str(reason)
-    known = {"length": "length", "stop": "eos", "eos": "eos", "limit": "length", "word": "stop"}
-    if text in known:
-        return known[text]
-    # another server's own reason (content_filter, abort) is kept; anything else is not
-    # a reason but a server's junk, which the footer would carry
-    return text if re.fullmatch(r"[a-z_]{1,32}", text) else "ended"
+    if text in _FINISH_REASONS:
+        return _FINISH_REASONS[text]
+    # anything else is a server's own word, which the footer and every report would
+    # carry: a secret it echoes, or junk
+    return "ended"
+
+
+_FINISH_REASONS = {
+    "length": "length",
+    "limit": "length",
+    "stop": "eos",
+    "eos": "eos",
+    "word": "stop",
+    "content_filter": "content_filter",
+    "tool_calls": "tool_calls",
+    "function_call": "function_call",
+    "abort": "abort",
+    "cancelled": "cancelled",
+}
+"""The finish reasons OpenAI's API, vLLM, SGLang and llama-server send, as specdiff
+records them."""
