@@ -197,6 +197,10 @@ def _step_cases() -> list[Case]:
         ("piece-hex-bad", hex_piece("zz")),
         ("piece-hex-odd", hex_piece("abc")),
         ("probes-huge", at(3, "probes", value=[[1, 0.5, 2]] * 5000)),
+        # a 3 MB token fits a line but stalled the replay's drawing for minutes
+        ("piece-giant", at(3, "piece", value="x" * 3_000_000)),
+        ("piece-hex-giant", hex_piece("ab" * 5000)),
+        ("candidate-piece-giant", at(3, "top", 0, 2, value="y" * 5000)),
         ("timestamp-text", at(3, "timestamp", value="now")),
         ("verify-width-zero", at(3, "verify_width", value=0)),
     ]

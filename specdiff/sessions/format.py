@@ -43,6 +43,9 @@ MAX_CANDIDATES = 4096
 MAX_LOGIT = 1e9
 """Far beyond any logit or log-probability a model gives (tens), and small enough that a
 margin (the difference of two) stays finite."""
+MAX_PIECE_BYTES = 4096
+"""A token's text at most: the longest in any vocabulary is a few hundred bytes (runs of
+spaces or symbols), while a megabyte piece stalls every view that draws it."""
 MAX_NESTING = 8
 """How deep a free-form value (a server's identity, extra request fields) may nest."""
 MAX_ITEMS = 1024
@@ -657,15 +660,22 @@ def _piece_field(piece: bytes) -> str | dict[str, str]:
 
 def _piece_from(value: object) -> bytes:
     if isinstance(value, str):
-        return value.encode("utf-8", "surrogatepass")
+        return _bounded_piece(value.encode("utf-8", "surrogatepass"))
     if isinstance(value, dict) and isinstance(value.get("hex"), str):
         try:
-            return bytes.fromhex(value["hex"])
+            piece = bytes.fromhex(value["hex"])
         except ValueError:
             raise ValueError(
                 f"a token's hex piece must be pairs of hex digits, got {value['hex']!r:.40}"
             ) from None
+        return _bounded_piece(piece)
     raise ValueError(f"a token piece must be text or {{'hex': ...}}, got {value!r:.60}")
+
+
+def _bounded_piece(piece: bytes) -> bytes:
+    if len(piece) > MAX_PIECE_BYTES:
+        raise ValueError(f"a token piece must be at most {MAX_PIECE_BYTES} bytes, got {len(piece)}")
+    return piece
 
 
 def _candidates(top: object) -> tuple[Candidate, ...]:
@@ -684,6 +694,8 @@ def _candidates(top: object) -> tuple[Candidate, ...]:
         if type(logit) is not float or not -MAX_LOGIT <= logit <= MAX_LOGIT:  # NaN fails too
             logit = check_logit(logit, "a logit")
         piece = piece.encode("utf-8", "surrogatepass") if type(piece) is str else _piece_from(piece)
+        if len(piece) > MAX_PIECE_BYTES:
+            _bounded_piece(piece)
         candidates.append(Candidate(token_id, logit, piece))
     return tuple(candidates)
 
