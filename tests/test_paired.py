@@ -15,6 +15,8 @@ from specdiff.suite.paired import (
     EXACT_LIMIT,
     PairedOutcomes,
     Rate,
+    _exact_lower_tail,
+    _log_lower_tail,
     mcnemar_exact,
     wilson_interval,
 )
@@ -86,7 +88,8 @@ MCNEMAR_GRID = [
     (EXACT_LIMIT // 2, EXACT_LIMIT // 2 + 1),
     # above EXACT_LIMIT: the log-space tail
     (EXACT_LIMIT // 2 - 100, EXACT_LIMIT // 2 + 200),
-    (EXACT_LIMIT // 2 - 300, EXACT_LIMIT // 2 + 300),
+    (EXACT_LIMIT // 2 - 300, EXACT_LIMIT // 2 + 400),
+    (EXACT_LIMIT, 40),
 ]
 
 
@@ -110,6 +113,13 @@ def test_mcnemar_matches_scipy_on_generated_counts(only_a, only_b):
         return
     assert ours == pytest.approx(_scipy_mcnemar(only_a, only_b), rel=1e-9, abs=1e-300)
     assert ours == mcnemar_exact(only_b, only_a)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 40, 999, 5000])
+def test_the_log_space_tail_agrees_with_the_exact_one(n):
+    for k in sorted({0, 1, n // 3, n // 2, n}):
+        exact = _exact_lower_tail(n, k)
+        assert math.exp(_log_lower_tail(n, k)) == pytest.approx(exact, rel=1e-9, abs=1e-300)
 
 
 def test_mcnemar_refuses_negative_counts():
