@@ -1,5 +1,6 @@
-"""A suite's figures: per pair (variant), how many prompts forked and where, speeds,
-drafts and teacher-forced flips, gathered with the records into one JSON-able object."""
+"""A suite's figures: per pair (variant), how many prompts forked and where, of which
+class, speeds, drafts, teacher-forced flips and, on a graded suite, paired pass@1 with
+McNemar's test, gathered with the records into one JSON-able object."""
 
 from __future__ import annotations
 
