@@ -22,7 +22,7 @@ from specdiff.cli.common import (
     resolve_pair,
 )
 from specdiff.errors import printable
-from specdiff.grading.sandbox import DEFAULT_TIMEOUT as DEFAULT_GRADE_TIMEOUT
+from specdiff.grading import DEFAULT_TIMEOUT as DEFAULT_GRADE_TIMEOUT
 from specdiff.prompts import SETS
 
 if TYPE_CHECKING:

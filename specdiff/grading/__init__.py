@@ -1,2 +1,5 @@
 """Grading what a lane wrote: a prompt's tests executed in a sandbox, an exact answer,
 or a pattern (graders), and the sandbox that runs model-written programs (sandbox)."""
+
+DEFAULT_TIMEOUT = 10.0
+"""Seconds a graded program may run (``--grade-timeout``)."""

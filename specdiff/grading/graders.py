@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specdiff.grading.sandbox import DEFAULT_TIMEOUT, run_program
+from specdiff.grading import DEFAULT_TIMEOUT
 from specdiff.sessions.format import Grade
 
 GRADER_FIELDS = ("tests", "entry_point", "answer", "answers", "answer_regex")
@@ -143,6 +143,9 @@ def grade_text(
     ran (a tests grader's, in the sandbox; 0 for the others)."""
     text = completion(text, stop)
     if grader.kind == "tests":
+        # deferred: the sandbox (POSIX rlimits, namespaces) loads only to run a program
+        from specdiff.grading.sandbox import run_program
+
         run = run_program(program(prompt, text, grader), timeout)
         return Grade(run.passed, run.reason, "tests"), run.seconds
     if grader.kind == "regex":

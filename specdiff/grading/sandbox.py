@@ -47,8 +47,8 @@ from functools import cache
 from pathlib import Path
 from typing import IO
 
-DEFAULT_TIMEOUT = 10.0
-"""Seconds a graded program may run (``--grade-timeout``)."""
+from specdiff.grading import DEFAULT_TIMEOUT
+
 MEMORY_LIMIT = 1 << 30
 """RLIMIT_AS: a program's address space."""
 FILE_LIMIT = 16 << 20
@@ -195,7 +195,11 @@ def _limits(confinement: Confinement, timeout: float) -> list[tuple[int, int]]:
 def _processes_of(uid: int) -> int:
     """How many processes `uid` runs now: RLIMIT_NPROC counts them all."""
     count = 0
-    for entry in os.scandir("/proc"):
+    try:
+        entries = list(os.scandir("/proc"))
+    except OSError:
+        return 0  # no /proc to count from: the limit is MAX_CHILDREN alone
+    for entry in entries:
         if entry.name.isdigit():
             try:
                 count += entry.stat().st_uid == uid

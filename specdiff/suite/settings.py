@@ -11,7 +11,7 @@ from typing import Any
 
 from specdiff import __version__
 from specdiff.compare import DEFAULT_NEAR_TIE
-from specdiff.grading.sandbox import DEFAULT_TIMEOUT
+from specdiff.grading import DEFAULT_TIMEOUT
 from specdiff.lanes import QUANT_TYPES, Pair, lane_from_dict
 from specdiff.suite import SuiteError
 from specdiff.suite.prompts import SuitePrompt, prompts_digest
