@@ -195,8 +195,11 @@ def classify_fork(
     return AMBIGUOUS
 
 
-def _picks_its_argmax(step: TokenStep, pick: int) -> bool:
-    return bool(step.top) and step.top[0].token_id == pick
+def _below_its_argmax(step: TokenStep, pick: int) -> bool:
+    """The lane emitted a token its own logits put strictly below its best: it did not
+    decode greedily here (a tie, taken either way, still is greedy)."""
+    logit = step.logit_of(pick)
+    return bool(step.top) and logit is not None and logit < step.top[0].logit
 
 
 @dataclass(frozen=True)
@@ -213,14 +216,20 @@ class ForkVerdict:
     """The rank the reference lane gave the other lane's pick; None outside its top-k."""
     split: float
     """The split threshold the class was read against."""
+    not_greedy: str | None = None
+    """The lane ("a" or "b") that emitted a token below its own argmax, if one did."""
 
     def describe(self, names: tuple[str, str] = ("lane a", "lane b")) -> str:
         """One line; `names` calls the two sides (two lanes, or a recording and a re-run)."""
         reference = names[0] if self.reference == "a" else names[1]
         rank = "outside its top-k" if self.other_rank is None else f"#{self.other_rank}"
+        rule = f"a split is a margin >= {self.split:g} or a rank > 2"
+        if self.not_greedy is not None:
+            side = names[0] if self.not_greedy == "a" else names[1]
+            rule = f"{side} emitted a token below its own argmax: not greedy decoding"
         return (
             f"{self.kind} ({reference} is the reference: margin {self.margin:.3f}, "
-            f"the other pick {rank} there; a split is a margin >= {self.split:g} or a rank > 2)"
+            f"the other pick {rank} there; {rule})"
         )
 
 
@@ -233,19 +242,25 @@ def fork_verdict(
 ) -> ForkVerdict:
     """Classify the fork between two steps at the same index.
 
-    Lane A is the reference, unless A's pick is not its own argmax while B's is (a lane
-    that accepts drafts leniently emits tokens its own logits did not rank first, so
-    its margin says nothing about the token it took): then B is. In a teacher-forced
+    Lane A is the reference, unless A's pick is below its own argmax while B's is not
+    (a lane that accepts drafts leniently emits tokens its own logits did not rank
+    first, so its margin says nothing about the token it took): then B is. A lane that
+    emitted a token below its own argmax did not decode greedily, which no rounding
+    explains: that fork is a large-margin split whatever the margin. In a teacher-forced
     run B's token is A's by construction, and B's pick is its own argmax."""
     pick_a = step_a.token_id
     pick_b = step_b.top[0].token_id if teacher_forced and step_b.top else step_b.token_id
-    if _picks_its_argmax(step_a, pick_a) or not _picks_its_argmax(step_b, pick_b):
-        reference, lane, other_pick = step_a, "a", pick_b
-    else:
+    off_a, off_b = _below_its_argmax(step_a, pick_a), _below_its_argmax(step_b, pick_b)
+    if off_a and not off_b:
         reference, lane, other_pick = step_b, "b", pick_a
+    else:
+        reference, lane, other_pick = step_a, "a", pick_b
     rank = reference.rank_of(other_pick)
+    not_greedy = "a" if off_a else "b" if off_b else None
     kind = classify_fork(reference.margin, rank, near_tie, split)
-    return ForkVerdict(kind, lane, reference.margin, rank, split)
+    if not_greedy is not None:
+        kind = LARGE_MARGIN_SPLIT
+    return ForkVerdict(kind, lane, reference.margin, rank, split, not_greedy)
 
 
 def fork_class_at(

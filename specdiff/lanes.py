@@ -385,9 +385,9 @@ def presets() -> dict[str, Pair]:
         ),
         "lenient-vs-plain": Pair(
             "lenient-vs-plain",
-            _lane(speculation="ngram", spec_accept="lenient:4.0"),
+            _lane(speculation="ngram", spec_accept="lenient:1.0"),
             _lane(),
-            "n-gram speculation accepting drafts within 4 logits of the best (lossy) vs plain",
+            "n-gram speculation accepting drafts within 1 logit of the best (lossy) vs plain",
         ),
         "cache-vs-fresh": Pair(
             "cache-vs-fresh",

@@ -24,6 +24,7 @@ from specdiff.compare import (
     NEAR_TIE,
     classify_fork,
     fork_class_at,
+    fork_verdict,
 )
 from specdiff.sessions.format import RunSummary
 from specdiff.sessions.store import SessionError, load_session
@@ -92,19 +93,37 @@ CLOSE = {1: 5.0, 2: 4.9, 3: 2.0}
         (_step("a", 1, CLOSE), _step("b", 3, {3: 5.0, 1: 4.0}), LARGE_MARGIN_SPLIT),
         # B's pick is outside A's candidates
         (_step("a", 1, CLOSE), _step("b", 77, {77: 5.0, 1: 4.0}), LARGE_MARGIN_SPLIT),
-        # A took a token its own logits ranked #3 (a lenient accept): B, greedy, is the
-        # reference, and it put A's pick at #2 behind a 2.5 margin
-        (_step("a", 3, CLOSE), _step("b", 1, {1: 5.0, 3: 2.5}), LARGE_MARGIN_SPLIT),
-        (_step("a", 2, CLOSE), _step("b", 1, {1: 5.0, 2: 4.8}), NEAR_TIE),
-        # neither lane took its argmax: A stays the reference
-        (_step("a", 2, CLOSE), _step("b", 3, {1: 5.0, 3: 4.0}), LARGE_MARGIN_SPLIT),
+        # a tie taken the other way is still greedy: A's 1 and 2 have the same logit
+        (_step("a", 2, {1: 5.0, 2: 5.0}), _step("b", 1, {1: 5.0, 2: 4.9}), NEAR_TIE),
     ],
-    ids=["near-tie", "rank-3", "absent", "lenient-a-split", "lenient-a-tie", "neither-greedy"],
+    ids=["near-tie", "rank-3", "absent", "tie-either-way"],
 )
-def test_the_reference_is_the_lane_that_took_its_argmax(
-    a: TokenStep, b: TokenStep, expected: str
+def test_greedy_lanes_are_classed_by_lane_a(a: TokenStep, b: TokenStep, expected: str) -> None:
+    verdict = fork_verdict(a, b)
+    assert (verdict.kind, verdict.reference, verdict.not_greedy) == (expected, "a", None)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "reference", "not_greedy"),
+    [
+        # A took a token its own logits ranked #3 (a lenient accept): B, greedy, is the
+        # reference; however close B's logits were, A did not decode greedily
+        (_step("a", 3, CLOSE), _step("b", 1, {1: 5.0, 3: 4.9}), "b", "a"),
+        (_step("a", 2, CLOSE), _step("b", 1, {1: 5.0, 2: 4.8}), "b", "a"),
+        # B took a token below its argmax: A is the reference
+        (_step("a", 1, CLOSE), _step("b", 2, {1: 5.0, 2: 4.99}), "a", "b"),
+        # neither lane took its argmax: A stays the reference
+        (_step("a", 2, CLOSE), _step("b", 3, {1: 5.0, 3: 4.0}), "a", "a"),
+    ],
+    ids=["lenient-a-rank-3", "lenient-a-rank-2", "lenient-b", "neither-greedy"],
+)
+def test_a_lane_that_left_its_argmax_is_a_split(
+    a: TokenStep, b: TokenStep, reference: str, not_greedy: str
 ) -> None:
-    assert fork_class_at(a, b) == expected
+    verdict = fork_verdict(a, b)
+    assert verdict.kind == LARGE_MARGIN_SPLIT
+    assert (verdict.reference, verdict.not_greedy) == (reference, not_greedy)
+    assert "not greedy decoding" in verdict.describe()
 
 
 @pytest.mark.parametrize(
@@ -207,8 +226,11 @@ def test_an_identical_session_exports_no_class(tmp_path: Path) -> None:
 
 
 def _shifted(step: TokenStep, token: int) -> TokenStep:
-    """The same step as a re-run that picked `token` would record it."""
-    return TokenStep(step.lane, step.index, token, b"", step.top, False, 1, 0.0)
+    """The step as a greedy re-run whose logits moved `token` just above the rest would
+    record it."""
+    best = Candidate(token, step.top[0].logit + 0.01)
+    rest = tuple(candidate for candidate in step.top if candidate.token_id != token)
+    return TokenStep(step.lane, step.index, token, b"", (best, *rest), False, 1, 0.0)
 
 
 @pytest.mark.parametrize("rank", [2, 3], ids=["runner-up", "third"])

@@ -173,7 +173,8 @@ def test_run_shows_the_class_of_its_fork_and_records_the_rule(output: str, tmp_p
     assert completed.returncode in (0, 1), completed.stderr
     (path,) = tmp_path.glob("*.jsonl")
     session = load_session(path)
-    assert session.header.executed["a"]["spec_accept"] == "lenient:4.0"
+    lenient = presets()["lenient-vs-plain"].a.spec_accept
+    assert session.header.executed["a"]["spec_accept"] == lenient
     recorded = session.summary()
     assert (recorded.fork_class is None) == (recorded.fork_index is None)
     if output == "json":
