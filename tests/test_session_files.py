@@ -204,8 +204,13 @@ def test_a_file_cut_anywhere_after_its_header_loads_every_whole_line(
     path = write(tmp_path, [data[:end]])
     session = load_session(path)
     whole_lines = data[:end].count(b"\n")
+    if data[:end].endswith(b"}"):
+        # cut just before a newline: the last line is a whole record, only unterminated
+        # (in these lines a record is the only thing that ends with a brace)
+        whole_lines += 1
+        assert session.cut_line is None
     assert len(session.order) == min(whole_lines - 1, len(LINES) - 2)
-    if data[end - 1 : end] != b"\n":
+    if data[end - 1 : end] not in (b"\n", b"}"):
         assert session.cut_line == whole_lines + 1 and session.partial
         assert (
             session.cut_note is not None
