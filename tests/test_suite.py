@@ -71,6 +71,8 @@ def test_the_report_matches_independent_runs(report: Path, small_set: Path, caps
                     str(TOKENS),
                     "--json",
                     "--quiet",
+                    # the set's own stop strings, which the suite stops its lanes on
+                    *(f"--stop={stop}" for stop in prompt.get("stop", [])),
                 ]
             )
             alone = json.loads(capsys.readouterr().out)
