@@ -160,8 +160,6 @@ def test_report_json_and_results_csv_carry_the_same_grades(graded: Path) -> None
     assert from_json == mine
     with (graded / "results.csv").open(newline="") as handle:
         rows = list(csv.DictReader(handle))
-    if rows and "grade_a" not in rows[0]:
-        pytest.skip("results.csv has no grade columns")
     from_csv = {r["prompt_id"]: (r["grade_a"] == "pass", r["grade_b"] == "pass") for r in rows}
     assert from_csv == mine
 
@@ -171,6 +169,11 @@ def test_suite_json_says_whether_code_was_executed(graded: Path) -> None:
     executes = settings["source"] == "coding"
     assert settings["grade"] is True and settings["executed_code"] is executes
     assert settings["limit"] == 2 and len(settings["prompt_ids"]) == 2
+    said = "model-written code was executed"
+    for report in ("report.md", "report.html"):
+        text = (graded / report).read_text(encoding="utf-8")
+        assert (said in text) is executes, report
+        assert ("graded by matching answers" in text) is not executes, report
 
 
 def test_a_resume_keeps_the_selection_and_runs_nothing_again(graded: Path) -> None:

@@ -100,9 +100,22 @@ def _overview(data: dict[str, Any]) -> str:
     return (
         f"{_status(data)} · {len(settings['prompt_ids'])} prompts · up to "
         f"{settings['max_tokens']} tokens per lane · near tie: margin < {settings['near_tie']}"
-        f"{teacher} · created {data['created']} · specdiff {data['specdiff']} · "
-        f"{data['wall_seconds']:.0f} s"
+        f"{teacher}{_grading_text(settings)} · created {data['created']} · "
+        f"specdiff {data['specdiff']} · {data['wall_seconds']:.0f} s"
     )
+
+
+def _grading_text(settings: dict[str, Any]) -> str:
+    """Whether the suite graded, and whether grading executed model-written code: a
+    reader of the report must know that it did."""
+    if not settings.get("grade"):
+        return ""
+    if settings.get("executed_code"):
+        return (
+            " · graded: model-written code was executed, each program in a sandboxed "
+            "`python -I` subprocess"
+        )
+    return " · graded by matching answers (no code executed)"
 
 
 def _ran(summary: dict[str, Any]) -> int:
