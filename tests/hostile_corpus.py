@@ -306,6 +306,12 @@ def _cut_cases() -> list[Case]:
         Case("cut-inside-a-character", lambda: dump([HEADER, *STEPS[:5]]) + b'"\xe2\x82', "cut")
     )
     cases.append(Case("cut-inside-header", lambda: whole()[:300], "bad"))
+    cases.append(Case("header-without-newline", lambda: dump([HEADER])[:-1], "ok"))
+    odd_lane = {**STEPS[4], "lane": ["a"]}  # unhashable: the listing's tail read met it
+    cases.append(
+        Case("partial-step-lane-list", lambda: dump([HEADER, *STEPS[:4], odd_lane]), "bad")
+    )
+    cases.append(Case("partial-ends-with-a-list", lambda: dump([HEADER, *STEPS[:4], [1]]), "bad"))
     cases.append(
         Case(
             "cut-after-crlf-step",

@@ -91,8 +91,10 @@ def _counts(records: list[dict[str, Any]], whole: bool) -> tuple[int | None, int
     counts: dict[str, int | None] = dict.fromkeys(LANE_IDS, 0 if whole else None)
     for record in records:
         index = record.get("index")
-        if record.get("type") == "step" and record.get("lane") in counts and type(index) is int:
-            counts[record["lane"]] = index + 1
+        lane = record.get("lane")
+        # a list or object as the lane would not even hash: only the ids themselves count
+        if record.get("type") == "step" and lane in LANE_IDS and type(index) is int:
+            counts[lane] = index + 1
     return counts["a"], counts["b"]
 
 
@@ -103,9 +105,13 @@ def read_info(path: Path) -> SessionInfo:
     try:
         with path.open("rb") as handle:
             first = handle.readline(MAX_LINE_BYTES + 1)
-        if ends_mid_line(first):
-            raise ValueError("the file ends inside its header line")
-        record = parse_line(first, first=True)
+        try:
+            record = parse_line(first, first=True)
+        except ValueError:
+            # as the loader reads it: a whole header without its newline is a header
+            if ends_mid_line(first):
+                raise ValueError("the file ends inside its header line") from None
+            raise
         if record is None:
             raise ValueError("the first line is not a session header")
         header = SessionHeader.from_json(record)

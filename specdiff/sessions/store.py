@@ -211,11 +211,14 @@ class Session:
             fork_margins=derived.fork_margins,
             generated=derived.generated,
             output_sha256=derived.output_sha256,
-            # the footer's class used the run's own near-tie threshold; a file written
-            # before classes were recorded gets one from its steps
-            fork_class=None
-            if derived.fork_index is None
-            else self.footer.fork_class or derived.fork_class,
+            # the footer's class used the run's own near-tie threshold, so it stands
+            # where it classes the fork the steps show; a file written before classes
+            # were recorded, or whose footer names another fork, gets one from its steps
+            fork_class=self.footer.fork_class
+            if self.footer.fork_class is not None
+            and derived.fork_index is not None
+            and self.footer.fork_index == derived.fork_index
+            else derived.fork_class,
         )
 
     @property
