@@ -174,6 +174,23 @@ def test_the_recorded_class_survives_a_round_trip(kind: str, tmp_path: Path) -> 
     assert RunSummary.from_json(session.footer.to_json()).fork_class == kind
 
 
+@pytest.mark.parametrize("fork_index", [0, 59, None])
+def test_a_class_recorded_for_another_fork_is_derived_again(
+    fork_index: int | None, tmp_path: Path
+) -> None:
+    """An edited footer that names another fork (or none) with a class keeps neither:
+    the class is the one the steps' own fork has."""
+    records = _fixture_records()
+    records[-1]["fork_index"] = fork_index
+    records[-1]["fork_class"] = "large-margin split"
+    session = load_session(_write(records, tmp_path / "edited.jsonl"))
+    summary = session.summary()
+    index = summary.fork_index
+    assert index is not None and index != fork_index
+    steps = session.steps
+    assert summary.fork_class == fork_class_at(steps["a"][index], steps["b"][index])
+
+
 @pytest.mark.parametrize(
     "value", ["split", "NEAR TIE", "", 2.0, ["near tie"], {"x": 1}, True], ids=repr
 )
