@@ -40,14 +40,20 @@ import sys
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-_CONTROLS = "\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff"
+_RAW_IN_JSON = "\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069"
+"""The controls json.dumps(ensure_ascii=False) writes as they are: DEL, C1, line
+separators and bidirectional marks."""
+_CONTROLS = f"\x00-\x08\x0b-\x1f{_RAW_IN_JSON}\ud800-\udfff"
 """What no terminal should receive from outside, newline and tab aside."""
+_JSON_UNSAFE = re.compile(f"[{_RAW_IN_JSON}]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _UNSAFE_IN_LINES = re.compile(f"[{_CONTROLS}]")
 _ANY_CONTROL = re.compile(f"[\n\t{_CONTROLS}]")
 _PICTURES = {code: 0x2400 + code for code in range(0x20) if chr(code) not in "\n\t"}
 _PICTURES[0x7F] = 0x2421
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _MARKDOWN_SPECIAL = re.compile(r"[\\`*_\[\]|~]")
+_AUTOLINK = re.compile(r"(?<=[A-Za-z]):(?=//)|(?<=www)\.", re.IGNORECASE)
 _MARKDOWN_ENTITIES = {ord("&"): "&amp;", ord("<"): "&lt;", ord(">"): "&gt;"}
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -109,9 +115,24 @@ def without_controls(text: str) -> str:
 
 def markdown_cell(text: str) -> str:
     """Text for a Markdown table cell: on one line, with Markdown's punctuation escaped
-    and <, >, & as entities, so no table break, link, code span or HTML survives."""
+    and <, >, & as entities, so no table break, link, code span or HTML survives; a
+    bare URL's `://` and `www.` are escaped too, or GitHub's renderer links them."""
     escaped = _MARKDOWN_SPECIAL.sub(r"\\\g<0>", visible(text))
+    escaped = _AUTOLINK.sub(lambda match: "\\" + match.group(), escaped)
     return escaped.translate(_MARKDOWN_ENTITIES)
+
+
+def first_surrogate(text: str) -> int | None:
+    """Where `text` holds a lone surrogate (JSON's "\\udc80", or a byte that is not UTF-8
+    in a command line), which no file, session or tokenizer can take; None where none."""
+    match = _SURROGATE.search(text)
+    return None if match is None else match.start()
+
+
+def json_text(text: str) -> str:
+    """JSON from json.dumps(ensure_ascii=False) with the controls it leaves raw written
+    as \\u escapes: only strings hold them, where an escape means the same character."""
+    return _JSON_UNSAFE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
 
 
 def csv_cell(value: Any) -> Any:

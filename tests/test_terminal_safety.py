@@ -64,6 +64,8 @@ HOSTILE = {
     "plus formula": "+cmd|' /C calc'!A0",
     "at formula": "@SUM(1+1)",
     "markdown link": "[click](javascript:alert(1))",
+    "bare url": "see https://evil.example/x",
+    "bare www": "or www.evil.example",
 }
 HOSTILE_IDS = list(HOSTILE)
 HOSTILE_TEXTS = list(HOSTILE.values())
@@ -152,7 +154,12 @@ def test_a_cut_line_is_bounded_and_never_ends_inside_an_escape(text: str, limit:
 
 # -- Markdown and CSV reports --------------------------------------------------------
 def render_markdown(text: str) -> str:
-    return MarkdownIt("commonmark", {"html": True}).enable("table").render(text)
+    # HTML and bare-URL links on, as GitHub and most renderers have them
+    return (
+        MarkdownIt("commonmark", {"html": True, "linkify": True})
+        .enable(["table", "linkify"])
+        .render(text)
+    )
 
 
 @pytest.mark.parametrize("hostile", HOSTILE_TEXTS, ids=HOSTILE_IDS)

@@ -21,13 +21,6 @@ def without_surrogates(text: str) -> str:
     return _SURROGATE.sub("\ufffd", text)
 
 
-def visible(text: str) -> str:
-    """Model text for reading: C0 controls as their Unicode control pictures, C1
-    controls and bidi overrides as escapes (a raw escape or form feed would garble a
-    terminal, a page or a code block; a C1 CSI acts on some terminals)."""
-    return pictured(text)
-
-
 def finite(value: Any) -> Any:
     """JSON has no infinity or NaN (a one-candidate step has an infinite margin): null,
     in any nesting of dicts, lists and tuples."""
@@ -109,7 +102,7 @@ _MD_LINE_START = re.compile(r"^(\s*\d*)((?<=\d)[.)]|(?<!\d)[#+\-])")
 def md_escape(text: str) -> str:
     """Plain text in Markdown: emphasis, links, HTML, entities and table pipes escaped,
     and a leading character that would start a heading or a list."""
-    flat = visible(text).replace("\n", " ").replace("\t", " ")
+    flat = pictured(text).replace("\n", " ").replace("\t", " ")
     escaped = _MD_INLINE.sub(r"\\\1", flat)
     return _MD_LINE_START.sub(lambda match: f"{match[1]}\\{match[2]}", escaped)
 
@@ -120,7 +113,7 @@ def _longest_backtick_run(text: str) -> int:
 
 def md_code(text: str) -> str:
     """An inline code span that survives backticks and table pipes in the text."""
-    text = visible(text).replace("\n", " ").replace("\t", " ").replace("|", "\\|")
+    text = pictured(text).replace("\n", " ").replace("\t", " ").replace("|", "\\|")
     fence = "`" * (_longest_backtick_run(text) + 1)
     padded = f" {text} " if text.startswith("`") or text.endswith("`") or not text else text
     return f"{fence}{padded}{fence}"

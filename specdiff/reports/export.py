@@ -13,7 +13,6 @@ import codecs
 import hashlib
 import json
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,13 +38,12 @@ from specdiff.reports._markup import (
     md_escape,
     md_table,
     page_head,
-    visible,
     without_surrogates,
     xml_text,
 )
 from specdiff.reports.svg import margin_plot
 from specdiff.reports.text import fork_json, pick_text, piece_text
-from specdiff.safe_text import terminal_text
+from specdiff.safe_text import json_text, pictured, terminal_text
 from specdiff.sessions.format import MEASURED_FIELDS
 from specdiff.sessions.store import Session
 from specdiff.steps import TokenStep, text_of
@@ -372,7 +370,7 @@ def _md_opening(report: _Report) -> list[str]:
     if session.pair.description:
         out += [md_escape(session.pair.description), ""]
     out += [f"**Verdict:** {md_escape(verdict(session, report.comparison))}", ""]
-    return out + ["## Prompt", "", md_block(visible(session.prompt)), ""]
+    return out + ["## Prompt", "", md_block(pictured(session.prompt)), ""]
 
 
 def _md_fork(report: _Report) -> list[str]:
@@ -407,7 +405,7 @@ def _md_texts(report: _Report) -> list[str]:
         description = _lane_description(report.session, lane_id)
         count = len(report.steps(lane_id))
         out += [f"### Lane {lane_id}: {md_escape(description)} ({count} tokens)", ""]
-        out += [md_block(visible(_marked_text(report, lane_id))), ""]
+        out += [md_block(pictured(_marked_text(report, lane_id))), ""]
     return out
 
 
@@ -472,7 +470,7 @@ def _html_rows(
     for number, row in enumerate(rows):
         marked = differs is not None and differs[number]
         cells = [f"<th>{xml_text(row[0])}</th>"]
-        cells += [f"<td><code>{xml_text(visible(cell))}</code></td>" for cell in row[1:]]
+        cells += [f"<td><code>{xml_text(pictured(cell))}</code></td>" for cell in row[1:]]
         attribute = ' class="differs"' if marked else ""
         body.append(f"<tr{attribute}>{''.join(cells)}</tr>")
     return html_table(header, body)
@@ -492,7 +490,7 @@ def _html_text(report: _Report, lane_id: str) -> str:
 
     def flush() -> None:
         if run:
-            text = xml_text(visible("".join(run)))
+            text = xml_text(pictured("".join(run)))
             parts.append(f'<span class="{run_class}">{text}</span>' if run_class else text)
             run.clear()
 
@@ -501,7 +499,7 @@ def _html_text(report: _Report, lane_id: str) -> str:
             flush()
             parts.append(
                 f'<mark id="fork-{lane_id}" title="{xml_text(_fork_tooltip(fork, lane_id))}">'
-                f"{xml_text(visible(text))}</mark>"
+                f"{xml_text(pictured(text))}</mark>"
             )
             continue
         before_fork = fork is None or index < fork.index
@@ -509,7 +507,7 @@ def _html_text(report: _Report, lane_id: str) -> str:
             flush()
             parts.append(
                 f'<span class="tie" title="near tie at token {index}: margin '
-                f'{step.margin:.3f}">{xml_text(visible(text))}</span>'
+                f'{step.margin:.3f}">{xml_text(pictured(text))}</span>'
             )
             continue
         wanted = "changed" if index in changed else ""
@@ -560,7 +558,7 @@ def _html_opening(report: _Report) -> list[str]:
         "</header>",
         f'<p class="verdict">{xml_text(verdict(session, report.comparison))}</p>',
         "<h2>Prompt</h2>",
-        f'<pre class="prompt">{xml_text(visible(session.prompt))}</pre>',
+        f'<pre class="prompt">{xml_text(pictured(session.prompt))}</pre>',
     ]
 
 
@@ -651,13 +649,7 @@ def _json(report: _Report) -> str:
         "lanes": {lane_id: _json_lane(report, lane_id) for lane_id in LANE_IDS},
     }
     text = json.dumps(finite(document), indent=2, ensure_ascii=False, allow_nan=False)
-    # only strings hold these, where a \u escape means the same character
-    return _JSON_CONTROLS.sub(lambda match: f"\\u{ord(match.group()):04x}", text) + "\n"
-
-
-_JSON_CONTROLS = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
-"""What json.dumps leaves raw and a terminal showing the report may act on (DEL, C1
-controls, line separators, bidirectional controls)."""
+    return json_text(text) + "\n"
 
 
 def _json_summary(report: _Report) -> dict[str, Any]:

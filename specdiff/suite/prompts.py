@@ -11,6 +11,7 @@ from pathlib import Path
 
 from specdiff import prompts as bundled
 from specdiff.grading.graders import Grader, grader_from
+from specdiff.safe_text import first_surrogate
 from specdiff.sessions.store import safe_name
 from specdiff.suite import SuiteError
 
@@ -133,14 +134,6 @@ def _jsonl_prompts(path: Path, bad: Report) -> list[SuitePrompt]:
     return entries
 
 
-def _encodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _bundled_prompts(name: str) -> list[SuitePrompt]:
     try:
         items = bundled.load(name)
@@ -197,12 +190,12 @@ def _prompt_from(record: object, where: str, bad: Report) -> SuitePrompt | None:
     if not isinstance(prompt, str) or not prompt.strip():
         bad(f'{where}: missing "prompt" (a non-empty string)')
         return None
-    if not _encodable(prompt_id) or not _encodable(prompt):
+    if first_surrogate(prompt_id + prompt) is not None:
         # JSON's "\udc80" decodes to a lone surrogate, which no file name, session or
         # tokenizer can take
         bad(f'{where}: "id" and "prompt" must be text without lone surrogates (\\udXXX escapes)')
         return None
-    if not _encodable(json.dumps(record, ensure_ascii=False)):
+    if first_surrogate(json.dumps(record, ensure_ascii=False)) is not None:
         bad(f"{where}: every text must be without lone surrogates (\\udXXX escapes)")
         return None
     max_tokens = record.get("max_tokens")
