@@ -17,6 +17,7 @@ import pytest
 from specdiff import prompts
 from specdiff.cli import main
 from specdiff.grading.graders import (
+    EXITED_EARLY,
     Grader,
     completion,
     grade_text,
@@ -24,7 +25,7 @@ from specdiff.grading.graders import (
     normalise,
     program,
 )
-from specdiff.grading.sandbox import run_program
+from specdiff.grading.sandbox import current_confinement, run_program
 from specdiff.sessions.format import Grade, RunSummary
 from specdiff.suite import SuiteError
 from specdiff.suite.prompts import load_suite_prompts
@@ -165,7 +166,8 @@ def test_humaneval_holds_all_164_problems_with_their_stop_strings() -> None:
 def test_every_coding_test_rejects_a_stub_body(entry: dict[str, Any]) -> None:
     grader = grader_from(entry)
     assert grader is not None and grader.executes
-    run = run_program(program(entry["prompt"], "        pass\n    pass\n", grader), timeout=5)
+    source = program(entry["prompt"], "        pass\n    pass\n", grader, "nonce")
+    run = run_program(source, timeout=5)
     assert not run.passed
 
 
@@ -177,9 +179,77 @@ def test_every_question_carries_answers() -> None:
 
 def test_the_tests_program_is_laid_out_as_humaneval_does() -> None:
     grader = Grader("tests", tests="def check(c):\n    assert c(1) == 2\n", entry_point="inc")
-    source = program("def inc(x):\n", "    return x + 1\n", grader)
-    assert source.endswith("check(inc)\n")
-    assert run_program(source).passed
+    source = program("def inc(x):\n", "    return x + 1\n", grader, "n0nce")
+    assert source.endswith("check(inc)\nprint('n0nce', flush=True)\n")
+    run = run_program(source)
+    assert run.passed and run.output.splitlines()[-1] == "n0nce"
+
+
+INC = Grader("tests", tests="def check(c):\n    assert c(1) == 2\n", entry_point="inc")
+
+
+@pytest.mark.parametrize(
+    "completion_text",
+    [
+        "    return x + 1\nimport sys\nsys.exit(0)\n",
+        "    return x + 1\nimport os\nos._exit(0)\n",
+        "    return x + 1\nraise SystemExit\n",
+        "    return x + 1\nif __name__ == '__main__':\n    import unittest\n    unittest.main()\n",
+        "    return x + 1\nprint('passed')\nimport sys\nsys.exit()\n",
+        "    import os\n    print('passed', flush=True)\n    os._exit(0)\n",
+        "    raise SystemExit(0)\n",
+    ],
+    ids=[
+        "sys-exit",
+        "os-exit",
+        "raise-systemexit",
+        "unittest-main",
+        "fake-passed",
+        "exit-in-f",
+        "systemexit-in-f",
+    ],
+)
+def test_a_completion_that_exits_before_its_tests_finish_fails(completion_text: str) -> None:
+    grade, _ = grade_text(INC, "def inc(x):\n", completion_text)
+    assert not grade.passed
+    # unittest.main() with no tests exits 5 from Python 3.12 on, 0 before
+    assert grade.reason in (EXITED_EARLY, "failed: exit status 5"), grade
+
+
+@pytest.mark.parametrize(
+    "completion_text",
+    [
+        "    return x + 1\n",
+        "    print('noise')\n    return x + 1\nimport atexit\n",
+        "    import sys\n    print('to stderr', file=sys.stderr)\n    return x + 1\n",
+    ],
+    ids=["plain", "prints", "stderr"],
+)
+def test_a_completion_that_runs_its_tests_to_the_end_passes(completion_text: str) -> None:
+    grade, _ = grade_text(INC, "def inc(x):\n", completion_text)
+    assert (grade.passed, grade.reason) == (True, "passed")
+
+
+@pytest.mark.parametrize("no_exec", [False, True])
+def test_suite_json_and_the_report_say_how_programs_were_confined(
+    tmp_path: Path, no_exec: bool
+) -> None:
+    from specdiff.lanes import presets
+    from specdiff.reports.suite import _grading_text
+    from specdiff.suite.settings import SuiteSettings
+
+    source = tmp_path / "set.jsonl"
+    lines = [{"id": "t", "prompt": "x", **TESTS}, {"id": "q", "prompt": "y", "answer": "z"}]
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    prompts_read, _ = load_suite_prompts(str(source))
+    settings = SuiteSettings(str(source), (presets()["ubatch"],), 8, grade=True, no_exec=no_exec)
+    stored = settings.as_json(prompts_read)
+    said = _grading_text(stored)
+    if no_exec:
+        assert "confinement" not in stored and "no code executed" in said
+    else:
+        described = current_confinement().describe()
+        assert stored["confinement"] == described and said.endswith(described), said
 
 
 @pytest.mark.parametrize(
@@ -197,8 +267,12 @@ def test_the_tests_program_is_laid_out_as_humaneval_does() -> None:
         (['{"id": "a", "prompt": "x"}'], ["--grade"], "--grade needs prompts"),
         ([json.dumps({"id": "a", "prompt": "x", **TESTS})], ["--no-exec"], "--no-exec grades"),
         (['{"id": "a", "prompt": "x"}'], ["--ids", "b"], "--ids names 'b'"),
-        (['{"id": "a", "prompt": "x"}'], ["--limit", "0"], "--limit must be at least 1"),
-        (['{"id": "a", "prompt": "x"}'], ["--grade-timeout", "-1"], "--grade-timeout must"),
+        (['{"id": "a", "prompt": "x"}'], ["--limit", "0"], "--limit: must be from 1"),
+        (['{"id": "a", "prompt": "x"}'], ["--limit", "2.5"], "--limit: must be a whole"),
+        (['{"id": "a", "prompt": "x"}'], ["--grade-timeout", "-1"], "--grade-timeout: must be"),
+        (['{"id": "a", "prompt": "x"}'], ["--grade-timeout", "nan"], "--grade-timeout: must be"),
+        (['{"id": "a", "prompt": "x"}'], ["--grade-timeout", "0"], "--grade-timeout: must be"),
+        (['{"id": "a", "prompt": "x"}'], ["--grade-timeout", "3601"], "at most 3600"),
         (
             [json.dumps({"id": "a", "prompt": "x", **TESTS})],
             ["--grade", "--teacher-forced"],

@@ -1,11 +1,18 @@
 """The sandbox that runs graded programs, against hostile programs: a fork bomb, a memory
 hog, an infinite loop, a flood of output, writes outside its directory, reading
-specdiff's secrets, reaching the network. None may hurt the run or leak. (No model.)"""
+specdiff's secrets (as another uid and as specdiff's own user), reaching the network.
+None may hurt the run or leak; and as root where no other uid is usable, nothing runs.
+(No model.)"""
 
 from __future__ import annotations
 
+import ctypes
+import json
 import os
+import shutil
 import socket
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -14,6 +21,8 @@ import pytest
 
 from specdiff.grading.sandbox import (
     OUTPUT_LIMIT,
+    SYSTEM_PYTHON,
+    Confinement,
     ProgramRun,
     current_confinement,
     run_program,
@@ -21,6 +30,7 @@ from specdiff.grading.sandbox import (
 from tests.conftest import ROOT
 
 CONFINEMENT = current_confinement()
+PR_GET_DUMPABLE = 3
 OWN_UID = pytest.mark.skipif(
     CONFINEMENT.uid is None,
     reason="programs run as specdiff's own user here (not root): its files are theirs",
@@ -167,8 +177,8 @@ def test_a_program_cannot_read_specdiffs_secrets(
 ) -> None:
     secret = f"sk-{uuid.uuid4().hex}"
     monkeypatch.setenv("SPECDIFF_TEST_SECRET", secret)
-    if "environ'" in reader and CONFINEMENT.uid is None:
-        pytest.skip("as specdiff's own user a program may read its parent's /proc environ")
+    if reader.startswith("print(open('/proc/1/") and CONFINEMENT.uid is None:
+        pytest.skip("as an ordinary user, init may be this user's own process (a container)")
     run = run_program(reader, timeout=5)
     assert secret not in run.output
     if reader.startswith("import os\nprint(dict"):
@@ -203,3 +213,101 @@ def test_two_programs_do_not_see_each_other() -> None:
     first = run_program("open('mark', 'w').write('x')")
     second: ProgramRun = run_program("import os\nassert not os.path.exists('mark')")
     assert first.passed and second.passed, (first, second)
+
+
+def test_specdiff_is_not_dumpable_once_a_program_ran() -> None:
+    """Non-dumpable: /proc/<pid>/environ and mem are root's, not the user's."""
+    run_program("pass")
+    assert ctypes.CDLL(None).prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == 0
+
+
+# Calls run_program in a process of its own with a secret in its environment; the
+# program reads that process's /proc environ (it is the program's parent).
+SAME_USER_READER = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from specdiff.grading.sandbox import current_confinement, run_program
+run = run_program("import os\\nprint(open(f'/proc/{os.getppid()}/environ', 'rb').read())")
+print(json.dumps([current_confinement().uid, run.passed, run.output]))
+"""
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("setpriv") or not os.access(SYSTEM_PYTHON, os.X_OK),
+    reason="needs root (to start an ordinary user's process), setpriv and " + SYSTEM_PYTHON,
+)
+def test_a_program_run_as_specdiffs_own_user_cannot_read_its_environment() -> None:
+    secret = f"sk-{uuid.uuid4().hex}"
+    nobody = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+    done = subprocess.run(
+        [*nobody, SYSTEM_PYTHON, "-I", "-c", SAME_USER_READER, str(ROOT)],
+        env={"PATH": "/usr/bin:/bin", "SPECDIFF_TEST_SECRET": secret},
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    uid, passed, output = json.loads(done.stdout)
+    assert uid is None  # the path an ordinary user takes: the program runs as that user
+    assert not passed and secret not in output, output
+
+
+@pytest.mark.parametrize(
+    ("confinement", "says"),
+    [
+        (Confinement("/usr/bin/python3", 7, True), "as uid 7 of its own, with a private /tmp"),
+        (Confinement("/usr/bin/python3", 7, False), "as uid 7 of its own, sharing /tmp and"),
+        (Confinement("/usr/bin/python3", None, False), "as specdiff's own user, sharing its"),
+    ],
+    ids=["own-uid-private", "own-uid-shared", "own-user"],
+)
+def test_a_confinement_says_what_a_program_can_reach(confinement: Confinement, says: str) -> None:
+    text = confinement.describe()
+    assert text.startswith("`/usr/bin/python3 -I` ") and says in text
+    assert ("no network" in text) is confinement.private
+
+
+def root_alone(*command: str) -> list[str]:
+    """`command` as root in a user namespace that maps root alone: no setuid works."""
+    return ["unshare", "--map-root-user", *command]
+
+
+ROOT_ALONE = pytest.mark.skipif(
+    not shutil.which("unshare")
+    or subprocess.run(root_alone("true"), capture_output=True, check=False).returncode != 0,
+    reason="no user namespaces here",
+)
+
+
+@ROOT_ALONE
+@pytest.mark.parametrize("caller", ["suite", "run_program"])
+def test_as_root_with_no_other_uid_nothing_runs(caller: str, tmp_path: Path) -> None:
+    source = tmp_path / "set.jsonl"
+    marker = tmp_path / "ran"
+    line = {
+        "id": "a",
+        "prompt": f"open({str(marker)!r}, 'w').write('ran as root')\n",
+        "tests": "def check(f):\n    pass\n",
+        "entry_point": "print",
+    }
+    source.write_text(json.dumps(line) + "\n", encoding="utf-8")
+    report = tmp_path / "report"
+    if caller == "suite":
+        command = ["-m", "specdiff", "suite", str(source), "--grade", "--report", str(report)]
+    else:
+        call = f"from specdiff.grading.sandbox import run_program; run_program({line['prompt']!r})"
+        command = ["-c", call]
+    done = subprocess.run(
+        root_alone(sys.executable, *command),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert "run specdiff as an ordinary user" in done.stderr, done.stderr[-2000:]
+    assert not marker.exists() and not report.exists()
+    if caller == "suite":
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -33,16 +33,21 @@ def whole_number(low: int, high: int) -> Callable[[str], int]:
     return read
 
 
-def finite_number(low: float, above: bool = False) -> Callable[[str], float]:
-    """An argparse type: a finite number at least low (above low, when `above`)."""
+def finite_number(
+    low: float, above: bool = False, high: float = math.inf
+) -> Callable[[str], float]:
+    """An argparse type: a finite number at least low (above low, when `above`), and at
+    most high."""
     wanted = f"a finite number {'above' if above else 'of at least'} {low:g}"
+    if high < math.inf:
+        wanted += f" and at most {high:g}"
 
     def read(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be {wanted}, got {text!r}") from None
-        if not math.isfinite(value) or value < low or above and value == low:
+        if not math.isfinite(value) or not low <= value <= high or above and value == low:
             raise argparse.ArgumentTypeError(f"must be {wanted}, got {text.strip()}")
         return value
 

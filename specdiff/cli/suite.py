@@ -23,6 +23,7 @@ from specdiff.cli.common import (
 )
 from specdiff.errors import printable
 from specdiff.grading import DEFAULT_TIMEOUT as DEFAULT_GRADE_TIMEOUT
+from specdiff.grading import MAX_TIMEOUT as MAX_GRADE_TIMEOUT
 from specdiff.prompts import SETS
 
 if TYPE_CHECKING:
@@ -94,12 +95,15 @@ def add_grading_options(suite: argparse.ArgumentParser) -> None:
     )
     suite.add_argument(
         "--grade-timeout",
-        type=float,
+        type=options.finite_number(0, above=True, high=MAX_GRADE_TIMEOUT),
         metavar="SECONDS",
         help=f"how long a graded program may run (default {DEFAULT_GRADE_TIMEOUT:g})",
     )
     suite.add_argument(
-        "--limit", type=int, metavar="N", help="run only the first N prompts (of --ids)"
+        "--limit",
+        type=options.whole_number(1, 1_000_000),
+        metavar="N",
+        help="run only the first N prompts (of --ids)",
     )
     suite.add_argument(
         "--ids", metavar="LIST", help="run only the prompts with these ids, e.g. a,b,c"
@@ -193,26 +197,14 @@ def given_suite(
         stop=tuple(args.stop),
         grade=args.grade or args.no_exec,
         no_exec=args.no_exec,
-        grade_timeout=grade_timeout(args.grade_timeout),
+        grade_timeout=(DEFAULT_GRADE_TIMEOUT if args.grade_timeout is None else args.grade_timeout),
         limit=args.limit,
         ids=prompt_ids(args.ids),
     )
-    if args.limit is not None and args.limit < 1:
-        raise ArgumentError(f"--limit must be at least 1, not {args.limit}")
     prompts, skipped = load_suite_prompts(args.prompts, args.skip_bad)
     prompts = select_prompts(prompts, settings.ids, settings.limit, args.prompts)
     check_graders(settings, prompts)
     return settings, prompts, skipped
-
-
-def grade_timeout(value: float | None) -> float:
-    from specdiff.suite.settings import MAX_GRADE_TIMEOUT
-
-    if value is None:
-        return DEFAULT_GRADE_TIMEOUT
-    if not 0 < value <= MAX_GRADE_TIMEOUT:  # NaN fails too
-        raise ArgumentError(f"--grade-timeout must be above 0 and at most {MAX_GRADE_TIMEOUT:g}")
-    return value
 
 
 def prompt_ids(value: str | None) -> tuple[str, ...]:
@@ -244,6 +236,12 @@ def check_graders(settings: SuiteSettings, prompts: list[SuitePrompt]) -> None:
             f"--no-exec grades answers and patterns only, and the prompts of "
             f"{printable(settings.source, 200)} carry tests: drop --no-exec to run them"
         )
+    if settings.executes_code(prompts):
+        # refused here, before the report folder is touched, where programs would run
+        # as root; deferred: the sandbox loads only where programs run
+        from specdiff.grading.sandbox import current_confinement
+
+        current_confinement()
 
 
 def refuse_run_options(args: argparse.Namespace) -> None:

@@ -4,8 +4,12 @@ grading a lane's text with it.
 A line carries at most one grader:
 
 - ``tests`` with ``entry_point``: HumanEval-style. The program is the prompt, the lane's
-  completion, the tests, then ``check(entry_point)``; it passes when it exits 0. It runs
-  in the sandbox (specdiff.grading.sandbox), and only when the suite was asked to grade.
+  completion, the tests, then ``check(entry_point)``, then a line that prints a nonce
+  drawn for this run; it passes when it exits 0 and the nonce is the last line it
+  printed, so a completion that exits early (``sys.exit(0)``, ``os._exit(0)``,
+  ``unittest.main()``) fails (one written to read its own source could still find the
+  nonce: this catches early exits, not a program bent on passing). It runs in the
+  sandbox (specdiff.grading.sandbox), and only when the suite was asked to grade.
 - ``answer`` (text) or ``answers`` (a list of texts): the lane's first non-empty line
   passes when it holds one of them as whole words. Both sides are compared as words:
   case, punctuation and spacing are ignored, so "The capital is Canberra." holds
@@ -21,6 +25,7 @@ last step may reach past one).
 from __future__ import annotations
 
 import re
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +37,7 @@ GRADER_FIELDS = ("tests", "entry_point", "answer", "answers", "answer_regex")
 """The fields of a prompt-set line that make its grader."""
 MAX_ANSWERS = 64
 NOT_RUN_LANE_FAILED = "not graded: lane failed"
+EXITED_EARLY = "failed: exited before its tests finished"
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 
 
@@ -127,9 +133,19 @@ def completion(text: str, stop: Sequence[str]) -> str:
     return text[:cut]
 
 
-def program(prompt: str, text: str, grader: Grader) -> str:
-    """The program a tests grader runs, laid out as HumanEval's own harness does."""
-    return f"{prompt}{text}\n{grader.tests}\n\ncheck({grader.entry_point})\n"
+def program(prompt: str, text: str, grader: Grader, nonce: str) -> str:
+    """The program a tests grader runs, laid out as HumanEval's own harness does, and
+    printing `nonce` once its tests passed."""
+    return (
+        f"{prompt}{text}\n{grader.tests}\n\ncheck({grader.entry_point})\n"
+        f"print({nonce!r}, flush=True)\n"
+    )
+
+
+def finished(output: str, nonce: str) -> bool:
+    """The program's last printed line is `nonce`: it ran to its end."""
+    lines = output.rstrip().splitlines()
+    return bool(lines) and lines[-1] == nonce
 
 
 def grade_text(
@@ -146,7 +162,10 @@ def grade_text(
         # deferred: the sandbox (POSIX rlimits, namespaces) loads only to run a program
         from specdiff.grading.sandbox import run_program
 
-        run = run_program(program(prompt, text, grader), timeout)
+        nonce = secrets.token_hex(16)
+        run = run_program(program(prompt, text, grader, nonce), timeout)
+        if run.passed and not finished(run.output, nonce):
+            return Grade(False, EXITED_EARLY, "tests"), run.seconds
         return Grade(run.passed, run.reason, "tests"), run.seconds
     if grader.kind == "regex":
         found = re.search(grader.pattern, text, re.MULTILINE) is not None

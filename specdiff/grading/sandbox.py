@@ -11,16 +11,24 @@ What every program gets, on every system:
 - its output captured into an unlinked file that RLIMIT_FSIZE bounds, and read back
   only up to ``OUTPUT_LIMIT``.
 
-When specdiff runs as root it also confines the program further, since root's own
-permissions would stop nothing:
+Before the first program, specdiff makes its own process non-dumpable
+(PR_SET_DUMPABLE 0), so that a program running as the same user cannot read specdiff's
+/proc/<pid>/environ (a server lane's API key) or its memory.
+
+Model-written code never runs as root. When specdiff runs as root it confines the
+program further, since root's own permissions would stop nothing:
 
 - the program runs as a uid of its own (``SANDBOX_UID_BASE`` + specdiff's pid), so it
   can write nowhere but its directory and world-writable places, cannot read other
   users' files or another process's environment, and RLIMIT_NPROC binds it; every
   process of that uid is killed when the program ends, so a child that left the
   process group (setsid) dies too;
-- in a private mount and network namespace: /tmp, /var/tmp and /dev/shm are fresh,
-  empty tmpfs mounts that vanish with the program, and there is no network.
+- in a private mount and network namespace where the system allows one: /tmp,
+  /var/tmp and /dev/shm are fresh, empty tmpfs mounts that vanish with the program, and
+  there is no network. Where it does not, the program runs as its own uid alone, and
+  shares /tmp and the network;
+- where no program can run as another uid (a user namespace that maps root alone, say),
+  nothing runs: ``current_confinement`` refuses with a SpecdiffError.
 
 As an ordinary user, the program runs as that user: it can write where the user can,
 and a child that calls setsid survives the group kill until the timeout of nothing;
@@ -39,7 +47,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,6 +54,7 @@ from functools import cache
 from pathlib import Path
 from typing import IO
 
+from specdiff.errors import SpecdiffError
 from specdiff.grading import DEFAULT_TIMEOUT
 
 MEMORY_LIMIT = 1 << 30
@@ -71,8 +79,8 @@ _MS_NOSUID = 0x2
 _MS_NODEV = 0x4
 _MS_REC = 0x4000
 _MS_PRIVATE = 1 << 18
+_PR_SET_DUMPABLE = 4
 _LIBC = ctypes.CDLL(None, use_errno=True)
-_ONE_AT_A_TIME = threading.Lock()
 _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::|$)")
 
 
@@ -86,9 +94,16 @@ class Confinement:
     private: bool
 
     def describe(self) -> str:
-        user = f"uid {self.uid}" if self.uid is not None else "specdiff's own user"
-        private = ", private /tmp, no network" if self.private else ""
-        return f"{self.interpreter} -I as {user}{private}, in a temporary directory"
+        """One line for the user, the suite.json and the report: what a program can reach."""
+        if self.uid is None:
+            where = "as specdiff's own user, sharing its files, /tmp and the network"
+        elif self.private:
+            where = f"as uid {self.uid} of its own, with a private /tmp and no network"
+        else:
+            where = (
+                f"as uid {self.uid} of its own, sharing /tmp and the network (no namespaces here)"
+            )
+        return f"`{self.interpreter} -I` {where}, in a temporary directory"
 
 
 @dataclass(frozen=True)
@@ -103,6 +118,7 @@ class ProgramRun:
 
 def run_program(source: str, timeout: float = DEFAULT_TIMEOUT) -> ProgramRun:
     """Run `source` as a program under the confinement this system allows."""
+    _hide_own_process()
     confinement = current_confinement()
     began = time.perf_counter()
     with (
@@ -126,9 +142,25 @@ def run_program(source: str, timeout: float = DEFAULT_TIMEOUT) -> ProgramRun:
     return ProgramRun(code == 0, _reason(code, text, timeout), seconds, text)
 
 
-@cache
 def current_confinement() -> Confinement:
-    """The strictest confinement that starts a program here (tried once per process)."""
+    """The strictest confinement that starts a program here; SpecdiffError where
+    specdiff runs as root and no program starts as a uid of its own, since the program
+    would run as root."""
+    confinement = _strictest_confinement()
+    if confinement is None:
+        raise SpecdiffError(
+            f"specdiff runs as root and cannot start a program as uid "
+            f"{SANDBOX_UID_BASE + os.getpid()} (setuid is refused, as in a user namespace "
+            f"that maps root alone, or that uid cannot run {sys.executable} nor "
+            f"{SYSTEM_PYTHON}), so model-written code would run as root; run specdiff as "
+            "an ordinary user, or grade with --no-exec"
+        )
+    return confinement
+
+
+@cache
+def _strictest_confinement() -> Confinement | None:
+    """Tried once per process; None: as root, nothing starts without root."""
     if os.geteuid() != 0:
         return Confinement(sys.executable, None, False)
     uid = SANDBOX_UID_BASE + os.getpid()
@@ -137,11 +169,26 @@ def current_confinement() -> Confinement:
         Confinement(SYSTEM_PYTHON, uid, True),
         Confinement(sys.executable, uid, False),
         Confinement(SYSTEM_PYTHON, uid, False),
-        Confinement(sys.executable, None, True),
     ):
         if _starts(confinement):
             return confinement
-    return Confinement(sys.executable, None, False)
+    return None
+
+
+@cache
+def _hide_own_process() -> None:
+    """PR_SET_DUMPABLE 0: /proc/<pid>/environ and mem of specdiff's process become
+    root's, so a program running as specdiff's user cannot read the API keys in its
+    environment. Children that exec are dumpable again: the flag stays with specdiff."""
+    prctl = getattr(_LIBC, "prctl", None)
+    if prctl is None:
+        return  # not Linux: no /proc/<pid>/environ to read
+    if prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        error = ctypes.get_errno()
+        raise SpecdiffError(
+            f"cannot make specdiff's process non-dumpable ({os.strerror(error)}), so a "
+            "graded program could read its environment; grade with --no-exec"
+        )
 
 
 def _starts(confinement: Confinement) -> bool:

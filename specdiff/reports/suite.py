@@ -22,7 +22,7 @@ from specdiff.compare import FORK_CLASSES
 from specdiff.files import write_text_atomic
 from specdiff.reports._markup import finite, html_table, md_table, page_head
 from specdiff.reports.svg import LANE_COLORS, Rule, Series, histogram, line_chart
-from specdiff.safe_text import csv_cell, markdown_cell
+from specdiff.safe_text import csv_cell, markdown_cell, visible
 from specdiff.sessions.format import CRASHED
 
 PAIR_COLORS = ("#3b7dd8", "#e0761b", "#2e9e5b", "#a23bd8", "#d83b5e", "#6b6b6b")
@@ -111,10 +111,10 @@ def _grading_text(settings: dict[str, Any]) -> str:
     if not settings.get("grade"):
         return ""
     if settings.get("executed_code"):
-        return (
-            " · graded: model-written code was executed, each program in a sandboxed "
-            "`python -I` subprocess"
-        )
+        confinement = settings.get("confinement")
+        known = isinstance(confinement, str) and confinement
+        where = f", each program run {visible(confinement, 300)}" if known else ""
+        return f" · graded: model-written code was executed{where}"
     return " · graded by matching answers (no code executed)"
 
 

@@ -12,12 +12,11 @@ from typing import Any
 from specdiff import __version__
 from specdiff.compare import DEFAULT_NEAR_TIE
 from specdiff.grading import DEFAULT_TIMEOUT
+from specdiff.grading import MAX_TIMEOUT as MAX_GRADE_TIMEOUT
 from specdiff.lanes import QUANT_TYPES, Pair, lane_from_dict
 from specdiff.suite import SuiteError
 from specdiff.suite.prompts import SuitePrompt, prompts_digest
 
-MAX_GRADE_TIMEOUT = 3600.0
-"""The longest --grade-timeout: a graded program runs an hour at most."""
 BASE_QUANT = "base"
 """In --quants: the model as it is, not requantized."""
 RESUMED_KEYS = (
@@ -72,6 +71,11 @@ class SuiteSettings:
         if self.grade:
             data.update(grade=True, no_exec=self.no_exec, grade_timeout=self.grade_timeout)
             data["executed_code"] = self.executes_code(prompts)
+        if data.get("executed_code"):
+            # deferred: the sandbox loads only where programs run
+            from specdiff.grading.sandbox import current_confinement
+
+            data["confinement"] = current_confinement().describe()
         if self.limit is not None:
             data["limit"] = self.limit
         if self.ids:
