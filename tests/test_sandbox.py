@@ -311,3 +311,14 @@ def test_as_root_with_no_other_uid_nothing_runs(caller: str, tmp_path: Path) -> 
     assert not marker.exists() and not report.exists()
     if caller == "suite":
         assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_a_process_that_hides_its_environment_is_not_dumpable() -> None:
+    """The lanes' worker and the suite's process call it: each holds the API keys."""
+    probe = (
+        "import ctypes; from specdiff.secrecy import hide_environment; "
+        "before = ctypes.CDLL(None).prctl(3, 0, 0, 0, 0); failed = hide_environment(); "
+        "print(before, failed, ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.stdout.split() == ["1", "None", "0"], done.stderr

@@ -43,6 +43,7 @@ from specdiff.compare import DEFAULT_NEAR_TIE, compare
 from specdiff.engine.base import EngineError, StreamsARun
 from specdiff.errors import SpecdiffError, printable
 from specdiff.lanes import Pair
+from specdiff.secrecy import hide_environment
 from specdiff.sessions.format import CRASHED, LaneOutcome, PairResult
 from specdiff.steps import TokenStep
 
@@ -179,6 +180,9 @@ def serve(descriptor: int, due_path: str) -> None:
     # the front end decides what Ctrl+C means (the worker runs in its own session, but
     # a caller may still signal the group)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # server lanes read their API keys from this process's environment, which a graded
+    # program running as the same user could otherwise read from /proc
+    hide_environment()
     cancel = _CancelFlag()
     # a cancel arrives as a signal, so it is seen while the decode loop runs
     signal.signal(CANCEL_SIGNAL, lambda *_: cancel.set())

@@ -56,6 +56,7 @@ from typing import IO
 
 from specdiff.errors import SpecdiffError
 from specdiff.grading import DEFAULT_TIMEOUT
+from specdiff.secrecy import hide_environment
 
 MEMORY_LIMIT = 1 << 30
 """RLIMIT_AS: a program's address space."""
@@ -79,7 +80,6 @@ _MS_NOSUID = 0x2
 _MS_NODEV = 0x4
 _MS_REC = 0x4000
 _MS_PRIVATE = 1 << 18
-_PR_SET_DUMPABLE = 4
 _LIBC = ctypes.CDLL(None, use_errno=True)
 _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::|$)")
 
@@ -177,17 +177,13 @@ def _strictest_confinement() -> Confinement | None:
 
 @cache
 def _hide_own_process() -> None:
-    """PR_SET_DUMPABLE 0: /proc/<pid>/environ and mem of specdiff's process become
-    root's, so a program running as specdiff's user cannot read the API keys in its
-    environment. Children that exec are dumpable again: the flag stays with specdiff."""
-    prctl = getattr(_LIBC, "prctl", None)
-    if prctl is None:
-        return  # not Linux: no /proc/<pid>/environ to read
-    if prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
-        error = ctypes.get_errno()
+    """Keep a program running as specdiff's own user from reading the API keys in
+    specdiff's environment."""
+    failed = hide_environment()
+    if failed is not None:
         raise SpecdiffError(
-            f"cannot make specdiff's process non-dumpable ({os.strerror(error)}), so a "
-            "graded program could read its environment; grade with --no-exec"
+            f"cannot make specdiff's process non-dumpable ({failed}), so a graded "
+            "program could read its environment; grade with --no-exec"
         )
 
 
