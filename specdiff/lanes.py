@@ -227,6 +227,16 @@ class Lane:
             return f"server {without_credentials(self.endpoint)}"
         return "plain"
 
+    def check_credentials(self, lane_id: str) -> None:
+        """Refuse to contact an endpoint read back from a session or suite.json: its
+        credentials were saved as ***, which would go to the server as the password."""
+        if self.backend == "server" and has_masked_credentials(self.endpoint):
+            raise LaneConfigError(
+                f"lane {lane_id}: the endpoint {self.endpoint} was saved without its "
+                f"credentials; give the lane options again with them (--lane-{lane_id} "
+                "endpoint=http://USER:PASSWORD@HOST:PORT)"
+            )
+
     def shown(self, key: str) -> Any:
         """A key's value as messages print it: the endpoint without its credentials."""
         value = getattr(self, key)
@@ -240,13 +250,25 @@ class Lane:
         return data
 
 
+MASKED_CREDENTIALS = "***"
+"""What a saved endpoint holds in place of its user name and password."""
+_URL_PARTS = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)([^/?#]*)(.*)", re.DOTALL)
+"""A URL as scheme, authority (user info @ host) and the rest."""
+
+
 def without_credentials(url: str) -> str:
     """`url` with any user name and password replaced by ***: a URL's credentials are as
     secret as an API key, and lanes are printed and saved."""
-    parts = re.match(r"([A-Za-z][A-Za-z0-9+.-]*://)([^/?#]*)(.*)", url, re.DOTALL)
+    parts = _URL_PARTS.match(url)
     if parts is None or "@" not in parts[2]:
         return url
-    return f"{parts[1]}***@{parts[2].rpartition('@')[2]}{parts[3]}"
+    return f"{parts[1]}{MASKED_CREDENTIALS}@{parts[2].rpartition('@')[2]}{parts[3]}"
+
+
+def has_masked_credentials(url: str) -> bool:
+    """Whether `url` is an endpoint as saved: its credentials replaced by ***."""
+    parts = _URL_PARTS.match(url)
+    return parts is not None and parts[2].rpartition("@")[0] == MASKED_CREDENTIALS
 
 
 _FIELD_TYPES: dict[str, type] = {}

@@ -9,6 +9,7 @@ import json
 import resource
 import shutil
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -18,11 +19,12 @@ from pathlib import Path
 import pytest
 
 from specdiff.cli import main
-from specdiff.lanes import presets
+from specdiff.lanes import Lane, Pair, presets
 from specdiff.sessions.store import load_session
 from specdiff.suite.folder import REPORT_FILES, SUITE_FILE, write_settings
 from specdiff.suite.prompts import SuitePrompt
 from specdiff.suite.settings import SuiteSettings
+from tests.test_shared_servers import contacted, listener  # noqa: F401 - a fixture
 
 TOKENS = 3
 PROMPTS = [
@@ -175,8 +177,8 @@ def test_a_suite_where_no_model_loads_exits_1_with_the_reason(
     assert not report_json(folder)["prompts"]
 
 
-def write_suite_json(folder: Path, **changed: object) -> None:
-    settings = SuiteSettings("two", (presets()["ubatch"],), TOKENS)
+def write_suite_json(folder: Path, pair: Pair | None = None, **changed: object) -> None:
+    settings = SuiteSettings("two", (pair or presets()["ubatch"],), TOKENS)
     prompts = [SuitePrompt(id=p["id"], prompt=p["prompt"], where=p["id"]) for p in PROMPTS]
     folder.mkdir()
     write_settings(folder, settings, prompts)
@@ -221,6 +223,57 @@ def test_a_suite_json_nested_too_deep_is_refused_in_one_line(tmp_path: Path, cap
     code = main(["suite", "--resume", "--report", str(folder)])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and SUITE_FILE in err, err
+
+
+SERVER_LANES = {
+    "lane a": ("a", "", "SPECDIFF_SUITE_KEY", False),
+    "lane b": ("b", "", "", False),
+    "lane a with a password": ("a", "specdiff:password-0123456789@", "", False),
+    "lane a with a password, allowed": ("a", "specdiff:password-0123456789@", "", True),
+    "lane b with a token, allowed": ("b", "token-0123456789abcdef@", "SPECDIFF_SUITE_KEY", True),
+}
+"""Which lane of the stored pair talks to a server, the credentials its endpoint was
+given (suite.json keeps them as ***), the key variable it names, and whether the resume
+passes --allow-servers (never for plain endpoints here: that one would run)."""
+
+
+@pytest.mark.parametrize(
+    "side, credentials, key_env, allow", SERVER_LANES.values(), ids=SERVER_LANES
+)
+def test_a_resume_from_suite_json_contacts_no_server_it_names_without_leave(
+    tmp_path: Path,
+    listener: socket.socket,  # noqa: F811 - the fixture imported above
+    side: str,
+    credentials: str,
+    key_env: str,
+    allow: bool,
+    capsys,
+) -> None:
+    """suite.json picks the endpoints and key variables, as a session file does: a
+    resume without PROMPTS re-runs its server lanes only with --allow-servers, and never
+    one whose credentials were saved as ***, which would be sent as the password."""
+    port = listener.getsockname()[1]
+    server = Lane(
+        backend="server", endpoint=f"http://{credentials}127.0.0.1:{port}", api_key_env=key_env
+    )
+    plain = presets()["ubatch"]
+    lanes = (server, plain.b) if side == "a" else (plain.a, server)
+    folder = tmp_path / "report"
+    write_suite_json(folder, Pair("shared", *lanes))
+    stored = (folder / SUITE_FILE).read_text(encoding="utf-8")
+    assert (credentials == "") == ("***@" not in stored)
+    code = main(["suite", "--resume", "--report", str(folder), *(["--allow-servers"] * allow)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith("specdiff: error: ") and SUITE_FILE in err, err
+    if credentials:
+        assert f"lane {side}: the endpoint http://***@127.0.0.1:{port}" in err, err
+        assert "saved without its credentials" in err and f"--lane-{side} endpoint=" in err
+    else:
+        assert "--allow-servers" in err and f"127.0.0.1:{port}" in err, err
+        assert (f"${key_env}" in err) == bool(key_env), err
+    assert not contacted(listener)
+    assert not list(folder.glob("report.*")) and not (folder / "sessions").exists()
 
 
 @pytest.mark.model

@@ -75,6 +75,7 @@ def add_parser(commands: Subcommands) -> None:
     add_grading_options(suite)
     suite.add_argument("--resume", action="store_true", help="continue a stopped suite in DIR")
     suite.add_argument("--force", action="store_true", help="replace the report in DIR")
+    options.add_allow_servers(suite)
     suite.add_argument(
         "--skip-bad", action="store_true", help="run the good prompts when some lines are bad"
     )
@@ -124,7 +125,8 @@ def command_suite(args: argparse.Namespace) -> int:
     report_dir = Path(args.report).expanduser()
     check_limits(args.max_tokens, args.near_tie)
     given, prompts, skipped = given_suite(args)
-    settings = prepare_report_dir(report_dir, given, prompts, args.resume, args.force)
+    allowed = args.allow_servers  # the server lanes a suite.json names, on a resume
+    settings = prepare_report_dir(report_dir, given, prompts, args.resume, args.force, allowed)
     if prompts is None:
         prompts, skipped = load_suite_prompts(settings.source, args.skip_bad)
         prompts = select_prompts(prompts, settings.ids, settings.limit, settings.source)

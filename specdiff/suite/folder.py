@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from specdiff.errors import SpecdiffError, printable
+from specdiff.errors import LaneConfigError, SpecdiffError, printable
 from specdiff.files import write_text_atomic
 from specdiff.sessions.store import SUFFIX, safe_name
 from specdiff.suite import SuiteError
@@ -32,12 +32,14 @@ def prepare_report_dir(
     prompts: Sequence[SuitePrompt] | None,
     resume: bool,
     force: bool,
+    allow_servers: bool = False,
 ) -> SuiteSettings:
     """Check the report folder for a new or resumed suite; returns the settings to run.
 
     New: the folder must not exist (or --force clears specdiff's files from it).
     Resume: the folder's suite.json must exist and, when the command gives settings and
-    prompts, agree with them.
+    prompts, agree with them; without them, its server lanes run only with
+    `allow_servers` (the file picks the endpoints and the key variables).
     """
     if resume:
         if force:
@@ -54,10 +56,28 @@ def prepare_report_dir(
             check_resume(stored, settings, prompts, report_dir)
             # the same settings, with what suite.json leaves out: an endpoint's credentials
             return settings
+        check_stored_servers(stored_settings, report_dir / SUITE_FILE, allow_servers)
         return stored_settings
     assert settings is not None
     _clear_report_dir(report_dir, force)
     return settings
+
+
+def check_stored_servers(settings: SuiteSettings, suite_file: Path, allow_servers: bool) -> None:
+    """Refuse, before any model loads, to re-run server lanes taken from suite.json: one
+    whose endpoint was saved without its credentials, and any without --allow-servers
+    (a shared suite.json would send the prompts where it says), as verify and replay do."""
+    for pair in settings.pairs:
+        try:
+            pair.a.check_credentials("a")
+            pair.b.check_credentials("b")
+        except LaneConfigError as error:
+            raise SuiteError(
+                f"{suite_file}: {error}, with PROMPTS and the suite's other options as before"
+            ) from None
+        refusal = pair.servers_named(str(suite_file))
+        if refusal is not None and not allow_servers:
+            raise SuiteError(refusal)
 
 
 def read_suite_file(report_dir: Path) -> dict[str, Any]:
