@@ -31,7 +31,15 @@ from specdiff.lanes import Lane, without_credentials
 MAX_LINE_BYTES = 1 << 20
 """The longest event line read: a real event is a few kilobytes even with top-k 1024."""
 MAX_BODY_BYTES = 1 << 16
-"""The most of a non-streamed answer (identity, an error) that is read."""
+"""The most of any other non-streamed answer (an error, a priming request's answer) read."""
+MAX_IDENTITY_BYTES = 1 << 22
+"""The most of /v1/models or /props that is read: a long model list or chat template
+runs past MAX_BODY_BYTES, and a body cut short is no JSON, so nothing of it would be
+kept."""
+MIN_SECRET_CHARS = 8
+"""The shortest key or URL credential that is masked and guarded against: local servers
+take placeholders ("EMPTY", "test", "x") that any text may hold, and a lane failed or a
+word masked everywhere for those protects nothing."""
 MESSAGE_CHARS = 400
 """A lane error's length at most, the endpoint included."""
 QUOTED_CHARS = 160
@@ -64,14 +72,15 @@ def read_api_key(lane: Lane, lane_id: str) -> str:
 
 def credentials(endpoint: str) -> list[str]:
     """The secrets an endpoint URL carries: its password (or a user name that stands
-    alone, as a token does), as written and percent-decoded."""
+    alone, as a token does), as written and percent-decoded; none shorter than
+    MIN_SECRET_CHARS (a lone "admin" is a user name, not a token)."""
     try:
         parts = urlsplit(endpoint)
         user, password = parts.username, parts.password
     except ValueError:  # a malformed port or address: httpx refuses it before sending
         return []
     secret = password if password else user
-    if not secret:
+    if not secret or len(unquote(secret)) < MIN_SECRET_CHARS:
         return []
     # a server that quotes its Authorization header back shows the basic-auth form
     pair = f"{unquote(user or '')}:{unquote(password or '')}"
@@ -155,7 +164,9 @@ class ServerClient:
         self.where = without_credentials(lane.endpoint)
         """The endpoint as messages name it."""
         found = [key, *credentials(lane.endpoint)]
-        self.secrets = sorted({s for s in found if s}, key=len, reverse=True)
+        self.secrets = sorted(
+            {s for s in found if len(s) >= MIN_SECRET_CHARS}, key=len, reverse=True
+        )
         """What a server must not get into a message, a session or the screen."""
         # identity: a limit on the bytes received is then a limit on the bytes decoded
         headers = {"Accept-Encoding": "identity"}
@@ -179,22 +190,23 @@ class ServerClient:
     def fail(self, what: str) -> ServerError:
         return ServerError(printable(self.mask(f"{self.where}: {what}"), MESSAGE_CHARS))
 
-    def request(self, method: str, path: str, **kwargs: Any) -> Answer:
-        """One request with retries on refused connections; its answer, bounded."""
+    def request(self, method: str, path: str, limit: int = MAX_BODY_BYTES, **kwargs: Any) -> Answer:
+        """One request with retries on refused connections; its answer, at most `limit`
+        bytes of it."""
         import httpx  # deferred, as in __init__
 
         attempt = 0
         while True:
             try:
                 with self.client.stream(method, path, **kwargs) as response:
-                    return self.answer(response)
+                    return self.answer(response, limit)
             except httpx.HTTPError as error:
                 attempt = self._next_attempt(error, attempt, None)
 
-    def answer(self, response: Any) -> Answer:
+    def answer(self, response: Any, limit: int = MAX_BODY_BYTES) -> Answer:
         return Answer(
             response.status_code,
-            read_bounded(response.iter_raw(), MAX_BODY_BYTES),
+            read_bounded(response.iter_raw(), limit),
             response.headers.get("location", ""),
         )
 
@@ -296,9 +308,11 @@ class ServerClient:
 
     def identity(self) -> dict[str, Any]:
         """What the server says it runs: its models, and llama-server's /props; only
-        short texts and whole numbers, masked, since the session header keeps them."""
+        short texts and whole numbers, masked, since the session header keeps them.
+        "identity_truncated" says an answer ran past MAX_IDENTITY_BYTES, so that what
+        it held is missing here."""
         identity: dict[str, Any] = {}
-        answer = self.request("GET", "/v1/models")
+        answer = self.request("GET", "/v1/models", MAX_IDENTITY_BYTES)
         if answer.status == 200:
             data = answer.json()
             listed = data.get("data") if isinstance(data, dict) else None
@@ -310,19 +324,28 @@ class ServerClient:
             ]
         elif answer.status in (401, 403):
             self.check_status(answer)
-        props = self.request("GET", "/props")
-        data = props.json() if props.status == 200 else None
-        if isinstance(data, dict):
-            settings = data.get("default_generation_settings")
-            if isinstance(settings, dict) and "n_ctx" in settings:
-                data = {**data, "n_ctx": settings["n_ctx"]}
-            for key in ("build_info", "model_path"):
-                if isinstance(data.get(key), str):
-                    identity[key] = self.quote(data[key])
-            for key in ("total_slots", "n_ctx"):
-                if _whole(data.get(key)):
-                    identity[key] = data[key]
+        props = self.request("GET", "/props", MAX_IDENTITY_BYTES)
+        if props.status == 200:
+            identity.update(self._props(props.json()))
+        if any(len(a.body) >= MAX_IDENTITY_BYTES for a in (answer, props) if a.status == 200):
+            identity["identity_truncated"] = True
         return identity
+
+    def _props(self, data: Any) -> dict[str, Any]:
+        """What the session header keeps of llama-server's /props."""
+        kept: dict[str, Any] = {}
+        if not isinstance(data, dict):
+            return kept
+        settings = data.get("default_generation_settings")
+        if isinstance(settings, dict) and "n_ctx" in settings:
+            data = {**data, "n_ctx": settings["n_ctx"]}
+        for key in ("build_info", "model_path"):
+            if isinstance(data.get(key), str):
+                kept[key] = self.quote(data[key])
+        for key in ("total_slots", "n_ctx"):
+            if _whole(data.get(key)):
+                kept[key] = data[key]
+        return kept
 
     def close(self) -> None:
         self.client.close()

@@ -60,6 +60,7 @@ class ServerLane:
         self.lane = lane
         self.lane_id = lane_id
         self.cancel = cancel or threading.Event()
+        lane.check_credentials(lane_id)
         key = read_api_key(lane, lane_id)
         self.extra: dict[str, Any] = json.loads(lane.request) if lane.request else {}
         self.client = ServerClient(lane, key)
@@ -233,7 +234,10 @@ class ServerLane:
             for event in read_events(lines, dialect, self.client, stopped):
                 for token, top in event.tokens[: max_tokens - received]:
                     if stopped.is_set() or self.cancel.is_set():
-                        return  # the consumer left or cancelled: close the stream
+                        # the consumer left or cancelled: close the stream, and pass on
+                        # the held steps that a later token was to clear
+                        yield from guard.release()
+                        return
                     step = self._step(received, token, top)
                     received += 1
                     yield from guard.admit(step)
@@ -362,11 +366,22 @@ class EchoGuard:
 
     def finish(self) -> list[TokenStep]:
         """At the stream's end: the held steps, unless they hold most of a secret."""
-        text = b"".join(held.piece for held in self.held)
-        if self._pending(text) >= self.SHORTEST_ECHO:
+        if self._could_be_echo():
             raise self.echoed()
         released, self.held = self.held, []
         return released
+
+    def release(self) -> list[TokenStep]:
+        """At a cancel: the held steps, or none where they hold most of a secret. The
+        stream was cut by the consumer, not by the server, so this fails nothing."""
+        if self._could_be_echo():
+            self.held = []
+        released, self.held = self.held, []
+        return released
+
+    def _could_be_echo(self) -> bool:
+        text = b"".join(held.piece for held in self.held)
+        return self._pending(text) >= self.SHORTEST_ECHO
 
     def echoed(self) -> Exception:
         self.held = []
