@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from specdiff.compare import DEFAULT_NEAR_TIE
 from specdiff.lanes import BOUNDS
+from specdiff.safe_text import first_surrogate
 
 DEFAULT_PAIR = "spec-vs-plain"
 DEFAULT_MAX_TOKENS = 200
@@ -58,13 +59,12 @@ def utf8_text(text: str) -> str:
     """An argparse type: text that is UTF-8. A shell passes bytes as they are, and Python
     keeps the ones that are not UTF-8 as lone surrogates, which no tokenizer, session or
     report can hold."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
+    position = first_surrogate(text)
+    if position is not None:
         raise argparse.ArgumentTypeError(
-            f"is not UTF-8 text ({text[error.start]!r} at position {error.start}); "
+            f"is not UTF-8 text ({text[position]!r} at position {position}); "
             "pass UTF-8, e.g. from a UTF-8 file"
-        ) from None
+        )
     return text
 
 
@@ -163,8 +163,8 @@ def add_allow_servers(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-servers",
         action="store_true",
-        help="re-run server lanes the session file names (it picks the endpoint and the "
-        "key variable; only for files you trust)",
+        help="re-run server lanes a session file or a suite's suite.json names (the file "
+        "picks the endpoint and the key variable; only for files you trust)",
     )
 
 
