@@ -20,9 +20,15 @@ from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
 from specdiff.cli.suite import print_summary
-from specdiff.compare import FORK_CLASSES
+from specdiff.compare import DEFAULT_SPLIT_THRESHOLD, FORK_CLASSES, MEASURED_NOISE_P99
 from specdiff.lanes import presets
-from specdiff.reports.suite import html_report, markdown, paired_line, results_csv
+from specdiff.reports.suite import (
+    classes_note,
+    html_report,
+    markdown,
+    paired_line,
+    results_csv,
+)
 from specdiff.sessions.format import CRASHED, Grade, RunSummary
 from specdiff.suite.paired import mcnemar_exact, wilson_interval
 from specdiff.suite.prompts import SuitePrompt
@@ -340,3 +346,14 @@ def test_a_real_graded_suite_prints_the_line_its_report_and_csv_hold(tmp_path):
     forked = sum(row["identical"] == "0" for row in rows)
     assert sum(summary["fork_classes"].values()) == forked - summary["lengths_differ"]
     assert {row["fork_class"] for row in rows if row["fork_index"]} <= set(FORK_CLASSES)
+
+
+def test_the_reports_put_the_split_threshold_beside_the_noise_scale() -> None:
+    data = suite_data([Run(False, None, FORK_CLASSES[2])])
+    summary = data["pairs"][0]["summary"]
+    note = classes_note(summary)
+    assert f"{DEFAULT_SPLIT_THRESHOLD:g} logits" in note
+    assert f"p99 {MEASURED_NOISE_P99:.2f}" in note  # no teacher-forced figure of its own
+    assert note in markdown(data) and html.escape(note) in html_report(data)
+    summary["teacher_forced"] = {"delta_logit": {"p99": 0.4321}}
+    assert "this pair's own teacher-forced |Δlogit| p99 is 0.432" in classes_note(summary)

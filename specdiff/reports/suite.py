@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from specdiff.compare import FORK_CLASSES
+from specdiff.compare import DEFAULT_SPLIT_THRESHOLD, FORK_CLASSES, MEASURED_NOISE_P99
 from specdiff.files import write_text_atomic
 from specdiff.reports._markup import finite, html_table, md_table, page_head
 from specdiff.reports.svg import LANE_COLORS, Rule, Series, histogram, line_chart
@@ -563,6 +563,27 @@ def _md_overview(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def classes_note(summary: dict[str, Any]) -> str:
+    """What the fork classes mean, with the split threshold beside the noise scale it is
+    set against: this pair's own where it ran teacher-forced, else the measured one."""
+    split = summary.get("split_threshold", DEFAULT_SPLIT_THRESHOLD)
+    teacher = summary.get("teacher_forced") or {}
+    p99 = (teacher.get("delta_logit") or {}).get("p99")
+    scale = (
+        f"this pair's own teacher-forced |Δlogit| p99 is {p99:.3g}"
+        if p99 is not None
+        else f"numeric noise moves a logit by |Δlogit| p99 {MEASURED_NOISE_P99:.2f} "
+        "(teacher-forced ubatch on the bundled model; `specdiff suite questions --pair "
+        "ubatch --teacher-forced` measures this machine)"
+    )
+    return (
+        "Fork classes: a near tie is a reference margin below the near-tie threshold "
+        f"with the other pick #2; a large-margin split is a margin of {split:g} logits or "
+        "more, the other pick ranked below #2, or a lane that left its own argmax "
+        f"(not rounding); ambiguous is in between. For scale, {scale}."
+    )
+
+
 def _md_pair(pair: dict[str, Any]) -> list[str]:
     summary = pair["summary"]
     lines = [
@@ -572,6 +593,8 @@ def _md_pair(pair: dict[str, Any]) -> list[str]:
         _pair_line(summary),
         "",
         paired_line(summary),
+        "",
+        classes_note(summary),
         "",
         *_md_table(PAIRED_HEADER, _paired_rows(summary)),
         *_md_paired_notes(summary),
@@ -668,6 +691,7 @@ def _html_pair(pair: dict[str, Any]) -> list[str]:
         f"<h2>{html.escape(pair['label'])}</h2>",
         f"<p>{html.escape(_pair_line(summary))}</p>",
         f'<p class="paired">{html.escape(paired_line(summary))}</p>',
+        f'<p class="muted">{html.escape(classes_note(summary))}</p>',
         _html_table(PAIRED_HEADER, _paired_rows(summary), "paired"),
     ]
     if summary.get("grades"):
