@@ -180,22 +180,22 @@ def teacher_flips(a: Sequence[TokenStep], b: Sequence[TokenStep]) -> list[int]:
 
 
 def classify_fork(
-    reference_margin: float,
-    other_rank: int | None,
+    other_gap: float | None,
     near_tie: float = DEFAULT_NEAR_TIE,
     split: float = DEFAULT_SPLIT_THRESHOLD,
 ) -> str:
-    """The class of a fork, given the reference lane's top-1 minus top-2 logit there and
-    the rank (1 = argmax) the reference lane gave the other lane's pick, None when that
-    pick was outside its candidates.
+    """The class of a fork, given how far below its own best the reference lane put the
+    other lane's pick (its top-1 minus top-2 margin when that pick is its #2), None when
+    the pick was outside its candidates.
 
-    A pick ranked below #2, or a reference margin at or above `split`, cannot come from
-    reordering two close logits: the other lane changed the computation. A margin below
-    `near_tie` with the other pick at #2 is the near tie numerics flip. The rest is
-    ambiguous."""
-    if other_rank is None or other_rank > 2 or reference_margin >= split:
+    Rounding reorders logits that lie close together, however many of them: a pick
+    within `near_tie` of the best is a near tie, even as the #4 of a four-way tie (seen
+    on HumanEval: four candidates within 0.22 logits). A pick `split` or more below it,
+    or outside the candidates, cannot come from reordering close logits: the other lane
+    changed the computation. The rest is ambiguous."""
+    if other_gap is None or other_gap >= split:
         return LARGE_MARGIN_SPLIT
-    if reference_margin < near_tie:
+    if other_gap < near_tie:
         return NEAR_TIE
     return AMBIGUOUS
 
@@ -219,6 +219,9 @@ class ForkVerdict:
     """The reference lane's top-1 minus top-2 logit at the fork."""
     other_rank: int | None
     """The rank the reference lane gave the other lane's pick; None outside its top-k."""
+    other_gap: float | None
+    """How far below its best the reference lane put the other pick (logits); None
+    outside its top-k."""
     split: float
     """The split threshold the class was read against."""
     not_greedy: str | None = None
@@ -227,8 +230,12 @@ class ForkVerdict:
     def describe(self, names: tuple[str, str] = ("lane a", "lane b")) -> str:
         """One line; `names` calls the two sides (two lanes, or a recording and a re-run)."""
         reference = names[0] if self.reference == "a" else names[1]
-        rank = "outside its top-k" if self.other_rank is None else f"#{self.other_rank}"
-        rule = f"a split is a margin >= {self.split:g} or a rank > 2"
+        rank = (
+            "outside its top-k"
+            if self.other_rank is None or self.other_gap is None
+            else f"#{self.other_rank} ({self.other_gap:.3f} below its best)"
+        )
+        rule = f"a split is a pick {self.split:g} or more below the best"
         if self.not_greedy is not None:
             side = names[0] if self.not_greedy == "a" else names[1]
             rule = f"{side} emitted a token below its own argmax: not greedy decoding"
@@ -261,11 +268,11 @@ def fork_verdict(
     else:
         reference, lane, other_pick = step_a, "a", pick_b
     rank = reference.rank_of(other_pick)
+    other_logit = reference.logit_of(other_pick)
+    gap = None if other_logit is None or not reference.top else reference.top[0].logit - other_logit
     not_greedy = "a" if off_a else "b" if off_b else None
-    kind = classify_fork(reference.margin, rank, near_tie, split)
-    if not_greedy is not None:
-        kind = LARGE_MARGIN_SPLIT
-    return ForkVerdict(kind, lane, reference.margin, rank, split, not_greedy)
+    kind = LARGE_MARGIN_SPLIT if not_greedy is not None else classify_fork(gap, near_tie, split)
+    return ForkVerdict(kind, lane, reference.margin, rank, gap, split, not_greedy)
 
 
 def fork_class_at(

@@ -577,10 +577,10 @@ def classes_note(summary: dict[str, Any]) -> str:
         "ubatch --teacher-forced` measures this machine)"
     )
     return (
-        "Fork classes: a near tie is a reference margin below the near-tie threshold "
-        f"with the other pick #2; a large-margin split is a margin of {split:g} logits or "
-        "more, the other pick ranked below #2, or a lane that left its own argmax "
-        f"(not rounding); ambiguous is in between. For scale, {scale}."
+        "Fork classes: a near tie is the other lane's pick within the near-tie threshold "
+        "of the reference lane's best; a large-margin split is a pick "
+        f"{split:g} logits or more below it, outside its candidates, or a lane that left "
+        f"its own argmax (not rounding); ambiguous is in between. For scale, {scale}."
     )
 
 
