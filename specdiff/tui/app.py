@@ -39,6 +39,7 @@ from specdiff.sessions.format import PairResult
 from specdiff.sessions.playback import Playback
 from specdiff.sessions.store import Session, SessionError, SessionStream, save_result
 from specdiff.steps import TokenStep
+from specdiff.tui.help import HelpScreen
 from specdiff.tui.messages import (
     RunFailed,
     RunFinished,
@@ -49,7 +50,6 @@ from specdiff.tui.messages import (
 )
 from specdiff.tui.themes import APP_VARIABLES, DEFAULT_THEME, load_themes
 from specdiff.tui.widgets import (
-    HelpScreen,
     LanePane,
     LaneState,
     Line,

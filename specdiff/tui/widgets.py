@@ -1,4 +1,4 @@
-"""Widgets that render records: a lane pane, its tokens, the divergence panel, help."""
+"""Widgets that render records: a lane pane, its tokens, the divergence panel."""
 
 from __future__ import annotations
 
@@ -15,16 +15,14 @@ from rich.table import Table
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.color import Color
 from textual.containers import Vertical
 from textual.filter import LineFilter
 from textual.geometry import Region, Size
-from textual.screen import ModalScreen
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widget import Widget
-from textual.widgets import Sparkline, Static
+from textual.widgets import Sparkline
 
 from specdiff.compare import (
     AMBIGUOUS,
@@ -499,52 +497,3 @@ def render_panel(
         right = rows_b[row] if row < len(rows_b) else ("", "", "")
         table.add_row(*left, "│", *right)
     return Group(*lines, table)
-
-
-HELP_ROWS = (
-    ("enter (in the prompt) / r", "run the pair on the prompt / run again"),
-    ("x / escape", "stop both lanes"),
-    ("d", "jump to the fork (both panes)"),
-    ("n / p", "next / previous near tie in the current lane"),
-    ("← / →", "previous / next token"),
-    ("space (replay)", "pause / resume; at the end, play it again"),
-    ("← / → (replay, paused)", "hide / show one token; the panel follows it"),
-    ("l", "switch the current lane (a / b)"),
-    ("click a token", "select it: the panel shows its top-k in both lanes"),
-    ("s", "save the run as a session file"),
-    ("t", "next theme"),
-    ("ctrl+p", "command palette: every action by name"),
-    ("?", "this help"),
-    ("q", "quit"),
-)
-
-
-class HelpScreen(ModalScreen[None]):
-    """Every binding, in one place."""
-
-    BINDINGS = [
-        Binding("escape", "dismiss", "close"),
-        Binding("question_mark", "dismiss", "close"),
-        Binding("q", "dismiss", "close"),
-    ]
-
-    def compose(self) -> ComposeResult:
-        table = Table(title="specdiff keys", box=None, expand=False)
-        table.add_column("key", style="bold", no_wrap=True)
-        table.add_column("does")
-        for key, does in HELP_ROWS:
-            table.add_row(key, does)
-        with Vertical(id="help-box"):
-            yield Static(table)
-            yield Static(
-                Text(
-                    "Near ties: tokens whose top-1 minus top-2 logit is below the threshold "
-                    "are shaded, darker for smaller margins. Underlined: accepted drafts. "
-                    "The sparkline under each pane plots every step's margin.",
-                    style="dim",
-                )
-            )
-            yield Static(Text("escape closes", style="dim italic"))
-
-    async def action_dismiss(self, result: None = None) -> None:
-        self.dismiss(result)
