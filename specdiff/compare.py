@@ -8,11 +8,13 @@ and the TUI all read the same numbers.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rapidfuzz.distance import Indel
 
+from specdiff.safe_text import visible
 from specdiff.steps import TokenStep, text_of
 
 DEFAULT_NEAR_TIE = 0.5
@@ -115,21 +117,30 @@ def _view(step: TokenStep, token_id: int) -> PickView:
     return PickView(token_id, logit, step.rank_of(token_id), probability)
 
 
-def fork_at(a: Sequence[TokenStep], b: Sequence[TokenStep]) -> Fork | None:
-    """The fork record: both picks, each lane's logit and rank for both, each margin."""
-    index = first_divergence(a, b)
-    if index is None:
-        return None
-    step_a, step_b = a[index], b[index]
+def fork_between(
+    index: int, step_a: TokenStep, step_b: TokenStep, teacher_forced: bool = False
+) -> Fork:
+    """The fork record of two steps at the same index: both picks, each lane's logit and
+    rank for both, each margin. In a teacher-forced run B emitted A's token by
+    construction, so B's pick is its own argmax."""
+    token_b, piece_b = step_b.token_id, step_b.piece
+    if teacher_forced and step_b.top:
+        token_b, piece_b = step_b.top[0].token_id, step_b.top[0].piece
     return Fork(
         index=index,
         token_a=step_a.token_id,
-        token_b=step_b.token_id,
+        token_b=token_b,
         piece_a=step_a.piece,
-        piece_b=step_b.piece,
-        a=LaneAtFork(step_a.margin, _view(step_a, step_a.token_id), _view(step_a, step_b.token_id)),
-        b=LaneAtFork(step_b.margin, _view(step_b, step_b.token_id), _view(step_b, step_a.token_id)),
+        piece_b=piece_b,
+        a=LaneAtFork(step_a.margin, _view(step_a, step_a.token_id), _view(step_a, token_b)),
+        b=LaneAtFork(step_b.margin, _view(step_b, token_b), _view(step_b, step_a.token_id)),
     )
+
+
+def fork_at(a: Sequence[TokenStep], b: Sequence[TokenStep]) -> Fork | None:
+    """The fork record at the first differing token, None where there is none."""
+    index = first_divergence(a, b)
+    return None if index is None else fork_between(index, a[index], b[index])
 
 
 def near_ties(
@@ -308,3 +319,158 @@ def run_fork_verdict(
     if index is None:
         return None
     return fork_verdict(a[index], b[index], teacher_forced, near_tie, split)
+
+
+def run_fork(
+    a: Sequence[TokenStep], b: Sequence[TokenStep], teacher_forced: bool = False
+) -> Fork | None:
+    """A run's fork record: at the first differing token, or in a teacher-forced run at
+    the first flip, with B's own argmax as its pick."""
+    index = run_fork_index(a, b, teacher_forced)
+    return None if index is None else fork_between(index, a[index], b[index], teacher_forced)
+
+
+PIECE_SHOWN = 24
+"""Characters of a token piece a verdict sentence shows before cutting it: a piece is
+normally a word, and a long one (a run of spaces, a hostile blob) must not push the
+reason off the line."""
+
+
+def quoted_piece(piece: bytes, limit: int = PIECE_SHOWN) -> str:
+    """A token piece as a quoted literal (spaces and newlines stay visible), cut to
+    `limit` characters, every control character escaped."""
+    text = piece.decode("utf-8", "replace")
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return visible(repr(text))
+
+
+def _number(value: float, signed: bool = False) -> str:
+    """Two decimals for logits (their differences run 0.01..20), the exponent form for
+    the huge values only a damaged file holds, so the sentence stays one short line."""
+    sign = "+" if signed else ""
+    if math.isinf(value) or abs(value) < 1000:
+        return f"{value:{sign}.2f}"
+    return f"{value:{sign}.2e}"
+
+
+def _difference(high: float | None, low: float | None) -> float | None:
+    return None if high is None or low is None else high - low
+
+
+def fork_sentence(
+    fork: Fork,
+    verdict: ForkVerdict | None,
+    names: tuple[str, str] = ("lane a", "lane b"),
+    teacher_forced: bool = False,
+) -> str:
+    """Why the lanes forked, in one plain line: which picks, how far apart the reference
+    lane put them, how the other side moved each, and what that makes the fork.
+
+    `names` calls the two sides (two lanes, or a recording and its re-run). Token
+    pieces come from sessions and servers, so they are quoted and escaped."""
+    if verdict is None or (fork.a.own.logit is None and fork.b.own.logit is None):
+        return (
+            f"forked: {names[0]} picked {quoted_piece(fork.piece_a)}, {names[1]} "
+            f"{quoted_piece(fork.piece_b)}; no logits were recorded to say why"
+        )
+    side = _Sides(fork, verdict, names, teacher_forced)
+    if verdict.not_greedy is not None:
+        return side.not_greedy_sentence()
+    if verdict.kind == LARGE_MARGIN_SPLIT:
+        return side.split_sentence()
+    return side.close_call_sentence()
+
+
+@dataclass(frozen=True)
+class _Sides:
+    """A fork read from its reference lane ("ref") and the other side ("other")."""
+
+    fork: Fork
+    verdict: ForkVerdict
+    names: tuple[str, str]
+    teacher_forced: bool
+
+    def _lane(self, is_reference: bool) -> tuple[str, LaneAtFork, bytes]:
+        on_a = (self.verdict.reference == "a") == is_reference
+        if on_a:
+            return self.names[0], self.fork.a, self.fork.piece_a
+        return self.names[1], self.fork.b, self.fork.piece_b
+
+    @property
+    def picked(self) -> str:
+        """What the other side's pick is called: its emitted token, or, fed the
+        reference's tokens, its own best."""
+        return "own best" if self.teacher_forced else "pick"
+
+    @property
+    def forced(self) -> str:
+        return f"fed {self.names[0]}'s tokens, " if self.teacher_forced else ""
+
+    def split_sentence(self) -> str:
+        ref_name, ref, _ = self._lane(True)
+        other_name, _, other_piece = self._lane(False)
+        gap = self.verdict.other_gap
+        where = (
+            f"outside {ref_name}'s top-k"
+            if gap is None
+            else f"{_number(gap)} below {ref_name}'s best"
+        )
+        return (
+            f"large-margin split: {self.forced}{other_name}'s {self.picked} "
+            f"{quoted_piece(other_piece)} was {where}: not a rounding effect, "
+            "the lane changed the computation"
+        )
+
+    def not_greedy_sentence(self) -> str:
+        lane = self.verdict.not_greedy
+        name, view, piece = (
+            (self.names[0], self.fork.a, self.fork.piece_a)
+            if lane == "a"
+            else (self.names[1], self.fork.b, self.fork.piece_b)
+        )
+        rank = f"its #{view.own.rank}" if view.own.rank is not None else "a token"
+        return (
+            f"large-margin split: {name} emitted {quoted_piece(piece)}, {rank}, below its "
+            "own argmax: it did not decode greedily here, which no rounding explains"
+        )
+
+    def close_call_sentence(self) -> str:
+        ref_name, ref, ref_piece = self._lane(True)
+        other_name, other, other_piece = self._lane(False)
+        label = "near tie flipped" if self.verdict.kind == NEAR_TIE else "ambiguous"
+        gap = _difference(ref.own.logit, ref.other.logit)
+        apart = "" if gap is None else f" were {_number(gap)} apart in {ref_name}"
+        head = f"{label}: {quoted_piece(ref_piece)} vs {quoted_piece(other_piece)}{apart}"
+        if self.verdict.kind == AMBIGUOUS:
+            head += f" (beyond a near tie, under the {self.verdict.split:g} split)"
+        move_ref = _difference(other.other.logit, ref.own.logit)
+        move_other = _difference(other.own.logit, ref.other.logit)
+        if move_ref is None or move_other is None:
+            outside = "its pick" if move_other is None else f"{ref_name}'s pick"
+            return f"{head}; {outside} was outside {other_name}'s top-k, so its move is unknown"
+        shift = move_other - move_ref
+        compared = (
+            "more than that gap"
+            if gap is None or shift > gap
+            else "no more than that gap: the pick did not follow the logits"
+        )
+        return (
+            f"{head}; {self.forced}{other_name} moved them by {_number(move_ref, True)} / "
+            f"{_number(move_other, True)}, {_number(shift)} relative, {compared}"
+        )
+
+
+def run_fork_sentence(
+    a: Sequence[TokenStep],
+    b: Sequence[TokenStep],
+    teacher_forced: bool = False,
+    near_tie: float = DEFAULT_NEAR_TIE,
+    names: tuple[str, str] = ("lane a", "lane b"),
+) -> str | None:
+    """The plain-words verdict of a run's fork, None where it has none."""
+    fork = run_fork(a, b, teacher_forced)
+    if fork is None:
+        return None
+    verdict = fork_verdict(a[fork.index], b[fork.index], teacher_forced, near_tie)
+    return fork_sentence(fork, verdict, names, teacher_forced)

@@ -1,0 +1,166 @@
+"""The plain-words verdict of a fork: one line saying which picks, how far apart the
+reference lane put them, how the other side moved each, and what that makes the fork.
+
+Pure: steps built here over each class of input (every fork class, not-greedy lanes,
+teacher-forced runs, missing logits, hostile and long pieces, huge logits).
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specdiff.compare import (
+    AMBIGUOUS,
+    LARGE_MARGIN_SPLIT,
+    NEAR_TIE,
+    fork_between,
+    fork_sentence,
+    fork_verdict,
+    quoted_piece,
+    run_fork,
+    run_fork_sentence,
+)
+from specdiff.steps import Candidate, TokenStep
+
+PIECES = {1: b" and", 2: b" empire", 3: b" senate", 9: b" far"}
+
+
+def _step(lane: str, token: int, logits: dict[int, float], pieces: dict[int, bytes] = PIECES):
+    top = tuple(
+        Candidate(t, v, pieces.get(t, b"?"))
+        for t, v in sorted(logits.items(), key=lambda item: (-item[1], item[0]))
+    )
+    return TokenStep(lane, 0, token, pieces.get(token, b"?"), top, False, 1, 0.0)
+
+
+def _sentence(a: TokenStep, b: TokenStep, teacher_forced: bool = False, names=None) -> str:
+    sentence = run_fork_sentence([a], [b], teacher_forced, names=names or ("lane a", "lane b"))
+    assert sentence is not None
+    return sentence
+
+
+@pytest.mark.parametrize(
+    ("a_logits", "b_logits", "kind", "says"),
+    [
+        ({1: 10.0, 2: 9.95}, {2: 9.98, 1: 9.95}, NEAR_TIE, "near tie flipped"),
+        ({1: 10.0, 2: 9.0}, {2: 9.98, 1: 9.95}, AMBIGUOUS, "ambiguous"),
+        ({1: 10.0, 9: 9.0, 2: 6.0}, {2: 9.98, 1: 9.95}, LARGE_MARGIN_SPLIT, "large-margin split"),
+        ({1: 10.0, 9: 9.0}, {2: 9.98, 1: 9.95}, LARGE_MARGIN_SPLIT, "outside lane a's top-k"),
+    ],
+    ids=["near-tie", "ambiguous", "split", "outside-top-k"],
+)
+def test_each_class_names_itself_and_both_picks(a_logits, b_logits, kind, says) -> None:
+    a, b = _step("a", 1, a_logits), _step("b", 2, b_logits)
+    assert fork_verdict(a, b).kind == kind
+    sentence = _sentence(a, b)
+    assert sentence.startswith(kind) and says in sentence
+    assert "' empire'" in sentence
+    assert "\n" not in sentence and len(sentence) <= 200
+
+
+@pytest.mark.parametrize(("gap", "b_first"), [(0.05, 0.03), (0.3, 0.2), (1.2, 0.01)])
+def test_a_close_call_gives_the_gap_and_each_picks_move(gap: float, b_first: float) -> None:
+    """The moves are the other lane's logit minus the reference's, for each pick; the
+    relative shift is their difference, and a greedy fork needs it above the gap."""
+    a = _step("a", 1, {1: 10.0, 2: 10.0 - gap})
+    b = _step("b", 2, {2: 10.0 + b_first, 1: 10.0 - 0.02})
+    sentence = _sentence(a, b)
+    assert f"were {gap:.2f} apart in lane a" in sentence
+    moved_a, moved_b = -0.02, 10.0 + b_first - (10.0 - gap)
+    assert f"by {moved_a:+.2f} / {moved_b:+.2f}" in sentence
+    assert f"{moved_b - moved_a:.2f} relative, more than that gap" in sentence
+
+
+def test_a_pick_missing_from_the_other_lane_says_its_move_is_unknown() -> None:
+    sentence = _sentence(_step("a", 1, {1: 10.0, 2: 9.9}), _step("b", 2, {2: 9.98, 9: 8.0}))
+    assert sentence.startswith("near tie flipped")
+    assert "lane a's pick was outside lane b's top-k" in sentence and "moved" not in sentence
+
+
+@pytest.mark.parametrize(("lane_off", "a_token", "b_token"), [("a", 2, 1), ("b", 1, 2)])
+def test_a_lane_below_its_argmax_is_called_not_greedy(lane_off, a_token, b_token) -> None:
+    a = _step("a", a_token, {1: 10.0, 2: 9.9})
+    b = _step("b", b_token, {1: 10.0, 2: 9.99})
+    sentence = _sentence(a, b)
+    assert sentence.startswith(LARGE_MARGIN_SPLIT)
+    assert f"lane {lane_off} emitted" in sentence and "did not decode greedily" in sentence
+
+
+def test_a_teacher_forced_flip_reads_the_forced_lanes_own_best() -> None:
+    """Fed A's tokens, B emits A's token; the fork is at B's own argmax."""
+    a = _step("a", 1, {1: 10.0, 2: 9.95})
+    b = _step("b", 1, {2: 9.98, 1: 9.95})
+    fork = run_fork([a], [b], teacher_forced=True)
+    assert fork is not None and fork.token_b == 2 and fork.piece_b == b" empire"
+    assert run_fork([a], [b]) is None
+    sentence = _sentence(a, b, teacher_forced=True)
+    assert sentence.startswith("near tie flipped") and "fed lane a's tokens" in sentence
+
+
+def test_a_run_without_logits_says_so() -> None:
+    a = TokenStep("a", 0, 1, b" and", (), False, 1, 0.0)
+    b = TokenStep("b", 0, 2, b" empire", (), False, 1, 0.0)
+    assert "no logits were recorded" in _sentence(a, b)
+    fork = fork_between(0, a, b)
+    assert "no logits were recorded" in fork_sentence(fork, None)
+
+
+def test_identical_runs_have_no_sentence() -> None:
+    a = _step("a", 1, {1: 10.0, 2: 9.95})
+    assert run_fork_sentence([a], [_step("b", 1, {1: 10.0, 2: 9.95})]) is None
+
+
+def test_the_names_call_the_two_sides() -> None:
+    a, b = _step("a", 1, {1: 10.0, 2: 9.95}), _step("b", 2, {2: 9.98, 1: 9.95})
+    sentence = _sentence(a, b, names=("the recording", "the re-run"))
+    assert "apart in the recording; the re-run moved them" in sentence
+    assert "lane" not in sentence
+
+
+HOSTILE = [
+    b"\x1b]52;c;ZXZpbA==\x07",
+    b"\x1b[2J",
+    "\u202eevil".encode(),
+    b"\xc2\x9b31m",
+    b"\xff\xfe",
+    b"a\nb\rc\td",
+    b"|<script>",
+]
+
+
+@pytest.mark.parametrize("piece", HOSTILE)
+@pytest.mark.parametrize("kind_logits", [{1: 10.0, 2: 9.95}, {1: 10.0, 9: 9.0}])
+def test_hostile_pieces_reach_the_line_escaped(piece: bytes, kind_logits) -> None:
+    pieces = PIECES | {2: piece}
+    a, b = _step("a", 1, kind_logits, pieces), _step("b", 2, {2: 9.98, 1: 9.95}, pieces)
+    sentence = _sentence(a, b)
+    assert sentence.isprintable()
+
+
+@given(st.binary(max_size=400))
+def test_any_piece_is_quoted_on_one_short_printable_line(piece: bytes) -> None:
+    shown = quoted_piece(piece)
+    assert shown.isprintable()
+    # 24 characters, each at most a 10-character escape, plus the quotes
+    assert len(shown) <= 24 * 10 + 2
+
+
+def test_a_long_piece_is_cut_so_the_reason_stays_on_the_line() -> None:
+    pieces = PIECES | {2: b" " * 500}
+    a, b = _step("a", 1, {1: 10.0, 2: 9.95}, pieces), _step("b", 2, {2: 9.98, 1: 9.95}, pieces)
+    sentence = _sentence(a, b)
+    assert "…" in sentence and sentence.endswith("more than that gap") and len(sentence) < 200
+
+
+@given(
+    st.floats(-1e300, 1e300, allow_nan=False, allow_infinity=False),
+    st.floats(0, 1e300, allow_nan=False, allow_infinity=False),
+    st.floats(-1e300, 1e300, allow_nan=False, allow_infinity=False),
+)
+def test_huge_logits_stay_one_short_line(best: float, gap: float, b_best: float) -> None:
+    a = _step("a", 1, {1: best, 2: best - gap})
+    b = _step("b", 2, {2: b_best, 1: b_best - 1.0})
+    sentence = _sentence(a, b)
+    assert sentence.isprintable() and len(sentence) <= 240
