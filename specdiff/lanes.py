@@ -40,6 +40,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "prefix": ("fresh", "cached"),
     "quant": QUANT_TYPES,
     "repack": ("auto", "on", "off"),
+    "split_mode": ("none", "layer", "row"),
 }
 REPACK_WORDS = {
     **dict.fromkeys(("true", "1", "yes", "on"), "on"),
@@ -54,6 +55,8 @@ BOUNDS: dict[str, tuple[int, int]] = {
     "n_ubatch": (1, 1 << 16),
     "threads": (1, 1024),
     "threads_batch": (0, 1024),
+    "gpu_layers": (-1, 1 << 16),
+    "main_gpu": (0, 255),
     "spec_ngram": (1, 32),
     "spec_ngram_min": (1, 32),
     "spec_drafts": (1, 64),
@@ -96,6 +99,13 @@ class Lane:
     repack: str = "auto"
     """Let llama.cpp repack weights for the CPU's wider kernels (its extra buffer types):
     on, off, or auto (on, unless a short probe decode crashes with it on this CPU)."""
+    gpu_layers: int = 0
+    """Layers llama.cpp offloads to the GPU: 0 = none (CPU only), -1 = all of them."""
+    main_gpu: int = 0
+    """The GPU (an index among the GPU devices) that holds the model when split_mode=none."""
+    split_mode: str = "layer"
+    """How several GPUs share the model: none (main_gpu alone), layer (whole layers per
+    GPU) or row (rows of each weight split across GPUs, where the backend supports it)."""
     speculation: str = "none"
     spec_ngram: int = 3
     """Prompt lookup: the longest n-gram matched against the history."""
@@ -190,6 +200,13 @@ class Lane:
             raise LaneConfigError(
                 "a server lane needs endpoint=http://HOST:PORT (the server's base URL)"
             )
+        offload = [key for key in OFFLOAD_KEYS if getattr(self, key) != OFFLOAD_DEFAULTS[key]]
+        if offload:
+            raise LaneConfigError(
+                f"{offload[0]} does not apply to a server lane: a server's offload is its own "
+                "launch flag (e.g. llama-server -ngl 99 --main-gpu 0 --split-mode layer); "
+                f"keep {offload[0]}={OFFLOAD_DEFAULTS[offload[0]]}"
+            )
         if self.speculative:
             raise LaneConfigError(
                 "a server lane's speculation is the server's own setting (start it so, "
@@ -270,6 +287,10 @@ def has_masked_credentials(url: str) -> bool:
     parts = _URL_PARTS.match(url)
     return parts is not None and parts[2].rpartition("@")[0] == MASKED_CREDENTIALS
 
+
+OFFLOAD_KEYS = ("gpu_layers", "main_gpu", "split_mode")
+"""The keys that place an in-process lane's layers on GPUs."""
+OFFLOAD_DEFAULTS = {item.name: item.default for item in fields(Lane) if item.name in OFFLOAD_KEYS}
 
 _FIELD_TYPES: dict[str, type] = {}
 for _field in fields(Lane):
@@ -434,6 +455,13 @@ def presets() -> dict[str, Pair]:
             _lane(threads=1, threads_batch=1),
             _lane(threads=2, threads_batch=2),
             "1 thread vs 2 threads",
+        ),
+        "gpu-vs-cpu": Pair(
+            "gpu-vs-cpu",
+            _lane(gpu_layers=-1),
+            _lane(),
+            "every layer offloaded to the GPU vs none (CPU only); needs a llama-cpp-python "
+            "built with CUDA, Metal or Vulkan",
         ),
         "servers": Pair(
             "servers",

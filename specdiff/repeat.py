@@ -121,8 +121,10 @@ def repeat(
     # deferred: the batched lane loads llama.cpp, which only a worker process does
     from specdiff.engine.llama.batched import BatchedLane
     from specdiff.engine.probe import trust_kernels
+    from specdiff.engine.runtime import check_offload
 
     check_repeat(lane, prompt, runs, max_companions, max_tokens)
+    check_offload(lane.gpu_layers, "the lane")
     # as before a pair runs: kernels that crash on this CPU are found by a probe in a
     # further process, and repack=auto turns them off
     trust_kernels(Pair("repeat", lane, lane), progress or _quiet)

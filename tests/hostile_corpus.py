@@ -136,6 +136,8 @@ def _escape_cases() -> list[Case]:
         ("model-path", setting("executed", "a", "model_path", value=ESCAPES)),
         ("model-sha", setting("executed", "b", "model_sha256", value=ESCAPES)),
         ("executed-extra", setting("executed", "a", ESCAPES, value={"k": [ESCAPES]})),
+        ("device", setting("executed", "a", "devices", value=[{"name": ESCAPES, "type": ESCAPES}])),
+        ("split-mode", setting("executed", "b", "split_mode", value=ESCAPES)),
         ("cpu", setting("build", "cpu", value=ESCAPES)),
         ("system-info", setting("build", "system_info", value=ESCAPES + " AVX2 = 1 |")),
         ("build-extra", setting("build", ESCAPES, value=ESCAPES)),
@@ -246,6 +248,18 @@ def _structure_cases() -> list[Case]:
         "executed-model-size-list": with_header(setting("executed", "a", "model_size", value=[1])),
         "executed-n-ctx-text": with_header(setting("executed", "a", "n_ctx", value="x")),
         "executed-sha-number": with_header(setting("executed", "a", "model_sha256", value=5)),
+        "executed-devices-text": with_header(setting("executed", "a", "devices", value="CPU")),
+        "executed-device-number": with_header(setting("executed", "a", "devices", value=[7])),
+        "executed-device-memory-text": with_header(
+            setting("executed", "b", "devices", value=[{"memory_total": "24 GB"}])
+        ),
+        "executed-gpu-layers-all": with_header(setting("executed", "a", "gpu_layers", value="all")),
+        "executed-gpu-offload-text": with_header(
+            setting("executed", "b", "gpu_offload", value="no")
+        ),
+        "executed-offloaded-negative": with_header(
+            setting("executed", "a", "layers_offloaded", value=-1)
+        ),
         "build-system-info-object": with_header(setting("build", "system_info", value={"a": 1})),
         "lane-bad-backend": with_header(setting("lanes", "a", "backend", value=ESCAPES)),
         "lane-unknown-key": with_header(setting("lanes", "b", ESCAPES, value=1)),

@@ -25,6 +25,7 @@ def test_each_preset_differs_in_the_one_thing_it_names() -> None:
         "ubatch": ["n_batch", "n_ubatch"],
         "quant": ["quant"],
         "threads": ["threads", "threads_batch"],
+        "gpu-vs-cpu": ["gpu_layers"],
         "servers": ["endpoint"],
         "server-cache-vs-fresh": ["prefix"],
     }

@@ -198,11 +198,14 @@ def serve(descriptor: int, due_path: str) -> None:
     # deferred: this module is imported by front ends, which must not load llama.cpp
     from specdiff.engine.pairrun import PairRun
     from specdiff.engine.probe import trust_kernels
+    from specdiff.engine.runtime import refuse_unsupported_offload
 
     def progress(text: str) -> None:
         conn.send(("progress", text))
 
     def open_lanes() -> PairRun:
+        # GPU layers this build cannot place are refused before anything loads
+        refuse_unsupported_offload((("a", pair.a), ("b", pair.b)))
         # before any lane decodes: a kernel that crashes on this CPU is found by a probe
         # in a further child, not by the run
         trust_kernels(pair, progress)

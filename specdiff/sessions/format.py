@@ -259,6 +259,28 @@ def _object_or_none(value: object, what: str) -> dict[str, Any] | None:
     return None if value is None else check_plain(check_object(value, what), what)
 
 
+def _bool_or_none(value: object, what: str) -> bool | None:
+    return None if value is None else check_bool(value, what)
+
+
+def _gpu_layers_or_none(value: object, what: str) -> int | None:
+    return None if value is None else check_int(value, what, -1, 1 << 20)
+
+
+DEVICE_FIELDS: dict[str, Any] = {
+    **dict.fromkeys(("name", "description", "type"), _text_or_none),
+    **dict.fromkeys(("memory_free", "memory_total"), _size_or_none),
+}
+"""One device llama.cpp registered, as a lane's executed table lists it."""
+
+
+def _devices_or_none(value: object, what: str) -> list[dict[str, Any]] | None:
+    if value is None:
+        return None
+    items = check_plain(check_list(value, what), what)
+    return [_checked_table(item, f"{what}[{i}]", DEVICE_FIELDS) for i, item in enumerate(items)]
+
+
 EXECUTED_FIELDS: dict[str, Any] = {
     **dict.fromkeys(
         (
@@ -278,13 +300,27 @@ EXECUTED_FIELDS: dict[str, Any] = {
             "api",
             "tokenizer_path",
             "tokenizer_sha256",
+            "split_mode",
         ),
         _text_or_none,
     ),
     **dict.fromkeys(
-        ("model_size", "n_ctx", "n_batch", "n_ubatch", "threads", "threads_batch"),
+        (
+            "model_size",
+            "n_ctx",
+            "n_batch",
+            "n_ubatch",
+            "threads",
+            "threads_batch",
+            "main_gpu",
+            "layers_offloaded",
+            "layers_total",
+        ),
         _size_or_none,
     ),
+    "gpu_layers": _gpu_layers_or_none,
+    "gpu_offload": _bool_or_none,
+    "devices": _devices_or_none,
     "repack": _repack_or_none,
     "server": _object_or_none,
     "request": _object_or_none,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specdiff.engine.llama.context import Context, ModelPool, Row, repack_choice
+from specdiff.engine.llama.context import Context, ModelPool, Offload, Row, repack_choice
 from specdiff.engine.models import Progress, resolve_model
 from specdiff.engine.topk import TopK
 from specdiff.errors import PromptError
@@ -66,7 +66,7 @@ class BatchedLane:
         self._own_pool = pool is None
         self.pool = pool or ModelPool()
         path = resolve_model(lane.model, lane.quant, lane.threads, progress)
-        self.model = self.pool.get(path, repack_choice(lane, path).on)
+        self.model = self.pool.get(path, repack_choice(lane, path).on, Offload.of(lane))
         self.sequences = 1 + max_companions
         # one KV memory for all sequences, as a server's shared cache: where a sequence's
         # cells land depends on its neighbours

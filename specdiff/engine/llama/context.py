@@ -20,7 +20,15 @@ import numpy as np
 from specdiff.engine.base import Cancelled, EngineError
 from specdiff.engine.gguf import GGUFInfo, read_gguf
 from specdiff.engine.models import sha256_file
-from specdiff.engine.runtime import clear_errors, last_error, llama
+from specdiff.engine.runtime import (
+    backend_devices,
+    check_offload,
+    clear_errors,
+    last_error,
+    llama,
+    supports_gpu_offload,
+    take_offloaded,
+)
 from specdiff.errors import ModelError
 from specdiff.lanes import Lane
 
@@ -36,6 +44,8 @@ _KV_TYPES = {
     "bf16": 30,
 }
 _FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
+_SPLIT_MODES = {"none": 0, "layer": 1, "row": 2}
+"""enum llama_split_mode, in llama.h."""
 
 Row = tuple[int, int, int]
 """One batch row: (token, position, sequence)."""
@@ -52,6 +62,24 @@ class RepackChoice:
 
 _DECIDED: dict[tuple[Path, str, int], RepackChoice] = {}
 """Choices a kernel probe made in this process, by (model file, lane's repack, n_ubatch)."""
+
+
+@dataclass(frozen=True)
+class Offload:
+    """Where a model's layers go: how many to the GPUs (-1 = all), which GPU leads, and
+    how several GPUs share them. Part of what identifies a loaded model, since the same
+    file offloaded and not computes with other kernels."""
+
+    gpu_layers: int = 0
+    main_gpu: int = 0
+    split_mode: str = "layer"
+
+    @classmethod
+    def of(cls, lane: Lane) -> Offload:
+        return cls(lane.gpu_layers, lane.main_gpu, lane.split_mode)
+
+
+CPU_ONLY = Offload()
 
 
 def decide_repack(path: Path, lane: Lane, choice: RepackChoice) -> None:
@@ -73,15 +101,19 @@ def repack_choice(lane: Lane, path: Path) -> RepackChoice:
 class LoadedModel:
     """One llama_model in memory, shared by every lane that uses the same file."""
 
-    def __init__(self, path: Path, repack: bool) -> None:
+    def __init__(self, path: Path, repack: bool, offload: Offload = CPU_ONLY) -> None:
         self.path = path
         self.repack = repack
+        self.offload = offload
         self.info: GGUFInfo = read_gguf(path)
         lib = llama()
         params = lib.llama_model_default_params()
-        params.n_gpu_layers = 0
+        params.n_gpu_layers = offload.gpu_layers
+        params.main_gpu = offload.main_gpu
+        params.split_mode = _SPLIT_MODES[offload.split_mode]
         params.use_extra_bufts = repack
         clear_errors()
+        take_offloaded()  # a line left from an earlier load must not be read as this one's
         pointer = lib.llama_model_load_from_file(str(path).encode(), params)
         if not pointer:
             reason = last_error() or "llama.cpp could not load it"
@@ -91,8 +123,30 @@ class LoadedModel:
         self.pointer = pointer
         self.vocab = lib.llama_model_get_vocab(pointer)
         self.n_vocab = int(lib.llama_vocab_n_tokens(self.vocab))
+        self.placement = self._placement(take_offloaded())
         self._pieces: dict[int, bytes] = {}
         self._sha256: str | None = None
+
+    def _placement(self, reported: tuple[int, int] | None) -> dict[str, Any]:
+        """Where the layers went, for the executed record: llama.cpp's own count where it
+        logged one, else what it does with the request (it counts the output layer as one
+        more, and offloads nothing without a GPU device)."""
+        supported = supports_gpu_offload()
+        if reported is not None:
+            offloaded, total = reported
+        else:
+            total = int(llama().llama_model_n_layer(self.pointer)) + 1
+            asked = total if self.offload.gpu_layers < 0 else self.offload.gpu_layers
+            offloaded = min(asked, total) if supported else 0
+        return {
+            "gpu_layers": self.offload.gpu_layers,
+            "main_gpu": self.offload.main_gpu,
+            "split_mode": self.offload.split_mode,
+            "gpu_offload": supported,
+            "layers_offloaded": offloaded,
+            "layers_total": total,
+            "devices": backend_devices(),
+        }
 
     @property
     def sha256(self) -> str:
@@ -141,16 +195,20 @@ class LoadedModel:
 
 
 class ModelPool:
-    """Loads each (file, repack) once; lanes of a pair share the weights, not the KV."""
+    """Loads each (file, repack, offload) once; lanes of a pair share the weights, not
+    the KV."""
 
     def __init__(self) -> None:
-        self._models: dict[tuple[Path, bool], LoadedModel] = {}
+        self._models: dict[tuple[Path, bool, Offload], LoadedModel] = {}
 
-    def get(self, path: Path, repack: bool) -> LoadedModel:
-        key = (path.resolve(), repack)
+    def get(self, path: Path, repack: bool, offload: Offload = CPU_ONLY) -> LoadedModel:
+        key = (path.resolve(), repack, offload)
         model = self._models.get(key)
         if model is None:
-            model = LoadedModel(key[0], repack)
+            # also where a lane loads outside a pair's worker (repeat, tests): GPU layers
+            # a CPU build cannot place are refused, not quietly kept on the CPU
+            check_offload(offload.gpu_layers, "a lane")
+            model = LoadedModel(key[0], repack, offload)
             self._models[key] = model
         return model
 
@@ -224,6 +282,7 @@ class Context:
             "type_k": lane.type_k,
             "type_v": lane.type_v,
             "repack": self.model.repack,
+            **self.model.placement,
         }
 
     def clear(self) -> None:

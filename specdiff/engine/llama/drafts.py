@@ -22,7 +22,7 @@ from typing import Protocol
 import numpy as np
 
 from specdiff.engine.gguf import GGUFInfo, read_gguf
-from specdiff.engine.llama.context import Context, ModelPool, repack_choice
+from specdiff.engine.llama.context import Context, ModelPool, Offload, repack_choice
 from specdiff.engine.models import Progress, resolve_model
 from specdiff.errors import ModelError
 from specdiff.lanes import Lane
@@ -213,10 +213,10 @@ def make_drafter(
         if lane.draft_model
         else model_path
     )
-    # the draft model runs with its lane's kernels: a probe's verdict covers both
-    repack = repack_choice(lane, model_path).on
-    check_same_vocabulary(pool.get(model_path, repack).info, read_gguf(path))
-    context = Context(pool.get(path, repack), lane, cancel)
+    # the draft model runs with its lane's kernels and offload: a probe's verdict covers both
+    repack, offload = repack_choice(lane, model_path).on, Offload.of(lane)
+    check_same_vocabulary(pool.get(model_path, repack, offload).info, read_gguf(path))
+    context = Context(pool.get(path, repack, offload), lane, cancel)
     return ModelDrafter(context, lane.spec_drafts, lane.spec_adaptive, lane.spec_align), path
 
 

@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from specdiff.engine.base import Generation
-from specdiff.engine.llama.context import Context, ModelPool, repack_choice
+from specdiff.engine.llama.context import Context, ModelPool, Offload, repack_choice
 from specdiff.engine.llama.drafts import Verification, make_drafter
 from specdiff.engine.models import Progress, resolve_model, sha256_file
 from specdiff.engine.topk import TopK, logsumexp, rank_of
@@ -74,7 +74,7 @@ class LocalLane:
         self.pool = pool or ModelPool()
         self.model_path = resolve_model(lane.model, lane.quant, lane.threads, progress)
         self.repack = repack_choice(lane, self.model_path)
-        self.model = self.pool.get(self.model_path, self.repack.on)
+        self.model = self.pool.get(self.model_path, self.repack.on, Offload.of(lane))
         self.context = Context(self.model, lane, self.cancel)
         try:
             self.drafter, self.draft_path = make_drafter(
