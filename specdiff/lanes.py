@@ -10,6 +10,7 @@ comparisons the field argues about. Users override any field from the CLI
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import math
 import os
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from specdiff.chat import check_chat_setting
 from specdiff.errors import LaneConfigError
 from specdiff.files import read_limited
 
@@ -41,6 +43,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "quant": QUANT_TYPES,
     "repack": ("auto", "on", "off"),
     "split_mode": ("none", "layer", "row"),
+    "rescore": ("auto", "off"),
 }
 REPACK_WORDS = {
     **dict.fromkeys(("true", "1", "yes", "on"), "on"),
@@ -66,6 +69,8 @@ BOUNDS: dict[str, tuple[int, int]] = {
     "timeout": (1, 3600),
     "retries": (0, 10),
 }
+MAX_SERVER_FLAGS = 400
+"""server_flags is a launch line quoted beside a result, not a file."""
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -130,6 +135,9 @@ class Lane:
     prefix_text: str = ""
     """cached: decode this text (a prefix of the prompt) in the earlier call instead."""
     top_k: int = 8
+    chat: str = ""
+    """Format the prompt as a conversation: "" = raw text; true (or auto) = the GGUF's
+    own chat template; or a template llama.cpp builds in (gemma, chatml, llama3...)."""
     endpoint: str = ""
     """backend=server: the server's base URL, e.g. http://127.0.0.1:8080."""
     api: str = "completions"
@@ -146,6 +154,13 @@ class Lane:
     """backend=server: seconds without a byte from the server before the lane fails."""
     retries: int = 2
     """backend=server: how often a refused or failed connection is tried again."""
+    rescore: str = "auto"
+    """backend=server: auto scores again, teacher-forced on the same server, the accepted
+    drafts it reported without probabilities (so they have margins); off leaves them so."""
+    server_flags: str = ""
+    """backend=server: what the server was launched with that decides determinism (e.g.
+    "VLLM_BATCH_INVARIANT=1 --enable-deterministic-inference"), as the user states it:
+    no server reports it, and reports show it beside the result."""
 
     def __post_init__(self) -> None:
         repack: object = self.repack
@@ -154,8 +169,15 @@ class Lane:
         for item in fields(self):
             _check_field(item.name, getattr(self, item.name))
         self._check_local()
+        check_chat_setting(self.chat)
         if self.backend == "server":
             self._check_server()
+        if len(self.server_flags) > MAX_SERVER_FLAGS or not self.server_flags.isprintable():
+            raise LaneConfigError(
+                f"lane key 'server_flags' must be one line of at most {MAX_SERVER_FLAGS} "
+                "printable characters (the server's launch flags, e.g. "
+                "--enable-deterministic-inference)"
+            )
         if self.api_key_env and not ENV_NAME.fullmatch(self.api_key_env):
             raise LaneConfigError(
                 f"api_key_env must name an environment variable, got {self.api_key_env!r}"
@@ -206,6 +228,11 @@ class Lane:
                 f"{offload[0]} does not apply to a server lane: a server's offload is its own "
                 "launch flag (e.g. llama-server -ngl 99 --main-gpu 0 --split-mode layer); "
                 f"keep {offload[0]}={OFFLOAD_DEFAULTS[offload[0]]}"
+            )
+        if self.chat:
+            raise LaneConfigError(
+                "a server lane's chat template is the server's own (llama-server "
+                "--chat-template NAME): set api=chat and keep chat empty"
             )
         if self.speculative:
             raise LaneConfigError(
@@ -372,7 +399,8 @@ def headline(lane: Lane, other: Lane) -> str:
         return lane.describe()
     if changed == ["prefix"] or lane.prefix == "cached" and "prefix" in changed:
         return lane.describe()
-    return " · ".join(f"{key} {lane.shown(key)}" for key in changed)
+    # an unset key (quant: the model as it is) reads "none", never a name with no value
+    return " · ".join(f"{key} {lane.shown(key) or 'none'}" for key in changed)
 
 
 @dataclass(frozen=True)
@@ -505,7 +533,10 @@ def parse_value(key: str, text: str) -> Any:
 
 
 def unknown_key(key: str) -> LaneConfigError:
-    return LaneConfigError(f"unknown lane key {key!r}; known keys: {', '.join(LANE_KEYS)}")
+    """The error for a key no lane has, naming the nearest keys that exist."""
+    close = difflib.get_close_matches(key, LANE_KEYS, n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(close)}?" if close else "`specdiff pairs` lists the keys"
+    return LaneConfigError(f"unknown lane key {key!r}; {hint}")
 
 
 def parse_overrides(items: Iterable[str]) -> dict[str, Any]:

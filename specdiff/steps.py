@@ -60,6 +60,10 @@ class TokenStep:
     """log of the sum of exp(logit) over the whole vocabulary, where it was computed (at
     the fork): turns a logit into a log-probability. Summing 262,144 exponentials costs
     about 2% of a decode step, so it is not done on every step."""
+    source: str = ""
+    """Where `top` came from when not from the step that picked the token: e.g.
+    "rescored by llama-server /completion" for an accepted draft that a server reported
+    without probabilities and specdiff scored again, teacher-forced. "" = the step itself."""
 
     @property
     def margin(self) -> float:

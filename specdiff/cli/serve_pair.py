@@ -13,15 +13,20 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specdiff.cli import options
 from specdiff.cli.common import ArgumentError, Status, Subcommands, add_command
+from specdiff.lanes import MAX_SERVER_FLAGS
+from specdiff.safe_text import visible
 
 if TYPE_CHECKING:
     from specdiff.engine.server.process import LlamaServer
 
 SERVE_PAIR_COMMANDS = ("run", "live", "suite")
+MAX_DRAFT = 256
+"""The most tokens --draft-max may ask a server to draft per step."""
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 """Signals that end serve-pair as Ctrl+C does; the exit status is 128 + the signal."""
 
@@ -65,7 +70,19 @@ def add_parser(commands: Subcommands) -> None:
     serve.add_argument(
         "--spec-type",
         default="ngram-simple",
-        help="server a's speculation, llama-server's --spec-type (default ngram-simple)",
+        help="server a's speculation: any type the llama-server's --help lists, e.g. "
+        "ngram-simple (default), ngram-mod, draft-simple, draft-mtp; comma-separated for several",
+    )
+    serve.add_argument(
+        "--draft-model",
+        metavar="PATH",
+        help="the draft GGUF for server a's draft-* speculation",
+    )
+    serve.add_argument(
+        "--draft-max",
+        type=options.whole_number(1, MAX_DRAFT),
+        metavar="N",
+        help="the most tokens server a drafts per step (llama-server's --spec-draft-n-max)",
     )
     serve.add_argument(
         "--ctx-size", type=options.context_size, default=4096, help="each server's context"
@@ -83,6 +100,15 @@ def add_parser(commands: Subcommands) -> None:
         metavar="ARG",
         help="one more argument for both servers (repeatable)",
     )
+    for lane_id, which in (("a", "the speculative server"), ("b", "the plain server")):
+        serve.add_argument(
+            f"--server-arg-{lane_id}",
+            action="append",
+            default=[],
+            metavar="ARG",
+            help=f"one more argument for {which} only (repeatable; --server-arg-{lane_id}=-X "
+            "for one that starts with a dash)",
+        )
     serve.add_argument(
         "inner",
         nargs=argparse.REMAINDER,
@@ -103,6 +129,40 @@ def inner_command(inner: list[str]) -> list[str]:
     return command
 
 
+def speculation_arguments(args: argparse.Namespace, binary: Path) -> list[str]:
+    """Server a's speculation as this llama-server build spells it: the type checked
+    against the ones its --help lists, the draft options under the names it accepts."""
+    from specdiff.engine.server.process import spec_types, usable_option  # deferred, as below
+
+    known = spec_types(binary)
+    for kind in args.spec_type.split(","):
+        if known and kind not in known:
+            raise ArgumentError(
+                f"--spec-type {visible(kind, 60)!r} is not one this llama-server knows; "
+                f"it lists {', '.join(known)}"
+            )
+    draft = None
+    if args.draft_model is not None:
+        draft = Path(args.draft_model).expanduser()
+        if not draft.is_file():
+            raise ArgumentError(
+                f"--draft-model {visible(str(draft), 120)} is not a file; give a GGUF's path"
+            )
+    arguments = ["--spec-type", args.spec_type]
+    drafts = (
+        ("--draft-model", draft, ("--spec-draft-model", "--model-draft")),
+        ("--draft-max", args.draft_max, ("--spec-draft-n-max", "--draft-max")),
+    )
+    for option, value, names in drafts:
+        if value is None:
+            continue
+        flag = usable_option(binary, *names)
+        if flag is None:
+            raise ArgumentError(f"this llama-server takes no {option} (none of {', '.join(names)})")
+        arguments += [flag, str(value)]
+    return arguments
+
+
 def command_serve_pair(args: argparse.Namespace) -> int:
     """Start server a (speculative) and server b (plain) on loopback, run the command with
     `--pair servers` pointed at them, and stop both whatever happens."""
@@ -120,8 +180,10 @@ def command_serve_pair(args: argparse.Namespace) -> int:
     threads = args.threads or max(1, (os.cpu_count() or 2) // 2)
     common = ["--ctx-size", str(args.ctx_size), "--threads", str(threads), "--parallel", "1"]
     common += args.server_arg
-    speculative = LlamaServer(binary, model, [*common, "--spec-type", args.spec_type])
-    plain = LlamaServer(binary, model, common)
+    speculative = LlamaServer(
+        binary, model, [*common, *speculation_arguments(args, binary), *args.server_arg_a]
+    )
+    plain = LlamaServer(binary, model, [*common, *args.server_arg_b])
     with stop_signals_unwind():
         try:
             return _serve(main, command, args.spec_type, status, speculative, plain)
@@ -160,4 +222,7 @@ def _serve(
     for lane_id, server in (("a", speculative), ("b", plain)):
         if not server.repack:  # started with --no-repack: the header records it
             lanes += [f"--lane-{lane_id}", "repack=false"]
+        # the launch line, which no server reports of itself, beside the result
+        launched = visible(" ".join(server.arguments), MAX_SERVER_FLAGS)
+        lanes += [f"--lane-{lane_id}", f"server_flags={launched}"]
     return main([command[0], *lanes, *command[1:]])

@@ -24,6 +24,7 @@ from specdiff.compare import (
     run_fork_index,
     run_fork_verdict,
 )
+from specdiff.chat import Conversation, parse_messages
 from specdiff.lanes import Lane, Pair, lane_from_dict
 from specdiff.steps import Candidate, Probe, TokenStep
 
@@ -53,6 +54,8 @@ MAX_ITEMS = 1024
 GRADERS = ("tests", "answer", "regex")
 """How a lane's text is graded: a prompt's tests executed, an exact answer, a pattern."""
 MAX_GRADE_REASON = 500
+MAX_SOURCE_CHARS = 200
+"""A step's `source` ("rescored by llama-server /completion") is one short phrase."""
 """A grade's reason is one short line (an exception's name, a timeout, a signal)."""
 
 
@@ -300,6 +303,7 @@ EXECUTED_FIELDS: dict[str, Any] = {
             "api",
             "tokenizer_path",
             "tokenizer_sha256",
+            "chat_template",
             "split_mode",
         ),
         _text_or_none,
@@ -384,6 +388,20 @@ class SessionHeader:
     specdiff: str = __version__
     """The version that wrote the file."""
     schema: int = SCHEMA_VERSION
+    lane_prompts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per chat lane: the prompt as its template formatted it ("text") and its
+    "token_ids"; a lane's executed table hands them over as "chat_prompt"."""
+
+    def __post_init__(self) -> None:
+        # kept apart from `executed`, whose every key the configuration tables list
+        prompts = dict(self.lane_prompts)
+        executed = {}
+        for lane_id, table in self.executed.items():
+            executed[lane_id] = {k: v for k, v in table.items() if k != "chat_prompt"}
+            if "chat_prompt" in table:
+                prompts[lane_id] = table["chat_prompt"]
+        object.__setattr__(self, "executed", executed)
+        object.__setattr__(self, "lane_prompts", prompts)
 
     def to_json(self) -> dict[str, Any]:
         record: dict[str, Any] = {
@@ -403,6 +421,10 @@ class SessionHeader:
         }
         if self.teacher_forced:
             record["teacher_forced"] = True
+        if isinstance(self.prompt, Conversation):
+            record["messages"] = self.prompt.to_json()
+        if self.lane_prompts:
+            record["lane_prompts"] = self.lane_prompts
         return record
 
     @classmethod
@@ -424,9 +446,12 @@ class SessionHeader:
         tokens = check_list(record.get("prompt_token_ids", []), "prompt_token_ids")
         if len(tokens) > MAX_PROMPT_TOKENS:
             raise ValueError(f"prompt_token_ids holds more than {MAX_PROMPT_TOKENS} tokens")
+        prompt = check_text(record["prompt"], "the prompt")
+        if record.get("messages") is not None:
+            prompt = Conversation(parse_messages(record["messages"], "messages"))
         return cls(
             pair=pair,
-            prompt=check_text(record["prompt"], "the prompt"),
+            prompt=prompt,
             prompt_token_ids=tuple(check_int(t, "a prompt id", 0, MAX_TOKEN_ID) for t in tokens),
             max_tokens=check_int(record["max_tokens"], "max_tokens", 1, MAX_INDEX),
             stop=tuple(
@@ -437,7 +462,27 @@ class SessionHeader:
             created=check_text(record.get("created", ""), "created"),
             teacher_forced=check_bool(record.get("teacher_forced", False), "teacher_forced"),
             specdiff=check_text(record.get("specdiff", ""), "specdiff"),
+            lane_prompts=_lane_prompts(record.get("lane_prompts", {})),
         )
+
+
+def _lane_prompts(value: object) -> dict[str, dict[str, Any]]:
+    """{"a": {"text": ..., "token_ids": [...]}} for the lanes that formatted a chat."""
+    table = check_object(value, "lane_prompts")
+    prompts = {}
+    for lane_id, entry in table.items():
+        what = f"lane_prompts.{lane_id:.10}"
+        if lane_id not in LANE_IDS:
+            raise ValueError(f"{what}: lane_prompts holds lanes a and b only")
+        entry = check_object(entry, what)
+        ids = check_list(entry.get("token_ids"), f"{what}.token_ids")
+        if len(ids) > MAX_PROMPT_TOKENS:
+            raise ValueError(f"{what}.token_ids holds more than {MAX_PROMPT_TOKENS} tokens")
+        prompts[lane_id] = {
+            "text": check_text(entry.get("text"), f"{what}.text"),
+            "token_ids": [check_int(t, f"{what}.token_ids", 0, MAX_TOKEN_ID) for t in ids],
+        }
+    return prompts
 
 
 # --- footer: the run's summary --------------------------------------------------------
@@ -683,6 +728,8 @@ def step_record(step: TokenStep) -> dict[str, Any]:
         record["probes"] = [[p.token_id, p.logit, p.rank] for p in step.probes]
     if step.logsumexp is not None:
         record["logsumexp"] = step.logsumexp
+    if step.source:
+        record["source"] = step.source
     return record
 
 
@@ -787,4 +834,13 @@ def step_from(record: Mapping[str, Any]) -> TokenStep:
         timestamp=check_float(record["timestamp"], "timestamp"),
         probes=_probes(record.get("probes", [])),
         logsumexp=None if lse is None else check_logit(lse, "logsumexp"),
+        source=_source(record.get("source", "")),
     )
+
+
+def _source(value: object) -> str:
+    """Where a step's candidates came from, as the fork panel and reports quote it."""
+    text = check_text(value, "source")
+    if len(text) > MAX_SOURCE_CHARS:
+        raise ValueError(f"source must be at most {MAX_SOURCE_CHARS} characters, got {len(text)}")
+    return text

@@ -46,6 +46,10 @@ QUOTED_CHARS = 160
 """How much of a server's own words (an error body, a bad event) a message quotes."""
 MAX_MODELS = 16
 """Model ids kept from /v1/models for the session header."""
+MAX_SETTINGS = 256
+"""Generation settings of /props looked through for the speculative ones."""
+MAX_SLOTS = 16
+"""Slots of /slots kept for the session header."""
 
 
 class ServerError(EngineError):
@@ -327,6 +331,9 @@ class ServerClient:
         props = self.request("GET", "/props", MAX_IDENTITY_BYTES)
         if props.status == 200:
             identity.update(self._props(props.json()))
+            slots = self.request("GET", "/slots", MAX_IDENTITY_BYTES)
+            if slots.status == 200:
+                identity.update(self._slots(slots.json()))
         if any(len(a.body) >= MAX_IDENTITY_BYTES for a in (answer, props) if a.status == 200):
             identity["identity_truncated"] = True
         return identity
@@ -345,7 +352,45 @@ class ServerClient:
         for key in ("total_slots", "n_ctx"):
             if _whole(data.get(key)):
                 kept[key] = data[key]
+        # what decides whether two requests decode alike: the batch sizes, the prompt
+        # cache's default, and the speculation, where this build shows them
+        params = settings.get("params") if isinstance(settings, dict) else None
+        params = params if isinstance(params, dict) else {}
+        for key in ("n_batch", "n_ubatch", "cache_prompt"):
+            value = next((t[key] for t in (data, settings or {}, params) if key in t), None)
+            if _whole(value) or isinstance(value, bool):
+                kept[key] = value
+        speculative = {
+            key: self._setting(value)
+            for key, value in list(params.items())[:MAX_SETTINGS]
+            if isinstance(key, str) and key.startswith("speculative")
+        }
+        speculative = {key: value for key, value in speculative.items() if value is not None}
+        if speculative:
+            kept["speculative"] = {self.quote(key): value for key, value in speculative.items()}
         return kept
+
+    def _slots(self, data: Any) -> dict[str, Any]:
+        """llama-server's /slots: each slot's context and whether it speculates."""
+        if not isinstance(data, list):
+            return {}
+        slots = []
+        for slot in data[:MAX_SLOTS]:
+            if isinstance(slot, dict):
+                shown = {k: slot[k] for k in ("id", "n_ctx") if _whole(slot.get(k))}
+                if isinstance(slot.get("speculative"), bool):
+                    shown["speculative"] = slot["speculative"]
+                slots.append(shown)
+        return {"slots": slots} if slots else {}
+
+    def _setting(self, value: object) -> str | int | float | bool | None:
+        """One server setting as a header may keep it: short text (masked), a count, a
+        finite number or a switch; anything else is dropped."""
+        if isinstance(value, bool) or _whole(value):
+            return value  # type: ignore[return-value]
+        if isinstance(value, str):
+            return self.quote(value)
+        return finite(value, -1e12, 1e12)
 
     def close(self) -> None:
         self.client.close()

