@@ -1,0 +1,215 @@
+"""Chat conversations: a prompt given as messages, and the lane key that picks a template.
+
+A conversation is a JSON list of ``{"role": "system"|"user"|"assistant", "content":
+TEXT}`` objects (``run --messages``, a suite line's ``messages``, the TUI's prompt box,
+a session header). It travels through the engine as a `Conversation`: a str whose text
+is the plain rendition a raw-text lane decodes (the contents, a blank line apart) and
+which carries the messages a chat lane formats with its template. Being a str, it goes
+wherever a prompt goes (the lanes' worker, sessions, reports) without a second path.
+
+The templates themselves are applied in the engine by llama.cpp's
+``llama_chat_apply_template``; this module only names them, so the front end can check
+a lane without loading llama.cpp.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from specdiff.errors import LaneConfigError, SpecdiffError
+from specdiff.safe_text import first_surrogate
+
+ROLES = ("system", "user", "assistant")
+MODEL_TEMPLATE = ("true", "auto")
+"""`chat=` words for the GGUF's own template (tokenizer.chat_template)."""
+BUILTIN_TEMPLATES = (
+    "bailing", "bailing-think", "bailing2", "chatglm3", "chatglm4", "chatml",
+    "command-r", "deepseek", "deepseek-ocr", "deepseek2", "deepseek3", "exaone-moe",
+    "exaone3", "exaone4", "falcon3", "gemma", "gigachat", "glmedge", "gpt-oss",
+    "granite", "granite-4.0", "granite-4.1", "grok-2", "hunyuan-dense", "hunyuan-moe",
+    "hunyuan-vl", "kimi-k2", "llama2", "llama2-sys", "llama2-sys-bos",
+    "llama2-sys-strip", "llama3", "llama4", "megrez", "minicpm", "mistral-v1",
+    "mistral-v3", "mistral-v3-tekken", "mistral-v7", "mistral-v7-tekken", "monarch",
+    "openchat", "orion", "pangu-embedded", "phi3", "phi4", "rwkv-world", "seed_oss",
+    "smolvlm", "solar-open", "vicuna", "vicuna-orca", "yandex", "zephyr",
+)  # fmt: skip
+"""llama_chat_builtin_templates() of llama.cpp as llama-cpp-python 0.3.36 builds it
+(src/llama-chat.cpp's LLM_CHAT_TEMPLATES); a model test checks it against the build."""
+FALLBACK_TEMPLATE = "chatml"
+"""What llama.cpp (llama_chat_apply_template and llama-server alike) applies for a model
+whose GGUF holds no template."""
+MAX_MESSAGES = 1024
+MAX_CONVERSATION_CHARS = 1 << 20
+"""A conversation's text at most: more than any context holds, and what the largest
+prompt file a command reads may be."""
+EXAMPLE = '[{"role": "user", "content": "Hello"}]'
+
+
+class ChatError(SpecdiffError):
+    """A messages list that is not a conversation specdiff can send."""
+
+
+def check_chat_setting(value: str) -> None:
+    """The lane key `chat`: "" (raw text), true/auto (the GGUF's own template) or a
+    template llama.cpp builds in; anything else is one line with the closest name."""
+    if value == "" or value in MODEL_TEMPLATE or value in BUILTIN_TEMPLATES:
+        return
+    close = difflib.get_close_matches(value.lower(), BUILTIN_TEMPLATES, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise LaneConfigError(
+        f"lane key 'chat' cannot be {value!r:.60}; {hint}use true (the model's own "
+        "template), a llama.cpp template name such as gemma, chatml or llama3, or leave "
+        "it empty for raw text"
+    )
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str
+    content: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"role": self.role, "content": self.content}
+
+
+def parse_messages(value: object, where: str = "messages") -> tuple[Message, ...]:
+    """A conversation from its JSON value; ValueError naming `where` and the item."""
+    if not isinstance(value, list):
+        raise ValueError(f"{where} must be a list of messages like {EXAMPLE}")
+    if not value:
+        raise ValueError(f"{where} is empty; give at least one user message")
+    if len(value) > MAX_MESSAGES:
+        raise ValueError(f"{where} holds more than {MAX_MESSAGES} messages")
+    messages = tuple(_message(item, f"{where}[{n}]") for n, item in enumerate(value))
+    if not any(m.role == "user" for m in messages):
+        raise ValueError(f"{where} holds no user message; add one to answer")
+    if sum(len(m.content) for m in messages) > MAX_CONVERSATION_CHARS:
+        raise ValueError(f"{where} is longer than {MAX_CONVERSATION_CHARS} characters")
+    return messages
+
+
+def _message(item: object, where: str) -> Message:
+    if not isinstance(item, dict):
+        raise ValueError(f'{where} must be an object {{"role": ..., "content": ...}}')
+    extra = sorted(set(item) - {"role", "content"})
+    if extra:
+        raise ValueError(f"{where} has unknown key {extra[0]!r:.40}; give role and content")
+    role, content = item.get("role"), item.get("content")
+    if role not in ROLES:
+        raise ValueError(f"{where}.role must be one of {', '.join(ROLES)}, got {role!r:.40}")
+    if not isinstance(content, str):
+        raise ValueError(f"{where}.content must be text, got {content!r:.40}")
+    if "\x00" in content:
+        # a template takes C strings: the content would end at the NUL, unsaid
+        raise ValueError(f"{where}.content holds a NUL character, which no template can pass")
+    if first_surrogate(content) is not None:
+        raise ValueError(f"{where}.content holds a lone surrogate (a \\udXXX escape)")
+    return Message(role, content)
+
+
+class Conversation(str):
+    """A prompt given as messages: the str is the plain text a raw-text lane decodes,
+    `messages` what a chat lane formats."""
+
+    messages: tuple[Message, ...]
+
+    def __new__(cls, messages: Sequence[Message]) -> Conversation:
+        text = super().__new__(cls, "\n\n".join(m.content for m in messages))
+        text.messages = tuple(messages)
+        return text
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickled to the lanes' worker and back: the messages travel, not just the text
+        return (Conversation, (self.messages,))
+
+    def to_json(self) -> list[dict[str, str]]:
+        return [m.to_json() for m in self.messages]
+
+
+def messages_of(prompt: str) -> tuple[Message, ...]:
+    """What a chat lane formats: the conversation's messages, or a plain prompt as the
+    one user message."""
+    if isinstance(prompt, Conversation):
+        return prompt.messages
+    return (_checked(Message("user", prompt), "the prompt"),)
+
+
+def conversation(prompt: str, system: str | None) -> str:
+    """The prompt a run sends: `prompt` as it is, or with --system a conversation that
+    opens with that system message."""
+    if system is None:
+        return prompt
+    messages = messages_of(prompt)
+    if messages[0].role == "system":
+        raise ChatError(
+            "--system and a system message in --messages both give the system prompt; keep one"
+        )
+    return Conversation((_checked(Message("system", system), "--system"), *messages))
+
+
+def _checked(message: Message, where: str) -> Message:
+    try:
+        return _message(message.to_json(), where)
+    except ValueError as error:
+        raise ChatError(str(error)) from None
+
+
+def read_messages(text: str, where: str) -> Conversation:
+    """A conversation from JSON text (a --messages value or file); ChatError naming
+    `where`."""
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise ChatError(
+            f"{where} is not valid JSON ({str(error).split(':')[0]}); give a list like {EXAMPLE}"
+        ) from None
+    except RecursionError:
+        raise ChatError(f"{where} is nested too deep; give a list like {EXAMPLE}") from None
+    try:
+        return Conversation(parse_messages(value, where))
+    except ValueError as error:
+        raise ChatError(str(error)) from None
+
+
+def typed_prompt(text: str) -> str:
+    """What the TUI's prompt box holds: a JSON list of objects is a conversation (checked,
+    ChatError when it is not one), anything else is raw text."""
+    stripped = text.strip()
+    if not stripped.startswith("[") or not stripped.endswith("]"):
+        return text
+    try:
+        value = json.loads(stripped)
+    except (ValueError, RecursionError):
+        return text
+    if not isinstance(value, list) or not value or not all(isinstance(v, dict) for v in value):
+        return text
+    try:
+        return Conversation(parse_messages(value, "the prompt's messages"))
+    except ValueError as error:
+        raise ChatError(str(error)) from None
+
+
+def chat_lane(lane: Any) -> bool:
+    """Whether a lane formats the conversation with a chat template: an in-process lane
+    with `chat` set, or a server lane on the chat API (whose server applies its own)."""
+    if lane.backend == "server":
+        return bool(lane.api == "chat")
+    return bool(lane.chat)
+
+
+def mixed_note(lane_a: Any, lane_b: Any) -> str | None:
+    """A note when one lane formats the prompt with a chat template and the other sends
+    it as raw text: the pair then compares two different prompts."""
+    chat_a, chat_b = chat_lane(lane_a), chat_lane(lane_b)
+    if chat_a == chat_b:
+        return None
+    chat_id = "a" if chat_a else "b"
+    raw_id = "b" if chat_a else "a"
+    return (
+        f"lane {chat_id} formats the prompt with a chat template and lane {raw_id} sends "
+        "it as raw text: the lanes compare different prompts"
+    )
