@@ -1,9 +1,10 @@
 """What `specdiff doctor` checks, gathered as data (the command prints it).
 
 The versions of specdiff, llama-cpp-python and llama.cpp, the CPU and the features
-llama.cpp sees, the probe's verdict for the model, the llama-server binary (its version,
-and whether it starts and answers /health), Chromium for the HTML report test, and the
-cache, sessions and config paths. Each problem is one line that names its fix.
+llama.cpp sees, whether it can offload to a GPU and the devices it registered, the
+probe's verdict for the model, the llama-server binary (its version, and whether it
+starts and answers /health), Chromium for the HTML report test, and the cache, sessions
+and config paths. Each problem is one line that names its fix.
 
 llama.cpp is loaded only in a child interpreter: the doctor is what a user runs on a
 machine where llama.cpp crashes, so it must answer there. Slow answers are cached (the
@@ -205,9 +206,10 @@ def _message(error: BaseException) -> str:
 def print_llama_facts(model: str) -> None:
     """The child's side: llama.cpp's build and system info, then the probe's verdict for
     the model ("" = none to probe), each one JSON line as soon as it is known."""
-    from specdiff.engine.runtime import build_info
+    from specdiff.engine.runtime import backend_devices, build_info, supports_gpu_offload
 
     _emit("build", build_info())
+    _emit("gpu", {"offload": supports_gpu_offload(), "devices": backend_devices()})
     if not model:
         return
     from specdiff.engine.probe import verdict
@@ -230,6 +232,10 @@ def check_llama(model: Path | None) -> tuple[Section, Section]:
     build = facts.get("build")
     if isinstance(build, dict):
         llama.facts.update(_build_facts(build))
+    gpu = facts.get("gpu")
+    if isinstance(gpu, dict):
+        llama.facts["gpu_offload"] = gpu.get("offload")
+        llama.facts["devices"] = gpu.get("devices")
     if model is None:
         probe.facts["skipped"] = "no model"
     elif isinstance(facts.get("probe"), dict):

@@ -58,6 +58,8 @@ def report_lines(report: dict[str, Any]) -> list[str]:
         ("CPU", f"{shown(llama.get('cpu'))} · {llama.get('cores')} cores"),
         ("CPU features", " ".join(llama.get("cpu_features") or []) or None),
         ("system info", llama.get("system_info")),
+        ("GPU offload", _offload_text(llama.get("gpu_offload"))),
+        ("devices", _devices_text(llama.get("devices"))),
         ("probe", _probe_text(probe)),
         ("model", report["model"].get("path")),
         ("model sha256", report["model"].get("sha256")),
@@ -111,6 +113,29 @@ def _probe_text(probe: dict[str, Any]) -> str | None:
         return None
     cached = " (cached)" if probe.get("cached") else ""
     return f"{probe.get('message') or 'repack ' + (probe['chosen_repack'] or 'fails')}{cached}"
+
+
+def _offload_text(offload: object) -> str | None:
+    if offload is None:
+        return None
+    if offload:
+        return "yes (lanes may set gpu_layers; -1 = every layer)"
+    # deferred: the runtime module is the engine's; only its install line is wanted
+    from specdiff.engine.runtime import GPU_BUILD
+
+    return f"no: this llama-cpp-python is CPU-only; for a GPU: {GPU_BUILD}"
+
+
+def _devices_text(devices: object) -> str | None:
+    """Each device llama.cpp registered: name, description, type and total memory."""
+    if not isinstance(devices, list):
+        return None
+    return " · ".join(
+        f"{device.get('name')} {device.get('description')} ({device.get('type')}, "
+        f"{int(device.get('memory_total') or 0) / 2**30:.1f} GiB)"
+        for device in devices
+        if isinstance(device, dict)
+    )
 
 
 def _server_probe_text(probe: dict[str, Any] | None) -> str | None:
