@@ -535,7 +535,7 @@ def parse_value(key: str, text: str) -> Any:
 def unknown_key(key: str) -> LaneConfigError:
     """The error for a key no lane has, naming the nearest keys that exist."""
     close = difflib.get_close_matches(key, LANE_KEYS, n=3, cutoff=0.6)
-    hint = f"did you mean {' or '.join(close)}?" if close else "`specdiff pairs` lists the keys"
+    hint = f"did you mean {' or '.join(close)}?" if close else f"known keys: {', '.join(LANE_KEYS)}"
     return LaneConfigError(f"unknown lane key {key!r}; {hint}")
 
 

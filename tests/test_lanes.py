@@ -71,7 +71,7 @@ def test_cli_overrides_are_typed() -> None:
     ("item", "message"),
     [
         ("n_ubatch", "is not key=value"),
-        ("nubatch=2", "unknown lane key 'nubatch'; known keys: label, backend"),
+        ("nubatch=2", "unknown lane key 'nubatch'; did you mean n_ubatch"),
         ("n_ubatch=two", "'n_ubatch' must be a whole number"),
         ("repack=sometimes", "'repack' must be auto, on or off"),
     ],

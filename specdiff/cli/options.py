@@ -180,3 +180,8 @@ def add_replay_options(parser: argparse.ArgumentParser) -> None:
         help="play at this multiple of the recorded pace (default 1)",
     )
     pace.add_argument("--instant", action="store_true", help="show the whole session at once")
+    parser.add_argument(
+        "--pause-at-fork",
+        action="store_true",
+        help="pause the replay once both lanes show the fork's token (space resumes)",
+    )

@@ -81,4 +81,5 @@ def replay_app(session: Session, stream: SessionStream, args: argparse.Namespace
         replay_speed=speed,
         session_stream=stream,
         refused_pairs=refused,
+        pause_at_fork=args.pause_at_fork,
     )

@@ -23,7 +23,7 @@ from specdiff.engine.base import Cancelled, Generation, LaneBackend, Prompt, Str
 from specdiff.engine.llama.context import ModelPool
 from specdiff.engine.runtime import build_info
 from specdiff.errors import PromptError, SpecdiffError
-from specdiff.lanes import Pair
+from specdiff.lanes import Pair, headline
 from specdiff.sessions.format import LaneOutcome, PairResult
 from specdiff.steps import TokenStep
 
@@ -48,8 +48,9 @@ class PairRun(StreamsARun):
         self.pool = ModelPool()
         self.lanes: dict[str, LaneBackend] = {}
         try:
-            for lane_id, lane in (("a", pair.a), ("b", pair.b)):
-                progress(f"loading lane {lane_id}: {lane.describe()}")
+            for lane_id, lane, other in (("a", pair.a, pair.b), ("b", pair.b, pair.a)):
+                # named as the lane's header names it
+                progress(f"loading lane {lane_id}: {headline(lane, other)}")
                 self.lanes[lane_id] = open_lane(lane, lane_id, self.pool, progress, self.cancel)
         except BaseException:
             self.close()

@@ -26,7 +26,7 @@ from textual.filter import LineFilter
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Button, Footer, Input, Select
+from textual.widgets import Button, Footer, Input, Select, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from specdiff.compare import DEFAULT_NEAR_TIE, Fork, align_after, first_divergence, fork_at
@@ -37,7 +37,14 @@ from specdiff.lanes import Pair, apply_overrides, headline, parse_overrides
 from specdiff.safe_text import visible
 from specdiff.sessions.format import PairResult
 from specdiff.sessions.playback import Playback
-from specdiff.sessions.store import Session, SessionError, SessionStream, save_result
+from specdiff.sessions.store import (
+    Session,
+    SessionError,
+    SessionStream,
+    load_session,
+    save_result,
+    sessions_dir,
+)
 from specdiff.steps import TokenStep
 from specdiff.tui.help import HelpScreen
 from specdiff.tui.messages import (
@@ -71,17 +78,61 @@ BATCH_SECONDS = 0.25
 shares the CPU with the lanes)."""
 
 
+NARROW_COLUMNS = 100
+"""Below this width the input rows fold into a one-line config bar that `c` opens."""
+CONFIRM_SECONDS = 5.0
+"""How long a first `r` over a replay waits for the second that loads the model."""
+TOAST_SECONDS = 3.0
+"""Notes leave quickly: they sit over the lanes' top rows."""
+PAIR_OPTION_WIDTH = 58
+"""The pair picker's rows: the name, then what the pair compares, cut to fit."""
+
+
 class Lanes(Horizontal, can_focus=True):
     """The two panes; focusable so that the app's keys reach it instead of an input."""
+
+
+def counted(number: int, noun: str) -> str:
+    """'1 token', '2 tokens': a count with its noun in the right number."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
+def fitted(parts: Sequence[str], width: int) -> str:
+    """As many whole parts as fit in `width` columns, in order: a cut line never ends in a
+    name without its value."""
+    shown: list[str] = []
+    for part in parts:
+        line = " · ".join([*shown, part])
+        if shown and len(line) > width:
+            break
+        shown.append(part)
+    return " · ".join(shown)
+
+
+def pair_option(name: str, pair: Pair) -> Text:
+    """A row of the pair picker: the name, then what the pair compares, on one line."""
+    row = Text(visible(name), style="bold", no_wrap=True, overflow="ellipsis")
+    described = pair.description or f"{headline(pair.a, pair.b)} vs {headline(pair.b, pair.a)}"
+    row.append(f"  {visible(described)}", style="dim")
+    row.truncate(PAIR_OPTION_WIDTH, overflow="ellipsis")
+    return row
 
 
 class SpecdiffApp(App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "specdiff"
+    # Help and quit come first so that a narrow footer, which cuts from the right, keeps
+    # them. An input takes printable keys, so while one has focus the footer shows f1 and
+    # ctrl+q in their place, and escape, which leaves the input (it never stops a run: x
+    # does), is shown only then.
     BINDINGS = [
+        Binding("question_mark", "help", "help"),
+        Binding("f1", "help", "help"),
+        Binding("q", "quit", "quit"),
+        Binding("ctrl+q", "quit", "quit", priority=True),
+        Binding("escape", "panes", "panes"),
         Binding("r", "run", "run"),
         Binding("x", "stop", "stop"),
-        Binding("escape", "stop", "stop", show=False),
         Binding("d", "fork", "fork"),
         Binding("n", "next_tie", "next tie"),
         Binding("p", "previous_tie", "prev tie"),
@@ -89,10 +140,10 @@ class SpecdiffApp(App[int]):
         Binding("right", "move(1)", "→", show=False),
         Binding("space", "toggle_pause", "pause"),
         Binding("l", "switch_lane", "lane"),
+        Binding("c", "configure", "config"),
+        Binding("e", "export", "report"),
         Binding("s", "save", "save"),
         Binding("t", "next_theme", "theme"),
-        Binding("question_mark", "help", "help"),
-        Binding("q", "quit", "quit"),
     ]
 
     def __init__(
@@ -110,12 +161,14 @@ class SpecdiffApp(App[int]):
         replay_speed: float | None = None,
         session_stream: SessionStream | None = None,
         refused_pairs: dict[str, str] | None = None,
+        pause_at_fork: bool = False,
     ) -> None:
         """`session` opens a recorded run: at once when `replay_speed` is None, else
         played at the recorded pace times `replay_speed`; `session_stream`, when given,
         holds the rest of the session's file, read while the replay plays.
         `refused_pairs`: pairs shown but never run, each with the reason (a shared
-        session's server lanes, which the user has not allowed)."""
+        session's server lanes, which the user has not allowed). `pause_at_fork`: a
+        played replay pauses once both lanes show the fork's token."""
         super().__init__()
         self.pairs = pairs
         self.refused_pairs = refused_pairs or {}
@@ -152,17 +205,28 @@ class SpecdiffApp(App[int]):
         self._read_done = session_stream is None or session_stream.done
         self.load_error: str | None = None
         self._recorded: dict[str, list[TokenStep]] = {"a": [], "b": []}
+        self.pause_at_fork = pause_at_fork
+        self._paused_at_fork = False
+        """The replay has paused at the fork once (space at the end replays and pauses
+        again)."""
+        self._confirm_timer: Timer | None = None
+        self._saved_path: Path | None = None
+        self._loading_lane: str | None = None
+        """The lane being loaded (the worker's progress names it): a failure before the
+        run starts belongs to it."""
 
     # -- layout ---------------------------------------------------------------------
     def compose(self) -> ComposeResult:
+        yield Line(id="config-bar")
         with Horizontal(id="controls"):
             yield Input(visible(self.initial_prompt), placeholder="prompt", id="prompt")
             yield Select(
-                [(Text(visible(name)), name) for name in self.pairs],
+                [(pair_option(name, pair), name) for name, pair in self.pairs.items()],
                 value=self.pair_name,
                 allow_blank=False,
                 id="pair",
             )
+            yield Static("max tokens", id="max-label")
             yield Input(
                 str(self.initial_max_tokens), type="integer", id="max-tokens", tooltip="max tokens"
             )
@@ -219,21 +283,88 @@ class SpecdiffApp(App[int]):
         for problem in problems:
             self.notify(problem, severity="warning", timeout=8)
         self.set_titles()
+        self.show_config()
         if self.session is not None:
             self.show_session(self.session)
         elif self.autostart:
             self.action_run()
         self.query_one("#lanes").focus()
+        self.mark_current_lane()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        # space belongs to replays: hidden from the footer while there is none
+        # space belongs to replays, escape to inputs, c to narrow screens: each is
+        # hidden from the footer where it does nothing
         if action == "toggle_pause":
             return self.playback is not None
+        if action == "panes":
+            return not self.panes_focused or self.has_class("configuring")
+        if action == "configure":
+            return self.has_class("narrow")
+        if action == "stop":
+            return None if self.replaying else True
         return True
 
     def on_resize(self) -> None:
         self.set_class(self.size.height < 30, "short")
-        self.set_class(self.size.width < 100, "narrow")
+        narrow = self.size.width < NARROW_COLUMNS
+        self.set_class(narrow, "narrow")
+        if not narrow:
+            self.remove_class("configuring")
+        with suppress(NoMatches):
+            self.query_one(Footer).compact = narrow
+        self.refresh_bindings()
+
+    # -- focus ----------------------------------------------------------------------
+    @property
+    def panes_focused(self) -> bool:
+        return self.focused is None or self.focused.id == "lanes"
+
+    @property
+    def replaying(self) -> bool:
+        """A recorded session is on screen (no live run has replaced it)."""
+        return self.session is not None
+
+    def action_panes(self) -> None:
+        """Leave an input (or the open config bar) for the panes, where the keys act."""
+        self.remove_class("configuring")
+        self.query_one("#lanes").focus()
+        self.show_config()
+
+    def action_configure(self) -> None:
+        """On a narrow screen: unfold the input rows and put the cursor in the prompt."""
+        if not self.has_class("narrow"):
+            self.query_one("#prompt", Input).focus()
+            return
+        self.add_class("configuring")
+        self.query_one("#prompt", Input).focus()
+        self.refresh_bindings()
+
+    def on_descendant_focus(self) -> None:
+        self.mark_current_lane()
+        self.refresh_bindings()
+
+    def on_descendant_blur(self) -> None:
+        self.mark_current_lane()
+
+    def mark_current_lane(self) -> None:
+        """Border and title the current lane's pane (the one `l` switches), lit while
+        the panes have focus."""
+        focused = self.panes_focused
+        for lane_id in ("a", "b"):
+            pane = self.query_one(f"#lane-{lane_id}", LanePane)
+            current = lane_id == self.cursor_lane
+            pane.set_class(current, "current")
+            pane.set_class(current and focused, "focused")
+            pane.border_title = f"lane {lane_id.upper()}" + (" · current" if current else "")
+
+    def show_config(self) -> None:
+        """The one-line config bar of a narrow screen: prompt, pair and max tokens."""
+        prompt = " ".join(self.query_one("#prompt", Input).value.split())
+        pair = self.query_one("#pair", Select).value
+        max_tokens = self.query_one("#max-tokens", Input).value
+        self.query_one("#config-bar", Line).set(
+            f"c config · {pair} · max {max_tokens} · {visible(prompt)}"
+        )
 
     # -- state to screen ------------------------------------------------------------
     def palette(self) -> Palette:
@@ -251,20 +382,23 @@ class SpecdiffApp(App[int]):
             pane.set_title(f"{lane_id.upper()} · {headline(lane, other)}")
             pane.set_stats("")
 
-    def stats_line(self, lane_id: str) -> str:
+    def stats_line(self, lane_id: str, width: int | None = None) -> str:
+        """The lane's numbers, as many whole ones as fit `width` when given (the error is
+        in full under the lane's tokens)."""
         state = self.lanes[lane_id]
-        parts = [f"{len(state.steps)} tokens", f"{state.speed:.1f} tok/s"]
-        if getattr(self.pair, lane_id).speculative and state.drafted:
-            parts.append(f"acceptance {state.accepted / state.drafted:.0%}")
-        ties = sum(1 for step in state.steps if step.margin < self.near_tie)
-        parts.append(f"{ties} near ties")
+        parts = [counted(len(state.steps), "token"), f"{state.speed:.1f} tok/s"]
         if state.error:
-            parts.append(f"ERROR: {state.error}")
+            parts.insert(0, "ERROR")
+        if getattr(self.pair, lane_id).speculative and state.drafted:
+            parts.append(f"{state.accepted / state.drafted:.0%} accepted")
+        ties = sum(1 for step in state.steps if step.margin < self.near_tie)
+        parts.append(counted(ties, "near tie"))
         grades = self.session.footer.grades if self.session and self.session.footer else None
         grade = grades[0 if lane_id == "a" else 1] if grades else None
         if grade is not None:
-            parts.append(f"{'PASS' if grade.passed else 'FAIL'} ({grade.reason})")
-        return " · ".join(parts)
+            parts.insert(1, "PASS" if grade.passed else "FAIL")
+            parts.append(f"graded: {grade.reason}")
+        return " · ".join(parts) if width is None else fitted(parts, width)
 
     def marks(self, lane_id: str) -> TokenMarks:
         return TokenMarks(
@@ -279,7 +413,8 @@ class SpecdiffApp(App[int]):
         for lane_id, state in self.lanes.items():
             pane = self.query_one(f"#lane-{lane_id}", LanePane)
             pane.show_tokens(state, self.marks(lane_id), follow=follow)
-            pane.set_stats(self.stats_line(lane_id))
+            width = pane.content_size.width - 2 or self.size.width
+            pane.set_stats(self.stats_line(lane_id, width))
             pane.set_margins([step.margin for step in state.steps])
         if panel:
             self.render_panel()
@@ -311,9 +446,27 @@ class SpecdiffApp(App[int]):
         if self.fork is None and first_divergence(a, b) is not None:
             self.fork = fork_at(a, b)
             if announce:
-                self.notify(f"lanes forked at token {self.fork.index}", timeout=4)
+                self.notify(f"lanes forked at token {self.fork.index}", timeout=TOAST_SECONDS)
+            self.scroll_to_fork()
             return True
         return False
+
+    def scroll_to_fork(self) -> None:
+        """Keep the fork in view in both panes: later tokens no longer drag the panes
+        to the end (d, n, p and the arrows still move them)."""
+        if self.fork is None:
+            return
+        self.follow = False
+        index = self.fork.index
+
+        def scroll() -> None:
+            for lane_id in ("a", "b"):
+                shown = len(self.lanes[lane_id].steps)
+                if shown:
+                    pane = self.query_one(f"#lane-{lane_id}", LanePane)
+                    pane.scroll_to_token(min(index, shown - 1))
+
+        self.call_after_refresh(scroll)
 
     def update_comparison(self, announce: bool = True) -> None:
         a, b = self.lanes["a"].steps, self.lanes["b"].steps
@@ -343,6 +496,7 @@ class SpecdiffApp(App[int]):
         self.reset_view()
         self.pair = session.pair
         self.set_titles()
+        self.lock_replay_controls(True)
         speeds = session.footer.tokens_per_second if session.footer else (0.0, 0.0)
         for lane_id, speed in zip(("a", "b"), speeds):
             self.lanes[lane_id].speed = float(speed)
@@ -456,11 +610,31 @@ class SpecdiffApp(App[int]):
         if self.playback is None:
             return
         due = self.playback.advance(elapsed)
+        if due and self.pause_at_fork and not self._paused_at_fork:
+            due = self.up_to_fork(due)
         if due:
             try:
                 self.show_replayed(due)
             except NoMatches:
                 self.stop_playback()  # the app is closing: its panes are gone
+
+    def up_to_fork(self, due: list[TokenStep]) -> list[TokenStep]:
+        """The steps of `due` until both lanes show the fork's token; those after it are
+        handed back to the playback, which pauses (`--pause-at-fork`)."""
+        playback, fork = self.playback, self._replay_fork
+        if playback is None or fork is None:
+            return due
+        shown = {lane_id: len(state.steps) for lane_id, state in self.lanes.items()}
+        wanted = {lane_id: min(fork + 1, len(steps)) for lane_id, steps in self._recorded.items()}
+        for kept, step in enumerate(due, start=1):
+            shown[step.lane] += 1
+            if all(shown[lane_id] >= wanted[lane_id] for lane_id in shown):
+                for _ in due[kept:]:
+                    playback.back()
+                playback.paused = True
+                self._paused_at_fork = True
+                return due[:kept]
+        return due
 
     def show_replayed(self, steps: list[TokenStep]) -> None:
         for step in steps:
@@ -478,22 +652,22 @@ class SpecdiffApp(App[int]):
             return
         shown, total = playback.position, len(playback.steps)
         total_text = f"{total}+" if self.loading else str(total)
+        jump = " · d jumps to the fork" if self._replay_fork is not None else ""
         if playback.finished and not playback.paused and self.loading:
-            state = "waiting for the file"
-            keys = "space pauses"
+            state, keys = "waiting for the file", "space pauses"
         elif playback.finished and not playback.paused:
-            state = "replayed"
-            keys = "space plays it again · d jumps to the fork"
+            state, keys = "replayed", f"space plays it again{jump}"
+        elif playback.paused and self.fork is not None and self._paused_at_fork:
+            state, keys = "paused at the fork", "space resumes · ←/→ step a token"
         elif playback.paused:
-            state = "paused"
-            keys = "space resumes · ←/→ step a token"
+            state, keys = "paused", "space resumes · ←/→ step a token"
         else:
-            state = f"replaying at {playback.speed:g}x"
-            keys = "space pauses · d jumps to the fork"
+            state, keys = f"replaying at {playback.speed:g}x", f"space pauses{jump}"
         summary = self.session_summary()
         if self.load_error is not None:
             summary = f"{summary} {self.load_error}"
-        self.set_status(f"{state}: {shown}/{total_text} steps of {summary} · {keys}")
+        # the keys first: a narrow status line keeps what to press
+        self.set_status(f"{state}: {keys} · {shown}/{total_text} steps of {summary}")
 
     def stop_playback(self) -> None:
         if self.playback is not None:
@@ -511,6 +685,7 @@ class SpecdiffApp(App[int]):
             return
         if playback.finished and not playback.paused and not self.loading:
             playback.restart()
+            self._paused_at_fork = False  # a demo played again pauses at the fork again
             self.reset_view_keeping_speeds()
             self.render_lanes(follow=True)
         else:
@@ -599,6 +774,15 @@ class SpecdiffApp(App[int]):
             self.cancel.set()
             self.set_status("stopping the current run to start again…")
             return
+        if self.replaying and self._confirm_timer is None:
+            # a replay is not thrown away on one key: the second r loads the model
+            self._confirm_timer = self.set_timer(CONFIRM_SECONDS, self.forget_confirmation)
+            self.set_status(
+                "this is a recorded session: press r again to load the model and run "
+                "the pair on its prompt (the replay is closed)"
+            )
+            return
+        self.forget_confirmation()
         try:
             pair, prompt, max_tokens = self.resolve_pair()
         except SpecdiffError as error:
@@ -606,6 +790,9 @@ class SpecdiffApp(App[int]):
             self.set_status(f"not started: {error}")
             return
         self.stop_playback()
+        self.session = None
+        self._saved_path = None
+        self.lock_replay_controls(False)
         if self.session_stream is not None:
             # a live run replaces the replay: the rest of the file is not wanted any more
             self.workers.cancel_group(self, "session-read")
@@ -620,11 +807,25 @@ class SpecdiffApp(App[int]):
         self.set_status(f"loading {pair.name}…")
         self.generate(pair, prompt, max_tokens)
 
+    def forget_confirmation(self) -> None:
+        if self._confirm_timer is not None:
+            self._confirm_timer.stop()
+            self._confirm_timer = None
+
+    def lock_replay_controls(self, replaying: bool) -> None:
+        """While a replay is shown, what would discard it (Run, Stop, lane overrides)
+        is disabled; `r` asks first."""
+        for selector in ("#run", "#stop", "#lane-a-overrides", "#lane-b-overrides"):
+            self.query_one(selector).disabled = replaying
+        self.refresh_bindings()
+
     @work(thread=True, exclusive=True, group="generation", exit_on_error=False)
     def generate(self, pair: Pair, prompt: str, max_tokens: int) -> None:
         worker = get_current_worker()
+        self._loading_lane = None
         try:
             runner = self.runner_for(pair)
+            self._loading_lane = None  # both loaded: what fails now is the pair's
             tokens = runner.tokenize(prompt)
             self.post_message(RunStarted(len(tokens)))
             buffer = []
@@ -642,7 +843,10 @@ class SpecdiffApp(App[int]):
             assert runner.result is not None
             self.post_message(RunFinished(runner.result))
         except SpecdiffError as error:
-            self.post_message(RunFailed(str(error)))
+            text = str(error)
+            # an error naming both lanes (vocabularies that differ) is the pair's
+            both = "lane a" in text and "lane b" in text
+            self.post_message(RunFailed(text, None if both else self._loading_lane))
 
     def runner_for(self, pair: Pair) -> PairWorker:
         """Reuse loaded lanes while the pair stays the same and their process lives (runs
@@ -652,10 +856,16 @@ class SpecdiffApp(App[int]):
         if self._runner is not None:
             self._runner.close()
             self._runner = None
-        self._runner = PairWorker(
-            pair, lambda text: self.call_from_thread(self.set_status, text), self.cancel
-        )
+        self._runner = PairWorker(pair, self.loading_progress, self.cancel)
         return self._runner
+
+    def loading_progress(self, text: str) -> None:
+        """A line of the lanes' loading (in the worker thread): shown in the status, and
+        the lane it names kept, so a failure to load is shown in that lane's pane."""
+        for lane_id in ("a", "b"):
+            if text.startswith(f"loading lane {lane_id}"):
+                self._loading_lane = lane_id
+        self.call_from_thread(self.set_status, text)
 
     def on_run_started(self, message: RunStarted) -> None:
         self.set_status(
@@ -674,7 +884,8 @@ class SpecdiffApp(App[int]):
         # While streaming only new tokens are drawn; the alignment after the fork is
         # drawn once the run ends.
         # The panel changes only with the fork, the cursor or the theme.
-        self.render_lanes(follow=self.follow, panel=self.find_fork())
+        found = self.find_fork()
+        self.render_lanes(follow=self.follow, panel=found)
 
     def on_run_finished(self, message: RunFinished) -> None:
         result = message.result
@@ -698,14 +909,13 @@ class SpecdiffApp(App[int]):
         elif comparison.identical:
             summary = f"identical over {comparison.length_a} tokens"
         elif comparison.fork is not None:
-            summary = (
-                f"forked at token {comparison.fork.index} of "
-                f"{max(comparison.length_a, comparison.length_b)}"
-            )
+            lengths = (counted(comparison.length_a, "token"), counted(comparison.length_b, "token"))
+            summary = f"forked at token {comparison.fork.index} (a {lengths[0]}, b {lengths[1]})"
         else:
             summary = "same tokens, different lengths"
         speed = f" · speed a/b {result.speedup:.2f}x" if result.speedup else ""
-        self.set_status(f"{summary}{speed} · s saves the session · d jumps to the fork")
+        jump = " · d jumps to the fork" if self.fork is not None else ""
+        self.set_status(f"{summary}{speed}{jump} · s saves the session · e writes a report")
         if self._restart:
             self._restart = False
             self.action_run()
@@ -713,9 +923,10 @@ class SpecdiffApp(App[int]):
     def on_run_failed(self, message: RunFailed) -> None:
         self.running = False
         self._restart = False
-        self.notify(message.error, severity="error", timeout=10)
-        self.set_status(f"failed: {message.error}")
-        for lane_id in ("a", "b"):
+        where = f"lane {message.lane}: " if message.lane else ""
+        self.notify(f"{where}{message.error}", severity="error", timeout=10)
+        self.set_status(f"failed: {where}{message.error}")
+        for lane_id in (message.lane,) if message.lane else ("a", "b"):
             self.lanes[lane_id].error = message.error
         self.render_lanes(follow=False)
 
@@ -741,13 +952,23 @@ class SpecdiffApp(App[int]):
 
     @on(Input.Submitted)
     def input_submitted(self) -> None:
+        # Enter hands the keys back to the panes: a `d` typed next must jump, not type
+        self.action_panes()
         self.action_run()
+
+    @on(Select.Changed, "#pair")
+    def pair_chosen(self) -> None:
+        if self.is_mounted:
+            self.show_config()
+            if self.focused is not None and self.focused.id == "pair":
+                self.action_panes()
 
     # -- navigation -----------------------------------------------------------------
     def move_cursor(self, lane_id: str, index: int | None, scroll_both: bool = False) -> None:
         self.cursor_lane = lane_id
         self.cursor = index
         self.follow = False
+        self.mark_current_lane()
         self.render_lanes(follow=False)
         if index is None:
             return
@@ -822,8 +1043,58 @@ class SpecdiffApp(App[int]):
         except (OSError, SpecdiffError) as error:
             self.notify(f"could not save the session: {error}", severity="error")
             return
-        self.notify(f"saved {path}", timeout=6)
+        self._saved_path = path
+        self.notify(f"saved {path}", timeout=TOAST_SECONDS)
         self.set_status(f"saved {path}")
+
+    def output_folder(self) -> Path:
+        """Where reports and screenshots go: the sessions folder (made when missing)."""
+        folder = sessions_dir(self.sessions_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    def session_on_screen(self) -> Session:
+        """The recorded session shown, or the finished live run saved as one."""
+        if self.session is not None:
+            return self.session
+        if self.running:
+            raise SpecdiffError("the run is still going: wait for it or stop it (x), then e")
+        if self.result is None:
+            raise SpecdiffError("nothing to report yet: run a pair first (r)")
+        if self._saved_path is None:
+            self._saved_path = save_result(self.result, self.sessions_dir)
+        return load_session(self._saved_path)
+
+    def action_export(self) -> None:
+        """Write the HTML report of the session on screen and say where it went."""
+        # deferred: the report renderer loads only when a report is asked for
+        from specdiff.reports.export import export_session, write_report
+
+        try:
+            session = self.session_on_screen()
+            folder = self.output_folder()
+            path = free_path(folder, session.path.stem, ".html")
+            write_report(export_session(session, "html", self.near_tie), path)
+        except (OSError, SpecdiffError) as error:
+            self.notify(f"no report written: {error}", severity="error", timeout=8)
+            return
+        self.set_status(f"report written: {path}")
+
+    def deliver_screenshot(
+        self,
+        filename: str | None = None,
+        path: str | None = None,
+        time_format: str | None = None,
+    ) -> str | None:
+        # Textual saves to ~/Downloads by default, which need not exist
+        try:
+            folder = Path(path) if path else self.output_folder()
+        except OSError as error:
+            self.notify(f"no screenshot saved: {error}", severity="error", timeout=8)
+            return None
+        key = super().deliver_screenshot(filename, str(folder), time_format)
+        self.set_status(f"screenshot saved in {folder}")
+        return key
 
     def action_next_theme(self) -> None:
         names = self.our_themes
@@ -858,8 +1129,21 @@ class SpecdiffApp(App[int]):
             "Switch lane", "Move the cursor to the other lane", self.action_switch_lane
         )
         yield SystemCommand("Save session", "Write the run as a session file", self.action_save)
+        yield SystemCommand(
+            "Write report", "The HTML report of what is on screen", self.action_export
+        )
         yield SystemCommand("Next theme", "Cycle specdiff's themes", self.action_next_theme)
         yield SystemCommand("Help", "Every key binding", self.action_help)
+
+
+def free_path(folder: Path, stem: str, suffix: str) -> Path:
+    """`folder/stem+suffix`, or with -2, -3 … added: a report never replaces another."""
+    path = folder / f"{stem}{suffix}"
+    number = 2
+    while path.exists():
+        path = folder / f"{stem}-{number}{suffix}"
+        number += 1
+    return path
 
 
 def make_app(*args: Any, **kwargs: Any) -> SpecdiffApp:

@@ -1,4 +1,7 @@
-"""The help screen: every key binding and what each colour and mark in the panes means."""
+"""The help screen: every key binding and what each colour and mark in the panes means.
+
+It scrolls, so it reads whole on an 80x24 terminal.
+"""
 
 from __future__ import annotations
 
@@ -6,54 +9,73 @@ from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
 HELP_ROWS = (
-    ("enter (in the prompt) / r", "run the pair on the prompt / run again"),
-    ("x / escape", "stop both lanes"),
+    ("? / f1", "this help"),
+    ("q / ctrl+q", "quit"),
+    ("escape", "leave an input (or the open config bar) for the panes"),
+    ("enter (in an input)", "run the pair; the keys go back to the panes"),
+    ("r", "run again; over a replay, press twice (the model loads)"),
+    ("x", "stop both lanes"),
     ("d", "jump to the fork (both panes)"),
     ("n / p", "next / previous near tie in the current lane"),
     ("← / →", "previous / next token"),
     ("space (replay)", "pause / resume; at the end, play it again"),
     ("← / → (replay, paused)", "hide / show one token; the panel follows it"),
-    ("l", "switch the current lane (a / b)"),
+    ("l", "switch the current lane (a / b): its pane is framed"),
     ("click a token", "select it: the panel shows its top-k in both lanes"),
+    ("c (under 100 columns)", "open the config bar: prompt, pair, max tokens, overrides"),
+    ("e", "write the HTML report of what is on screen; the status names the file"),
     ("s", "save the run as a session file"),
     ("t", "next theme"),
     ("ctrl+p", "command palette: every action by name"),
-    ("?", "this help"),
-    ("q", "quit"),
 )
+
+LEGEND_ROWS = (
+    ("fork colour", "the first token where the lanes differ"),
+    ("red / green", "after the fork: tokens only this lane has"),
+    ("grey", "after the fork: tokens both lanes share, realigned"),
+    ("shading", "near tie: top-1 minus top-2 logit under the threshold; darker is closer"),
+    ("underline", "a draft token the speculation accepted"),
+    ("reverse", "the cursor: the token the panel shows"),
+    ("margin strip", "every step's margin under each pane; the fork is marked"),
+)
+
+END_ROW = "escape, ? or q closes · ↑/↓, page up/down, home/end scroll"
+"""The last line of help: a test scrolls until it is in view."""
+
+
+def _table(title: str, rows: tuple[tuple[str, str], ...]) -> Table:
+    table = Table(title=title, box=None, expand=False, title_justify="left")
+    table.add_column("key", style="bold", no_wrap=True)
+    table.add_column("does")
+    for key, does in rows:
+        table.add_row(key, does)
+    return table
 
 
 class HelpScreen(ModalScreen[None]):
-    """Every binding, in one place."""
+    """Every binding and every mark, in one scrolling box."""
 
     BINDINGS = [
         Binding("escape", "dismiss", "close"),
         Binding("question_mark", "dismiss", "close"),
+        Binding("f1", "dismiss", "close"),
         Binding("q", "dismiss", "close"),
     ]
 
     def compose(self) -> ComposeResult:
-        table = Table(title="specdiff keys", box=None, expand=False)
-        table.add_column("key", style="bold", no_wrap=True)
-        table.add_column("does")
-        for key, does in HELP_ROWS:
-            table.add_row(key, does)
-        with Vertical(id="help-box"):
-            yield Static(table)
-            yield Static(
-                Text(
-                    "Near ties: tokens whose top-1 minus top-2 logit is below the threshold "
-                    "are shaded, darker for smaller margins. Underlined: accepted drafts. "
-                    "The sparkline under each pane plots every step's margin.",
-                    style="dim",
-                )
-            )
-            yield Static(Text("escape closes", style="dim italic"))
+        with VerticalScroll(id="help-box"):
+            yield Static(_table("specdiff keys", HELP_ROWS))
+            yield Static(_table("what the panes show", LEGEND_ROWS))
+            yield Static(Text(END_ROW, style="dim italic"), id="help-end")
+
+    def on_mount(self) -> None:
+        # the box takes the keys: arrows, page up/down and home/end scroll it
+        self.query_one("#help-box").focus()
 
     async def action_dismiss(self, result: None = None) -> None:
         self.dismiss(result)

@@ -38,6 +38,9 @@ class RunFailed(Message):
     """The run could not start or broke down (model load, bad prompt, ...)."""
 
     error: str
+    lane: str | None = None
+    """The lane that failed to load, None when the failure is the pair's (a prompt,
+    vocabularies that differ, a crash)."""
 
 
 @dataclass
