@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import math
+import os
+import pty
 import re
+import select
+import subprocess
+import sys
+import time
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -15,7 +22,7 @@ import pytest
 
 from specdiff import files as files_module
 from specdiff.cli import main
-from specdiff.compare import DEFAULT_NEAR_TIE
+from specdiff.compare import DEFAULT_NEAR_TIE, run_fork_sentence
 from specdiff.reports.export import ExportError, export_session, token_texts, write_report
 from specdiff.reports.svg import (
     HEIGHT,
@@ -296,9 +303,10 @@ def test_near_tie_threshold_is_an_option(capsys: pytest.CaptureFixture[str]) -> 
     summary = json.loads(out)["summary"]
     assert summary["near_tie_threshold"] == 0
     assert summary["near_ties"] == {"a": [], "b": []}
-    assert json.loads(export_session(load_session(UBATCH), "json"))["summary"][
-        "near_tie_threshold"
-    ] == DEFAULT_NEAR_TIE
+    assert (
+        json.loads(export_session(load_session(UBATCH), "json"))["summary"]["near_tie_threshold"]
+        == DEFAULT_NEAR_TIE
+    )
 
 
 def test_lanes_without_a_fork_are_reported_identical(tmp_path: Path) -> None:
@@ -602,3 +610,117 @@ def test_a_long_series_is_a_line_without_points() -> None:
     circles = list(root.iter(f"{SVG}circle"))
     assert len(circles) == 10
     assert len(list(root.iter(f"{SVG}polyline"))) == 2
+
+
+@pytest.mark.parametrize("path", DEMOS, ids=lambda p: p.name.split("-", 1)[1])
+def test_every_format_says_why_it_forked(path: Path) -> None:
+    session = load_session(path)
+    why = run_fork_sentence(session.steps["a"], session.steps["b"], near_tie=DEFAULT_NEAR_TIE)
+    assert why is not None
+    assert json.loads(export_session(session, "json"))["summary"]["verdict"] == why
+    kind = why.split(":", 1)[0]
+    for fmt in ("md", "html"):
+        report = export_session(session, fmt)
+        assert f"Why it forked: {kind}:" in report
+
+
+def export_to_a_terminal(arguments: list[str], cwd: Path) -> tuple[int, str, str]:
+    """`specdiff export` in a real process whose stdout is a pseudo-terminal, read while
+    it runs (a terminal's buffer holds a few kilobytes, a report more)."""
+    leader, follower = pty.openpty()
+    shown = bytearray()
+    with subprocess.Popen(
+        [sys.executable, "-m", "specdiff", "export", *arguments],
+        stdout=follower,
+        stderr=subprocess.PIPE,
+        cwd=cwd,
+    ) as process:
+        os.close(follower)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if select.select([leader], [], [], 0.1)[0]:
+                try:
+                    chunk = os.read(leader, 65536)
+                except OSError:  # the terminal closes when the process exits
+                    break
+                if not chunk:
+                    break
+                shown += chunk
+            elif process.poll() is not None:
+                break
+        os.close(leader)
+        err = process.stderr.read().decode("utf-8", "replace") if process.stderr else ""
+        code = process.wait(timeout=60)
+    return code, shown.decode("utf-8", "replace").replace("\r\n", "\n"), err
+
+
+@pytest.mark.parametrize("fmt", ["md", "html", "json"])
+def test_a_terminal_gets_the_report_as_a_file_beside_the_session(tmp_path: Path, fmt: str) -> None:
+    session = tmp_path / UBATCH.name
+    session.write_bytes(UBATCH.read_bytes())
+    code, shown, err = export_to_a_terminal([str(session), "--format", fmt], tmp_path)
+    written = tmp_path / (UBATCH.name.removesuffix(".jsonl") + f".{fmt}")
+    assert code == 0, err
+    assert shown == "" and "base64" not in err
+    assert f"wrote {written}" in err
+    assert written.read_text(encoding="utf-8") == export_session(load_session(session), fmt)
+    # a second export to the same name refuses, naming the file and the fix; --force replaces
+    written.write_text("older\n", encoding="utf-8")
+    code, _, err = export_to_a_terminal([str(session), "--format", fmt], tmp_path)
+    assert code == 2 and str(written) in err and "--force" in err and err.count("\n") == 1
+    assert written.read_text(encoding="utf-8") == "older\n"
+    code, _, _ = export_to_a_terminal([str(session), "--format", fmt, "--force"], tmp_path)
+    assert code == 0 and written.read_text(encoding="utf-8") != "older\n"
+
+
+@contextlib.contextmanager
+def read_only(folder: Path) -> Iterator[None]:
+    """A folder nobody may write into: root ignores permission bits, not the immutable
+    attribute."""
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        try:
+            yield
+        finally:
+            folder.chmod(0o755)
+        return
+    if subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode != 0:
+        pytest.skip("root here cannot make a folder read-only (no chattr +i)")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(folder)], check=True)
+
+
+def test_a_read_only_session_folder_sends_the_report_to_the_current_folder(
+    tmp_path: Path,
+) -> None:
+    folder, here = tmp_path / "shared", tmp_path / "here"
+    folder.mkdir()
+    here.mkdir()
+    session = folder / UBATCH.name
+    session.write_bytes(UBATCH.read_bytes())
+    with read_only(folder):
+        code, _, err = export_to_a_terminal([str(session), "--format", "html"], here)
+    assert code == 0, err
+    written = here / (UBATCH.name.removesuffix(".jsonl") + ".html")
+    assert [path.name for path in here.iterdir()] == [written.name]
+    assert sorted(path.name for path in folder.iterdir()) == [UBATCH.name]
+    assert written.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+
+
+def test_a_pipe_or_dash_still_gets_the_report_on_stdout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    session = tmp_path / UBATCH.name
+    session.write_bytes(UBATCH.read_bytes())
+    code, shown, err = export_to_a_terminal([str(session), "-o", "-"], tmp_path)
+    assert code == 0 and shown.startswith("# specdiff ubatch") and err == ""
+    piped = subprocess.run(
+        [sys.executable, "-m", "specdiff", "export", str(session), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert piped.returncode == 0 and json.loads(piped.stdout)["pair"] == "ubatch"
+    assert [path.name for path in tmp_path.iterdir()] == [UBATCH.name]

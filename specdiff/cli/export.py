@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -22,7 +23,13 @@ def add_parser(commands: Subcommands) -> None:
     export.add_argument(
         "--format", metavar="FORMAT", help="md, html or json (default: --output's suffix, else md)"
     )
-    export.add_argument("--output", "-o", metavar="PATH", help="where to write (default: stdout)")
+    export.add_argument(
+        "--output",
+        "-o",
+        metavar="PATH",
+        help="where to write; - for stdout (default: stdout when it is piped, else a "
+        "file beside the session, or in the current folder if that one is read-only)",
+    )
     export.add_argument(
         "--force", action="store_true", help="overwrite an existing --output (a regular file)"
     )
@@ -37,6 +44,10 @@ def command_export(args: argparse.Namespace) -> int:
 
     fmt = report_format(args.format, args.output)
     output = None if args.output in (None, "-") else Path(args.output).expanduser()
+    if args.output is None and sys.stdout.isatty():
+        # a report is a page of markup (an HTML one carries a base64 plot): a terminal
+        # shows it as a wall of text, so it goes to a file and the terminal gets its name
+        output = default_output(Path(args.session), fmt)
     if output is not None:
         # refuse before the work of loading and rendering: a device, pipe or folder
         # first, whatever --force says, then an existing file without --force
@@ -56,3 +67,11 @@ def command_export(args: argparse.Namespace) -> int:
         binary.write(report.encode("utf-8"))
         binary.flush()
     return Exit.SAME
+
+
+def default_output(session: Path, fmt: str) -> Path:
+    """Where a report goes when stdout is a terminal: beside the session, named after
+    it, or in the current folder where the session's folder is read-only."""
+    name = session.name.removesuffix(".partial").removesuffix(".jsonl") + f".{fmt}"
+    folder = session.expanduser().parent
+    return folder / name if os.access(folder, os.W_OK) else Path(name)

@@ -25,6 +25,7 @@ from specdiff.compare import (
     Comparison,
     Fork,
     ForkVerdict,
+    run_fork_sentence,
     run_fork_verdict,
 )
 from specdiff.errors import SpecdiffError
@@ -90,6 +91,8 @@ class _Report:
     """Token indices after the fork that the other lane does not share."""
     verdict: ForkVerdict | None
     """The fork's class (in a teacher-forced session, the first flip's)."""
+    why: str | None
+    """The fork's plain-words verdict (fork_sentence), None without a fork."""
 
     @property
     def fork(self) -> Fork | None:
@@ -143,6 +146,9 @@ def _report(session: Session, near_tie: float) -> _Report:
         {lane_id: token_texts(session.steps[lane_id]) for lane_id in LANE_IDS},
         _changed_tokens(comparison),
         run_fork_verdict(
+            session.steps["a"], session.steps["b"], session.header.teacher_forced, near_tie
+        ),
+        run_fork_sentence(
             session.steps["a"], session.steps["b"], session.header.teacher_forced, near_tie
         ),
     )
@@ -216,7 +222,9 @@ def _findings(report: _Report) -> list[str]:
     texts stay after the fork."""
     comparison = report.comparison
     where = "before the fork" if comparison.fork is not None else "in the whole run"
-    lines = [] if report.verdict is None else [f"Fork class: {report.verdict.describe()}."]
+    lines = [] if report.why is None else [f"Why it forked: {report.why}."]
+    if report.verdict is not None:
+        lines.append(f"Fork class: {report.verdict.describe()}.")
     lines += [
         f"Near ties {where} (margin < {comparison.near_tie_threshold:g}): "
         f"lane a at {_indices(comparison.near_ties_a)}; "
@@ -667,6 +675,7 @@ def _json_summary(report: _Report) -> dict[str, Any]:
         "fork_reference_lane": None if verdict is None else verdict.reference,
         "split_threshold": DEFAULT_SPLIT_THRESHOLD,
         "fork": fork_json(fork),
+        "verdict": report.why,
         "near_tie_threshold": comparison.near_tie_threshold,
         "near_ties": {"a": list(comparison.near_ties_a), "b": list(comparison.near_ties_b)},
         "near_ties_are_before_fork": fork is not None,

@@ -17,6 +17,8 @@ from specdiff.compare import (
     Fork,
     LaneAtFork,
     PickView,
+    fork_sentence,
+    run_fork_sentence,
     run_fork_verdict,
 )
 from specdiff.lanes import differences
@@ -165,6 +167,7 @@ def _fork_lines(result: PairResult, fork: Fork) -> list[str]:
         a.steps, b.steps, result.teacher_forced, comparison.near_tie_threshold
     )
     if verdict is not None:
+        lines.append(f"why: {fork_sentence(fork, verdict)}")
         lines.append(f"fork class: {verdict.describe()}")
     lines.append(
         f"near ties before the fork (margin < {comparison.near_tie_threshold}): "
@@ -241,6 +244,9 @@ def result_json(result: PairResult) -> dict[str, Any]:
         "stop": result.stop,
         "teacher_forced": result.teacher_forced,
         "fork": fork_json(comparison.fork),
+        "verdict": run_fork_sentence(
+            result.a.steps, result.b.steps, result.teacher_forced, comparison.near_tie_threshold
+        ),
         "near_tie_threshold": comparison.near_tie_threshold,
         "fork_class": summary.get("fork_class"),
         "split_threshold": DEFAULT_SPLIT_THRESHOLD,
