@@ -105,6 +105,23 @@ def add_prompt_options(
     source.add_argument("--prompt-file", metavar="FILE", help=file_help)
 
 
+def add_chat_options(parser: argparse.ArgumentParser) -> None:
+    """--system and --messages, as `run.chat_request` reads them: the prompt as a
+    conversation, which chat lanes (lane key chat, or a server's api=chat) format."""
+    parser.add_argument(
+        "--system",
+        type=utf8_text,
+        metavar="TEXT",
+        help="a system message before the prompt (the prompt becomes a conversation)",
+    )
+    parser.add_argument(
+        "--messages",
+        metavar="FILE|JSON",
+        help='the prompt as a JSON messages list, e.g. \'[{"role": "user", "content": "Hi"}]\', '
+        "or a file holding one (- = stdin)",
+    )
+
+
 def add_request_options(parser: argparse.ArgumentParser) -> None:
     """Everything `common.read_request` reads: the pair, the prompt and the limits."""
     add_lane_options(parser)

@@ -7,11 +7,14 @@ import json
 import sys
 import threading
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from specdiff.chat import MAX_CONVERSATION_CHARS, ChatError, conversation, mixed_note, read_messages
 from specdiff.cli import options
 from specdiff.cli.common import Exit, Status, Subcommands, add_command, interrupt_sets, read_request
 from specdiff.errors import SpecdiffError
+from specdiff.files import read_limited
 from specdiff.lanes import Pair
 from specdiff.safe_text import visible
 from specdiff.steps import TokenStep
@@ -27,6 +30,7 @@ def add_parser(commands: Subcommands) -> None:
         commands, "run", "run both lanes of a pair on a prompt, headless", command_run
     )
     options.add_request_options(run)
+    options.add_chat_options(run)
     options.add_stop(run)
     options.add_json_summary(run)
     options.add_quiet(run)
@@ -45,6 +49,10 @@ def command_run(args: argparse.Namespace) -> int:
     from specdiff.reports.text import format_result, result_json
 
     _, pair, prompt = read_request(args)
+    prompt = chat_request(args, prompt)
+    note = mixed_note(pair.a, pair.b)
+    if note is not None:
+        print(f"specdiff: note: {note}", file=sys.stderr)
     status = Status(sys.stderr, not args.quiet)
     cancel = threading.Event()
     counts = {"a": 0, "b": 0}
@@ -82,6 +90,41 @@ def command_run(args: argparse.Namespace) -> int:
     else:
         print(format_result(result))
     return exit_code(result)
+
+
+def chat_request(args: argparse.Namespace, prompt: str) -> str:
+    """The prompt as --messages and --system make it: a conversation, or the prompt
+    read as it is."""
+    if args.messages is not None:
+        if args.prompt is not None or args.prompt_file:
+            raise ChatError("give the prompt once: --messages, or --prompt / --prompt-file")
+        prompt = read_messages(*_messages_source(args.messages))
+    return conversation(prompt, args.system)
+
+
+def _messages_source(value: str) -> tuple[str, str]:
+    """--messages JSON itself, or the text of the file (- = stdin) it names; with the
+    words that name it in messages."""
+    if value.lstrip().startswith(("[", "{")):
+        return value, "--messages"
+    where = "--messages on stdin" if value == "-" else f"--messages file {value}"
+    limit = 4 * MAX_CONVERSATION_CHARS  # the longest conversation, every character 4 bytes
+    try:
+        if value == "-":
+            raw = sys.stdin.buffer.read(limit + 1)
+            if len(raw) > limit:
+                raise ValueError(f"is larger than {limit:,} bytes")
+        else:
+            raw = read_limited(Path(value).expanduser(), limit)
+        return raw.decode("utf-8"), where
+    except FileNotFoundError:
+        raise ChatError(f"{where} not found; give a file or the JSON list itself") from None
+    except OSError as error:
+        raise ChatError(f"cannot read {where}: {error.strerror}") from None
+    except UnicodeDecodeError:
+        raise ChatError(f"{where} is not UTF-8 text") from None
+    except ValueError as error:
+        raise ChatError(f"{where} {error}; give a messages list") from None
 
 
 def start_session(

@@ -71,7 +71,9 @@ class PairRun(StreamsARun):
     def tokenize(self, prompt: str) -> list[int]:
         if not prompt.strip():
             raise PromptError("the prompt is empty; give some text (--prompt or --prompt-file)")
-        return self.lanes["a"].tokenize(prompt)
+        # each lane formats the prompt its own way (a chat lane with its template)
+        tokens = [local.tokenize(prompt) for local in self.lanes.values()]
+        return tokens[0]
 
     def check(self, tokens: Sequence[int], max_tokens: int) -> None:
         """Bad input found before any lane decodes: limits, context room, cached prefix."""

@@ -235,7 +235,7 @@ def _answer(conn: Connection, run: Any) -> None:
             cancelled, args = args[0], args[1:]
             run.cancel.set() if cancelled else run.cancel.clear()
             _reporting(conn, functools.partial(_stream, conn, run, args))
-        elif kind in ("tokenize", "check"):
+        elif kind in ("tokenize", "check", "executed"):
             _reporting(conn, functools.partial(_answer_with, conn, getattr(run, kind), args))
         else:
             conn.send(("bug", f"unknown request {kind!r}"))
@@ -342,7 +342,10 @@ class PairWorker(StreamsARun):
     # -- requests
 
     def tokenize(self, prompt: str) -> list[int]:
-        return cast(list[int], self._call("tokenize", prompt))
+        tokens = cast(list[int], self._call("tokenize", prompt))
+        # a chat lane's executed record now holds the prompt it formatted
+        self._executed = cast(dict[str, dict[str, Any]], self._call("executed"))
+        return tokens
 
     def check(self, tokens: Sequence[int], max_tokens: int) -> None:
         self._call("check", list(tokens), max_tokens)

@@ -25,9 +25,11 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from specdiff.engine.base import Generation
+from specdiff.chat import messages_of
+from specdiff.engine.base import Generation, Prompt
 from specdiff.engine.llama.context import Context, ModelPool, Offload, repack_choice
 from specdiff.engine.llama.drafts import Verification, make_drafter
+from specdiff.engine.llama.templates import ChatTemplate
 from specdiff.engine.models import Progress, resolve_model, sha256_file
 from specdiff.engine.topk import TopK, logsumexp, rank_of
 from specdiff.errors import PromptError
@@ -75,6 +77,9 @@ class LocalLane:
         self.model_path = resolve_model(lane.model, lane.quant, lane.threads, progress)
         self.repack = repack_choice(lane, self.model_path)
         self.model = self.pool.get(self.model_path, self.repack.on, Offload.of(lane))
+        self.chat = ChatTemplate(self.model.pointer, lane.chat, lane_id) if lane.chat else None
+        self.chat_prompt: dict[str, Any] | None = None
+        """A chat lane's last formatted prompt: its text and token ids."""
         self.context = Context(self.model, lane, self.cancel)
         try:
             self.drafter, self.draft_path = make_drafter(
@@ -102,6 +107,10 @@ class LocalLane:
         }
         if self.drafter is not None:
             record["spec_accept"] = self.lane.spec_accept
+        if self.chat is not None:
+            record["chat_template"] = self.chat.name
+        if self.chat_prompt is not None:
+            record["chat_prompt"] = dict(self.chat_prompt)
         if self.draft_path is not None:
             record["draft_model_path"] = str(self.draft_path)
             record["draft_model_sha256"] = sha256_file(self.draft_path)
@@ -114,7 +123,14 @@ class LocalLane:
         return None  # the decode loop runs in the caller's thread: timing it is exact
 
     def tokenize(self, text: str) -> list[int]:
-        return self.model.tokenize(text)
+        """The prompt's token ids: a chat lane's after its template formats the
+        conversation (a plain prompt as the one user message), which it keeps."""
+        if self.chat is None:
+            return self.model.tokenize(text)
+        formatted = self.chat.render(messages_of(text))
+        tokens = self.model.tokenize(formatted)
+        self.chat_prompt = {"text": formatted, "token_ids": tokens}
+        return tokens
 
     def check(self, tokens: Sequence[int], max_tokens: int) -> None:
         if max_tokens < 1:
@@ -139,7 +155,7 @@ class LocalLane:
         """How many prompt tokens the earlier call decodes in prefix-cached mode."""
         lane = self.lane
         if lane.prefix_text:
-            prefix = self.tokenize(lane.prefix_text)
+            prefix = self.model.tokenize(lane.prefix_text)
             if list(prompt[: len(prefix)]) != prefix:
                 raise PromptError(
                     "prefix_text does not tokenize as a prefix of the prompt; "
@@ -171,7 +187,12 @@ class LocalLane:
         its own picks, so each step's distribution is computed on another lane's text:
         a step's `token_id` is the forced token, `top[0]` is still this lane's argmax,
         and a forced token outside the top-k comes with a probe (its logit and rank).
-        The lane stops where `forced` ends."""
+        The lane stops where `forced` ends.
+
+        A Prompt is tokenized again from its text, so that each lane of a pair decodes
+        the prompt as its own settings format it (one lane chat, the other raw text)."""
+        if isinstance(prompt, Prompt):
+            prompt = self.tokenize(prompt.text)
         self.check(prompt, max_tokens)
         self.generation = Generation(prompt_tokens=len(prompt))
         self.context.clear()

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from specdiff.chat import messages_of
 from specdiff.engine.server.client import ServerClient, finite
 from specdiff.lanes import BOUNDS, Lane
 
@@ -145,7 +146,8 @@ class Chat(_OpenAI):
 
     def body(self, prompt: str, max_tokens: int, top_k: int, cached: bool) -> dict[str, Any]:
         return {
-            "messages": [{"role": "user", "content": prompt}],
+            # a conversation's own messages; a plain prompt as the one user message
+            "messages": [message.to_json() for message in messages_of(prompt)],
             "max_tokens": max_tokens,
             "temperature": 0,
             "logprobs": True,
