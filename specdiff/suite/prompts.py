@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdiff import prompts as bundled
+from specdiff.chat import Conversation, parse_messages
 from specdiff.grading.graders import Grader, grader_from
 from specdiff.safe_text import first_surrogate
 from specdiff.sessions.store import safe_name
@@ -73,6 +74,8 @@ def prompts_digest(prompts: Sequence[SuitePrompt]) -> str:
 
 def _digested(prompt: SuitePrompt) -> list[object]:
     fields: list[object] = [prompt.id, prompt.prompt, prompt.max_tokens]
+    if isinstance(prompt.prompt, Conversation):
+        fields.append(prompt.prompt.to_json())
     if prompt.grader is not None or prompt.stop:
         fields += [prompt.grader.as_json() if prompt.grader else None, list(prompt.stop)]
     return fields
@@ -176,19 +179,37 @@ def _prompt_line(path: Path, number: int, raw: bytes, bad: Report) -> SuitePromp
     return _prompt_from(record, where, bad)
 
 
+def _prompt_or_messages(record: dict[str, object]) -> str:
+    """A line's "prompt", or its "messages" as a conversation; ValueError naming the
+    field."""
+    prompt, messages = record.get("prompt"), record.get("messages")
+    if messages is None:
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ValueError('missing "prompt" (a non-empty string) or "messages" (a list)')
+        return prompt
+    if prompt is not None:
+        raise ValueError('give "prompt" or "messages", not both')
+    conversation = Conversation(parse_messages(messages, '"messages"'))
+    if not conversation.strip():
+        raise ValueError('"messages" holds no text; give the messages some content')
+    return conversation
+
+
 def _prompt_from(record: object, where: str, bad: Report) -> SuitePrompt | None:
     """A prompt from one line's object; None (after `bad`) when a field is wrong."""
     if not isinstance(record, dict):
         bad(f'{where}: expected an object like {{"id": "...", "prompt": "..."}}')
         return None
-    prompt_id, prompt = record.get("id"), record.get("prompt")
+    prompt_id = record.get("id")
     if isinstance(prompt_id, int) and not isinstance(prompt_id, bool):
         prompt_id = str(prompt_id)
     if not isinstance(prompt_id, str) or not prompt_id.strip():
         bad(f'{where}: missing "id" (a non-empty string)')
         return None
-    if not isinstance(prompt, str) or not prompt.strip():
-        bad(f'{where}: missing "prompt" (a non-empty string)')
+    try:
+        prompt = _prompt_or_messages(record)
+    except ValueError as error:
+        bad(f"{where}: {error}")
         return None
     if first_surrogate(prompt_id + prompt) is not None:
         # JSON's "\udc80" decodes to a lone surrogate, which no file name, session or
