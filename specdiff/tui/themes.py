@@ -1,8 +1,9 @@
 """Themes are data: ``themes/*.toml`` files turned into ``textual.theme.Theme`` objects.
 
 A theme file names Textual's base colours and specdiff's own variables (fork colour,
-near-tie heat, shared text, drafted tokens, diff colours). A file that does not parse
-or names an unknown key or a bad colour is reported and skipped, never fatal.
+near-tie shading, shared text, cursor, diff colours). A file that does not parse or
+names an unknown key or a bad colour is reported and skipped, never fatal. The text
+colours a theme sets are checked for contrast (WCAG) by the tests, in every bundled theme.
 """
 
 from __future__ import annotations
@@ -21,13 +22,17 @@ else:  # pragma: no cover
 
 APP_VARIABLES = {
     "fork": "#ff3d7f",
-    "near-tie-strong": "#a23b1c",
-    "near-tie-weak": "#4a3a12",
+    "near-tie-strong": "#8a3a1c",
+    "near-tie-weak": "#3a2016",
     "shared": "#d0d0d0",
+    "shared-after-fork": "#8a8f99",
+    "cursor": "#2f4f7f",
     "drafted": "#5fd7af",
     "diff-insert": "#87d787",
     "diff-delete": "#ff8787",
 }
+"""specdiff's own theme variables and their defaults (the dark theme's). `drafted` is
+still read from older theme files; accepted drafts are underlined in the text colour."""
 BASE_COLOURS = (
     "primary",
     "secondary",
@@ -42,6 +47,38 @@ BASE_COLOURS = (
     "boost",
 )
 DEFAULT_THEME = "specdiff-dark"
+
+
+def relative_luminance(colour: str) -> float:
+    """WCAG 2 relative luminance of a colour Textual can parse."""
+
+    def linear(channel: int) -> float:
+        value = channel / 255
+        return value / 12.92 if value <= 0.03928 else ((value + 0.055) / 1.055) ** 2.4
+
+    parsed = Color.parse(colour)
+    return 0.2126 * linear(parsed.r) + 0.7152 * linear(parsed.g) + 0.0722 * linear(parsed.b)
+
+
+def contrast(foreground: str, background: str) -> float:
+    """WCAG 2 contrast ratio, 1 to 21; text needs 4.5 to be read comfortably."""
+    high, low = sorted((relative_luminance(foreground), relative_luminance(background)))[::-1]
+    return (high + 0.05) / (low + 0.05)
+
+
+def readable_on(background: str, *candidates: str) -> str:
+    """The candidate text colour with the most contrast on `background` (black and white
+    are always candidates, so one reaches 4.5)."""
+    return max((*candidates, "#000000", "#ffffff"), key=lambda text: contrast(text, background))
+
+
+def theme_variables(theme: Theme) -> dict[str, str]:
+    """Every colour a theme resolves to, as Textual would compute them for its CSS: the
+    base colours, derived ones and specdiff's variables, with defaults for those unset.
+
+    Read from the theme itself, not from the app's variables, which are only updated
+    once the new theme's CSS is applied (after the app hears of the change)."""
+    return {**APP_VARIABLES, **theme.to_color_system().generate(), **theme.variables}
 
 
 def theme_dirs() -> list[Path]:

@@ -1,10 +1,15 @@
-"""Widgets that render records: a lane pane, its tokens, the divergence panel."""
+"""Widgets that render records: a lane pane, its tokens and margin strip, the
+divergence panel, the legend and the aligned view.
+
+One colour hierarchy (look_style) draws tokens, the legend and the aligned view, so
+the legend always shows what the panes show."""
 
 from __future__ import annotations
 
 import codecs
+import math
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rich.cells import cell_len
@@ -15,14 +20,16 @@ from rich.table import Table
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.color import Color
-from textual.containers import Vertical
+from textual.containers import Vertical, VerticalScroll
 from textual.filter import LineFilter
 from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+from textual.theme import Theme
 from textual.widget import Widget
-from textual.widgets import Sparkline
+from textual.widgets import Static
 
 from specdiff.compare import (
     AMBIGUOUS,
@@ -31,11 +38,16 @@ from specdiff.compare import (
     NEAR_TIE,
     Fork,
     PickView,
+    fork_sentence,
     fork_verdict,
+    near_ties,
+    quoted_piece,
 )
 from specdiff.compare import MARGIN_DISPLAY_CAP as MARGIN_CAP
+from specdiff.lanes import Pair, differences
 from specdiff.safe_text import terminal_text, visible, without_controls
 from specdiff.steps import TokenStep
+from specdiff.tui.themes import APP_VARIABLES, readable_on, theme_variables
 
 LINE_CHUNK = 8
 """A token view's scrollable height grows by this many lines at a time."""
@@ -79,36 +91,118 @@ class LaneState:
 
 @dataclass(frozen=True)
 class Palette:
-    """Colours the token renderer needs, read from the current theme's variables."""
+    """Colours the renderers need, read from a theme. Text colours that sit on a
+    coloured background (the fork, the cursor) are picked for contrast."""
 
+    background: str
     shared: str
+    muted: str
+    """Text both lanes share after the fork: greyed, as it no longer explains the fork."""
     fork: str
+    fork_text: str
     heat_strong: str
     heat_weak: str
-    drafted: str
     insert: str
     delete: str
-    background: str
+    cursor: str
+    cursor_text: str
+    bar: str
+    """Margin strip bars above the near-tie threshold."""
+    tie_bar: str
+    """Margin strip bars below it."""
 
     @classmethod
     def from_variables(cls, variables: dict[str, str]) -> Palette:
+        colours = {**APP_VARIABLES, **variables}
+        background = colours.get("background", "#000000")
+        fork, cursor = colours["fork"], colours["cursor"]
+        shared = colours["shared"]
         return cls(
-            shared=variables.get("shared", "#d0d0d0"),
-            fork=variables.get("fork", "#ff3d7f"),
-            heat_strong=variables.get("near-tie-strong", "#a23b1c"),
-            heat_weak=variables.get("near-tie-weak", "#4a3a12"),
-            drafted=variables.get("drafted", "#5fd7af"),
-            insert=variables.get("diff-insert", "#87d787"),
-            delete=variables.get("diff-delete", "#ff8787"),
-            background=variables.get("background", "#000000"),
+            background=background,
+            shared=shared,
+            muted=colours["shared-after-fork"],
+            fork=fork,
+            fork_text=readable_on(fork, background, shared),
+            heat_strong=colours["near-tie-strong"],
+            heat_weak=colours["near-tie-weak"],
+            insert=colours["diff-insert"],
+            delete=colours["diff-delete"],
+            cursor=cursor,
+            cursor_text=readable_on(cursor, shared, background),
+            bar=colours.get("primary", "#5fafff"),
+            tie_bar=colours.get("warning", "#ffd75f"),
         )
 
+    @classmethod
+    def from_theme(cls, theme: Theme) -> Palette:
+        """The palette of a theme (computed once per theme object)."""
+        cached = _THEME_PALETTES.get(id(theme))
+        if cached is None or cached[0] is not theme:
+            cached = (theme, cls.from_variables(theme_variables(theme)))
+            _THEME_PALETTES[id(theme)] = cached
+        return cached[1]
 
-def heat(palette: Palette, margin: float, threshold: float) -> str:
-    """Background for a near tie: the smaller the margin, the stronger the colour."""
-    factor = max(0.0, min(1.0, margin / threshold)) if threshold > 0 else 1.0
-    strong, weak = Color.parse(palette.heat_strong), Color.parse(palette.heat_weak)
-    return strong.blend(weak, factor).hex
+
+_THEME_PALETTES: dict[int, tuple[Theme, Palette]] = {}
+
+SHADE_LEVELS = 8
+"""Near-tie shading comes in this many strengths: enough to read, few enough to cache."""
+
+
+def shade_level(margin: float, threshold: float) -> int | None:
+    """How strongly a near tie is shaded, 0 (margin just below the threshold) to
+    SHADE_LEVELS - 1 (margin 0); None for a step that is not a near tie."""
+    if not margin < threshold:
+        return None
+    closeness = 1.0 - margin / threshold if threshold > 0 else 1.0
+    return max(0, min(SHADE_LEVELS - 1, int(closeness * SHADE_LEVELS)))
+
+
+def shade(palette: Palette, level: int) -> str:
+    """The background of a near tie: one hue, stronger for a smaller margin, so the
+    strength reads as shade in every theme (high-contrast included)."""
+    weak, strong = Color.parse(palette.heat_weak), Color.parse(palette.heat_strong)
+    return weak.blend(strong, level / (SHADE_LEVELS - 1)).hex
+
+
+FORK, ONLY_A, ONLY_B, SHARED_AFTER, SHARED = "fork", "a only", "b only", "shared after", "shared"
+"""A token's role, which picks its colour; one role per token, never stacked."""
+
+
+@dataclass(frozen=True)
+class Look:
+    """Everything that decides how one token is drawn."""
+
+    role: str
+    shade: int | None = None
+    """Near-tie strength; only before the fork, where it explains what comes."""
+    cursor: bool = False
+    drafted: bool = False
+    """Underlined: only where nothing else marks the token."""
+
+
+def look_style(palette: Palette, look: Look) -> Style:
+    """The one colour hierarchy: the fork strongest, then the text only one lane has,
+    then near-tie shading before the fork; the cursor is a box of its own colour, and
+    on the fork an underline, so it never hides the fork."""
+    colour = {
+        FORK: palette.fork_text,
+        ONLY_A: palette.delete,
+        ONLY_B: palette.insert,
+        SHARED_AFTER: palette.muted,
+    }.get(look.role, palette.shared)
+    background = None if look.shade is None else shade(palette, look.shade)
+    if look.role == FORK:
+        return Style(
+            color=colour,
+            bgcolor=palette.fork,
+            bold=True,
+            underline=look.cursor,
+            overline=look.cursor,
+        )
+    if look.cursor:
+        return Style(color=palette.cursor_text, bgcolor=palette.cursor, bold=True)
+    return Style(color=colour, bgcolor=background, underline=look.drafted)
 
 
 @dataclass(frozen=True)
@@ -121,50 +215,31 @@ class TokenMarks:
     cursor: int | None
     changed_after_fork: frozenset[int] = frozenset()
 
+    def look(self, lane_id: str, index: int, step: TokenStep) -> Look:
+        cursor = index == self.cursor
+        fork = self.fork_index
+        if index == fork:
+            return Look(FORK, cursor=cursor)
+        if fork is not None and index > fork:
+            if index in self.changed_after_fork:
+                return Look(ONLY_A if lane_id == "a" else ONLY_B, cursor=cursor)
+            return Look(SHARED_AFTER, cursor=cursor, drafted=step.drafted and not cursor)
+        level = shade_level(step.margin, self.threshold)
+        return Look(SHARED, level, cursor, step.drafted and level is None and not cursor)
+
 
 class TokenStyles:
     """Rich styles for token looks; few distinct looks, so each is built once."""
 
     def __init__(self) -> None:
-        self._cache: dict[tuple[object, ...], Style] = {}
+        self._cache: dict[tuple[Palette, Look], Style] = {}
 
     def style(self, lane_id: str, index: int, step: TokenStep, marks: TokenMarks) -> Style:
-        palette = marks.palette
-        colour = palette.shared
-        dim = False
-        if marks.fork_index is not None and index > marks.fork_index:
-            if index in marks.changed_after_fork:
-                colour = palette.delete if lane_id == "a" else palette.insert
-            else:
-                dim = True
-        level = None
-        if step.margin < marks.threshold:
-            # heat in 8 steps: enough to read, few enough to cache
-            level = min(7, int(8 * step.margin / marks.threshold)) if marks.threshold else 7
-        key = (
-            palette,
-            marks.threshold,
-            colour,
-            level,
-            dim,
-            step.drafted,
-            index == marks.fork_index,
-            index == marks.cursor,
-        )
+        key = (marks.palette, marks.look(lane_id, index, step))
         cached = self._cache.get(key)
         if cached is None:
             # the colour blend runs once per look, not once per drawn token
-            background = (
-                None
-                if level is None
-                else heat(palette, (level + 0.5) / 8 * marks.threshold, marks.threshold)
-            )
-            cached = Style(color=colour, bgcolor=background, dim=dim, underline=step.drafted)
-            if index == marks.fork_index:
-                cached += Style(bgcolor=palette.fork, color=palette.background, bold=True)
-            if index == marks.cursor:
-                cached += Style(reverse=True)
-            self._cache[key] = cached
+            cached = self._cache[key] = look_style(*key)
         return cached
 
 
@@ -188,6 +263,8 @@ class TokenView(ScrollView, can_focus=False):
         self.token_lines: list[int] = []
         self.width_used = 0
         self.strips: dict[int, Strip] = {}
+        self.strips_base = Style()
+        """The pane's style the cached lines were drawn on."""
         self.trailer: str | None = None
         self.trailer_lines: list[str] = []
         """The trailer wrapped to the view's width: a crash message is longer than a pane."""
@@ -282,6 +359,10 @@ class TokenView(ScrollView, can_focus=False):
                 strip = Strip([Segment(text, base + Style(color="red", bold=True))])
                 return strip.crop_extend(0, width, base)
             return Strip.blank(width, base)
+        if base != self.strips_base:
+            # a new theme changes the pane's own colours, which every cached line holds
+            self.strips.clear()
+            self.strips_base = base
         strip = self.strips.get(line)
         if strip is None:
             steps, marks, styles = self.state.steps, self.marks, self.styles_cache
@@ -363,25 +444,218 @@ class Line(Widget):
         return self._text
 
 
-class Panel(Widget):
+class ThemeAware(Widget):
+    """A widget drawn in theme colours that repaints once a new theme is applied."""
+
+    def on_mount(self) -> None:
+        self.app.theme_changed_signal.subscribe(self, self.theme_changed)
+
+    def theme_changed(self, _theme: Theme) -> None:
+        self.refresh()
+
+    @property
+    def palette(self) -> Palette:
+        return Palette.from_theme(self.app.current_theme)
+
+
+@dataclass(frozen=True)
+class PanelView:
+    """What the divergence panel shows: the selected step (or the fork) of both lanes."""
+
+    index: int | None
+    a: TokenStep | None
+    b: TokenStep | None
+    fork: Fork | None
+    similarity: float | None
+    generated: int
+    """The tokens each lane has so far (the longer lane's count)."""
+    near_tie: float = DEFAULT_NEAR_TIE
+    near_ties_before: tuple[tuple[int, float], ...] = ()
+    """(index, margin) of lane a's near ties before the fork (or so far, without one)."""
+    differences: tuple[str, ...] = ()
+    """What the lanes differ in, one "key a / b" each."""
+
+
+class Panel(ThemeAware):
     """The divergence panel: fixed height, so a new selection repaints without a new
-    layout of the screen."""
+    layout of the screen; laid out for its own size when drawn."""
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
-        self._content: RenderableType = Text("")
+        self.view: PanelView | None = None
 
-    def set(self, content: RenderableType) -> None:
-        self._content = content
-        self.refresh()
+    def show(self, view: PanelView) -> None:
+        if view != self.view:
+            self.view = view
+            self.refresh()
 
     def render(self) -> RenderableType:
-        return self._content
+        if self.view is None:
+            return Text("")
+        size = self.content_size
+        return panel_renderable(self.view, size.width or 120, size.height or 12, self.palette)
+
+
+def strip_columns(margins: Sequence[float], width: int) -> list[tuple[int, int, float]]:
+    """(first step, last step, smallest margin) per cell: one step a cell up to the
+    width, beyond it bins of neighbouring steps, each showing its closest call."""
+    count = len(margins)
+    if count <= width:
+        return [(index, index, margin) for index, margin in enumerate(margins)]
+    columns = []
+    for column in range(width):
+        first, end = column * count // width, (column + 1) * count // width
+        columns.append((first, end - 1, min(margins[first:end])))
+    return columns
+
+
+def strip_height(margin: float, threshold: float, rows: int) -> int:
+    """A bar's height in eighths of a cell, 1 to 8 * rows. The near-tie threshold sits
+    at half the height: below it the scale is linear in the margin, above it
+    logarithmic up to MARGIN_CAP, so near ties are not squashed into the axis."""
+    cap = MARGIN_CAP
+    if threshold <= 0 or threshold >= cap:
+        fraction = min(margin, cap) / cap
+    elif margin < threshold:
+        fraction = 0.5 * margin / threshold
+    else:
+        fraction = 0.5 + 0.5 * math.log(min(margin, cap) / threshold) / math.log(cap / threshold)
+    return max(1, min(8 * rows, math.ceil(fraction * 8 * rows)))
+
+
+BAR_CHARACTERS = " ▁▂▃▄▅▆▇█"
+
+
+class MarginStrip(ThemeAware):
+    """Every step's margin under a pane: bars below the near-tie threshold in their own
+    colour (in two rows, over a band that ends at the threshold), the fork marked, the
+    steps after it dimmed, the cursor marked, nothing before the first token."""
+
+    DEFAULT_CSS = "MarginStrip { height: 2; }"
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.steps: Sequence[TokenStep] = ()
+        self.marks: TokenMarks | None = None
+        self.shown: tuple[int, TokenMarks | None] = (0, None)
+
+    def show(self, steps: Sequence[TokenStep], marks: TokenMarks) -> None:
+        self.steps = steps
+        self.marks = marks
+        if self.shown != (len(steps), marks):
+            self.shown = (len(steps), marks)
+            self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        width, rows = self.size.width, self.size.height
+        base = self.rich_style
+        if self.marks is None or not self.steps or width <= 0:
+            return Strip.blank(width, base)
+        marks = self.marks
+        margins = [step.margin for step in self.steps]
+        floor = 8 * (rows - 1 - y)
+        segments = []
+        for first, last, margin in strip_columns(margins, width):
+            height = strip_height(margin, marks.threshold, rows)
+            character = BAR_CHARACTERS[max(0, min(8, height - floor))]
+            # in two rows or more the bottom row is the band below the threshold
+            band = rows > 1 and y == rows - 1 and marks.threshold > 0
+            style = strip_cell_style(marks, first, last, margin < marks.threshold, band)
+            segments.append(Segment(character, base + style))
+        return Strip(segments).crop_extend(0, width, base)
+
+
+def strip_cell_style(marks: TokenMarks, first: int, last: int, near_tie: bool, band: bool) -> Style:
+    """One cell of the margin strip; `first`..`last` are the steps it stands for, and
+    `band` marks a cell below the near-tie threshold's level."""
+    palette = marks.palette
+    background = Color.parse(palette.background)
+    if marks.fork_index is not None and first <= marks.fork_index <= last:
+        tint = Color.parse(palette.fork).blend(background, 0.6).hex
+        return Style(color=palette.fork, bgcolor=tint)
+    if marks.cursor is not None and first <= marks.cursor <= last:
+        return Style(color=palette.cursor_text, bgcolor=palette.cursor)
+    colour = palette.tie_bar if near_tie else palette.bar
+    if marks.fork_index is not None and first > marks.fork_index:
+        # after the fork the lanes' contexts differ: their margins compare nothing
+        colour = Color.parse(colour).blend(background, 0.6).hex
+    return Style(color=colour, bgcolor=shade(palette, 0) if band else None)
+
+
+@dataclass(frozen=True)
+class LegendEntry:
+    """One colour or mark, as the legend line and the help screen name it."""
+
+    short: str
+    long: str
+    meaning: str
+    look: Look
+
+
+LEGEND = (
+    LegendEntry("fork", "fork", "the first token the lanes differ at, in both panes", Look(FORK)),
+    LegendEntry("a only", "only in a", "after the fork: text lane b does not have", Look(ONLY_A)),
+    LegendEntry("b only", "only in b", "after the fork: text lane a does not have", Look(ONLY_B)),
+    LegendEntry(
+        "shared", "shared after", "after the fork: text both lanes have", Look(SHARED_AFTER)
+    ),
+    LegendEntry(
+        "tie",
+        "near tie",
+        "shaded: margin below the near-tie threshold; the stronger, the smaller",
+        Look(SHARED, SHADE_LEVELS - 1),
+    ),
+    LegendEntry(
+        "draft",
+        "draft",
+        "underlined: from an accepted draft (where nothing else marks the token)",
+        Look(SHARED, drafted=True),
+    ),
+    LegendEntry(
+        "cursor",
+        "cursor",
+        "the selected token (on the fork: underlined)",
+        Look(SHARED, cursor=True),
+    ),
+)
+LEGEND_ROWS = tuple((entry.long, entry.meaning) for entry in LEGEND) + (
+    (
+        "margin strip",
+        "under each pane, one bar per step (binned when they outnumber the columns): "
+        "taller is more confident; near ties in their own colour below the threshold "
+        "band; the fork and the cursor marked; dimmed after the fork",
+    ),
+)
+"""The legend as (mark, meaning) rows, for the help screen."""
+
+
+def legend_text(palette: Palette, width: int) -> Text:
+    """The legend in one line of `width` cells: each mark named in its own look, with
+    long names where they fit, else short ones, else cut."""
+    for label in ("long", "short"):
+        text = Text(no_wrap=True, overflow="ellipsis")
+        for number, entry in enumerate(LEGEND):
+            if number:
+                text.append("  ")
+            text.append(getattr(entry, label), look_style(palette, entry.look))
+        if text.cell_len <= width:
+            return text
+    text.truncate(width, overflow="ellipsis")
+    return text
+
+
+class Legend(ThemeAware):
+    """One line under the panel: every colour and mark of the panes."""
+
+    DEFAULT_CSS = "Legend { height: 1; padding: 0 1; }"
+
+    def render(self) -> Text:
+        return legend_text(self.palette, self.content_size.width or 80)
 
 
 class LanePane(Vertical):
-    """One lane: a header with what differs and live stats, the tokens, a margin
-    sparkline."""
+    """One lane: a header with what differs and live stats, the tokens, the margin
+    strip."""
 
     def __init__(self, lane_id: str) -> None:
         super().__init__(id=f"lane-{lane_id}", classes="lane")
@@ -391,7 +665,7 @@ class LanePane(Vertical):
         yield Line(classes="lane-title")
         yield Line(classes="lane-stats")
         yield TokenView(self.lane_id, classes="lane-body")
-        yield Sparkline([], classes="margins")
+        yield MarginStrip(classes="margins")
 
     def set_title(self, title: str) -> None:
         self.query_one(".lane-title", Line).set(title)
@@ -402,11 +676,9 @@ class LanePane(Vertical):
     def show_tokens(self, state: LaneState, marks: TokenMarks, follow: bool) -> None:
         view = self.query_one(TokenView)
         view.set_tokens(state, marks)
+        self.query_one(MarginStrip).show(state.steps, marks)
         if follow:
             view.follow_end()
-
-    def set_margins(self, margins: Sequence[float]) -> None:
-        self.query_one(".margins", Sparkline).data = [min(m, MARGIN_CAP) for m in margins] or [0]
 
     def scroll_to_token(self, index: int) -> None:
         self.query_one(TokenView).scroll_to_token(index)
@@ -420,7 +692,7 @@ def _candidate_rows(step: TokenStep | None) -> list[tuple[str, str, str]]:
         probability = step.probability(candidate.logit)
         rows.append(
             (
-                repr(candidate.piece.decode("utf-8", "replace")),
+                quoted_piece(candidate.piece),
                 f"{candidate.logit:.3f}",
                 "" if probability is None else f"{probability:.3f}",
             )
@@ -428,19 +700,28 @@ def _candidate_rows(step: TokenStep | None) -> list[tuple[str, str, str]]:
     return rows
 
 
-CLASS_BADGES = {
-    NEAR_TIE: ("near tie", "black on green"),
-    AMBIGUOUS: ("ambiguous", "black on yellow"),
-    LARGE_MARGIN_SPLIT: ("SPLIT", "bold white on red"),
-}
+CLASS_BADGES = {NEAR_TIE: "near tie", AMBIGUOUS: "ambiguous", LARGE_MARGIN_SPLIT: "SPLIT"}
 """The fork class badge: a split is not a rounding effect, so it stands out."""
 
 
-def _class_badge(a: TokenStep | None, b: TokenStep | None, near_tie: float) -> tuple[str, str]:
+def _class_badge(
+    a: TokenStep | None, b: TokenStep | None, near_tie: float, palette: Palette | None
+) -> tuple[str, Style]:
     if a is None or b is None:
-        return ("", "")
-    label, style = CLASS_BADGES[fork_verdict(a, b, near_tie=near_tie).kind]
-    return (f" {label} ", style)
+        return ("", Style())
+    kind = fork_verdict(a, b, near_tie=near_tie).kind
+    colours = {NEAR_TIE: "#5fd787", AMBIGUOUS: "#ffd75f", LARGE_MARGIN_SPLIT: "#d70000"}
+    if palette is not None:
+        colours = {
+            NEAR_TIE: palette.insert,
+            AMBIGUOUS: palette.tie_bar,
+            LARGE_MARGIN_SPLIT: palette.fork,
+        }
+    background = colours[kind]
+    return (
+        f" {CLASS_BADGES[kind]} ",
+        Style(color=readable_on(background), bgcolor=background, bold=True),
+    )
 
 
 def render_panel(
@@ -451,49 +732,206 @@ def render_panel(
     similarity: float | None,
     generated: int,
     near_tie: float = DEFAULT_NEAR_TIE,
-) -> Group | Text:
-    """The divergence panel: the fork (or the selected step) with both lanes' top-k."""
-    if index is None:
-        return Text("no token selected: d jumps to the fork, n/p to near ties", style="dim")
-    lines = []
-    if fork is not None and index == fork.index:
+) -> Group:
+    """The divergence panel at 120x12 cells, as a renderable (for reports and tests)."""
+    view = PanelView(index, a, b, fork, similarity, generated, near_tie)
+    return panel_renderable(view, 120, 12, None)
 
-        def view(pick: PickView) -> str:
-            if pick.logit is None:
-                return "outside top-k"
-            return f"{pick.logit:.3f} (#{pick.rank})"
 
+SIDE_NOTES_WIDTH = 100
+"""From this width the panel puts what the lanes differ in and the near ties before
+the fork beside the candidates."""
+
+
+def panel_renderable(view: PanelView, width: int, height: int, palette: Palette | None) -> Group:
+    """The panel laid out for `width` x `height` cells, the most important lines first
+    (the fork and why; then the margins; then as many candidates as fit)."""
+    lines = _panel_lines(view, palette)
+    if view.index is None:
+        return Group(*lines)
+    room = height - len(lines) - 1
+    parts: list[RenderableType] = list(lines)
+    table = _candidate_table(view.a, view.b, room) if room > 0 else None
+    notes = _side_notes(view, max(0, height - len(lines))) if width >= SIDE_NOTES_WIDTH else None
+    if table is not None and notes is not None:
+        grid = Table.grid(expand=True, padding=(0, 0, 0, 3))
+        grid.add_column(no_wrap=True)
+        grid.add_column(ratio=1, overflow="ellipsis")
+        grid.add_row(table, notes)
+        parts.append(grid)
+    elif table is not None:
+        parts.append(table)
+    return Group(*parts)
+
+
+def _one_line(*parts: str | tuple[str, str | Style]) -> Text:
+    text = Text.assemble(*parts)
+    text.no_wrap, text.overflow = True, "ellipsis"
+    return text
+
+
+def _panel_lines(view: PanelView, palette: Palette | None) -> list[Text]:
+    fork, a, b = view.fork, view.a, view.b
+    if view.index is None:
+        keys = "d jumps to the fork, " if fork is not None else ""
+        return [_one_line((f"no token selected: {keys}n/p near ties, ←/→ token by token", "dim"))]
+    no_normalizer = any(step is not None and step.logsumexp is None for step in (a, b))
+    p_note = " · p: no normalizer recorded" if no_normalizer else ""
+    p_note += "".join(  # a drafted step's numbers: "rescored by llama-server /completion"
+        f" · {lane} {visible(step.source)}"
+        for lane, step in (("a", a), ("b", b))
+        if step and step.source
+    )
+    if fork is not None and view.index == fork.index and a is not None and b is not None:
+        return _fork_lines(view, fork, a, b, palette, p_note)
+    margins = " · ".join(
+        f"{lane} margin {step.margin:.3f}" for lane, step in (("a", a), ("b", b)) if step
+    )
+    lines = [_one_line(("token", "bold"), f" {view.index}   {margins}{p_note}")]
+    if fork is not None and view.index > fork.index:
+        warning = palette.tie_bar if palette is not None else "yellow"
         lines.append(
-            Text.assemble(
-                ("FORK", "bold reverse"),
-                f" at token {fork.index} of {generated} ",
-                _class_badge(a, b, near_tie),
-                "  ",
-                ("a ", "bold"),
-                repr(fork.piece_a.decode("utf-8", "replace")),
-                "  vs  ",
-                ("b ", "bold"),
-                repr(fork.piece_b.decode("utf-8", "replace")),
+            _one_line(
+                (
+                    f"after the fork (token {fork.index}): the lanes are compared by index, "
+                    "though their contexts differ",
+                    Style(color=warning, italic=True),
+                )
             )
         )
-        lines.append(
-            Text(
-                f"margin a {fork.a.margin:.3f} · b {fork.b.margin:.3f}   "
-                f"b's pick in a: {view(fork.a.other)} · a's pick in b: {view(fork.b.other)}"
-                + (f"   after the fork {similarity:.0%} similar" if similarity is not None else "")
-            )
+    return lines
+
+
+def _fork_lines(
+    view: PanelView,
+    fork: Fork,
+    a: TokenStep,
+    b: TokenStep,
+    palette: Palette | None,
+    p_note: str,
+) -> list[Text]:
+    def pick(view_of: PickView) -> str:
+        return (
+            "outside top-k" if view_of.logit is None else f"{view_of.logit:.3f} (#{view_of.rank})"
         )
-    else:
-        margins = " · ".join(
-            f"{lane} margin {step.margin:.3f}" for lane, step in (("a", a), ("b", b)) if step
-        )
-        lines.append(Text(f"token {index}   {margins}"))
+
+    verdict = fork_verdict(a, b, near_tie=view.near_tie)
+    similar = (
+        f" · after the fork {view.similarity:.0%} similar" if view.similarity is not None else ""
+    )
+    return [
+        _one_line(
+            ("FORK", "bold reverse"),
+            f" at token {fork.index} of {view.generated} ",
+            _class_badge(a, b, view.near_tie, palette),
+            "  ",
+            ("a ", "bold"),
+            quoted_piece(fork.piece_a),
+            " vs ",
+            ("b ", "bold"),
+            quoted_piece(fork.piece_b),
+        ),
+        _one_line(("why: ", "bold"), fork_sentence(fork, verdict, ("a", "b"))),
+        _one_line(
+            f"margin a {fork.a.margin:.3f} · b {fork.b.margin:.3f} · "
+            f"b's pick in a {pick(fork.a.other)} · a's pick in b {pick(fork.b.other)}"
+            f"{similar}{p_note}"
+        ),
+    ]
+
+
+def _candidate_table(a: TokenStep | None, b: TokenStep | None, rows: int) -> Table:
     table = Table(box=None, pad_edge=False, expand=False, show_edge=False)
     for header in ("a token", "logit", "p", "", "b token", "logit", "p"):
         table.add_column(header, no_wrap=True, overflow="ellipsis", max_width=18)
     rows_a, rows_b = _candidate_rows(a), _candidate_rows(b)
-    for row in range(max(len(rows_a), len(rows_b))):
+    for row in range(min(rows, max(len(rows_a), len(rows_b)))):
         left = rows_a[row] if row < len(rows_a) else ("", "", "")
         right = rows_b[row] if row < len(rows_b) else ("", "", "")
         table.add_row(*left, "│", *right)
-    return Group(*lines, table)
+    return table
+
+
+def _side_notes(view: PanelView, rows: int) -> Text:
+    """What the lanes differ in, then lane a's near ties before the fork."""
+    lines: list[Text] = []
+    if view.differences:
+        lines.append(_one_line(("lanes differ in ", "bold"), " · ".join(view.differences)))
+    where = "before the fork" if view.fork is not None else "so far"
+    ties = view.near_ties_before
+    lines.append(_one_line((f"near ties {where} (a): ", "bold"), str(len(ties))))
+    for index, margin in ties[: max(0, rows - len(lines))]:
+        lines.append(_one_line(f"  token {index}  margin {margin:.3f}"))
+    return Text("\n").join(lines)
+
+
+def lane_differences(pair: Pair) -> tuple[str, ...]:
+    """The pair's differing keys, "key a / b" each, as the panel lists them."""
+    return tuple(
+        visible(f"{key} {pair.a.shown(key)} / {pair.b.shown(key)}")
+        for key in differences(pair.a, pair.b)
+    )
+
+
+def near_ties_before(
+    steps: Sequence[TokenStep], threshold: float, fork: Fork | None
+) -> tuple[tuple[int, float], ...]:
+    """(index, margin) of a lane's near ties before the fork (all of them without one)."""
+    end = fork.index if fork is not None else len(steps)
+    return tuple((index, steps[index].margin) for index in near_ties(steps[:end], threshold))
+
+
+ALIGNED_CONTEXT = 8
+"""Shared tokens the aligned view keeps before the fork, for context."""
+
+
+def aligned_text(
+    lanes: Mapping[str, LaneState], marks: Mapping[str, TokenMarks], context: int = ALIGNED_CONTEXT
+) -> Text:
+    """The shared prefix collapsed to its last few tokens, then each lane's branch from
+    the fork on, a above b, in the panes' colours."""
+    a, b = lanes["a"], lanes["b"]
+    fork = marks["a"].fork_index
+    shared_end = fork if fork is not None else min(len(a.steps), len(b.steps))
+    start = max(0, shared_end - context)
+    text = Text()
+    if start:
+        text.append(f"… {start} shared token{'s' if start != 1 else ''} …", "dim italic")
+        text.append("\n")
+    styles = TokenStyles()
+    _append_tokens(text, a, marks["a"], styles, range(start, shared_end))
+    if fork is None:
+        longer = a if len(a.steps) >= len(b.steps) else b
+        _append_tokens(
+            text, longer, marks[longer.lane_id], styles, range(shared_end, len(longer.steps))
+        )
+        text.append(f"\n\nno fork yet: the lanes agree over {shared_end} tokens", "dim")
+        return text
+    for state in (a, b):
+        text.append(f"\n\n{state.lane_id} ▸ ", "bold")
+        _append_tokens(text, state, marks[state.lane_id], styles, range(fork, len(state.steps)))
+    return text
+
+
+def _append_tokens(
+    text: Text, state: LaneState, marks: TokenMarks, styles: TokenStyles, indices: range
+) -> None:
+    for index in indices:
+        piece = terminal_text(state.texts[index] or "\u2205", tab=TAB)
+        text.append(piece, styles.style(state.lane_id, index, state.steps[index], marks))
+
+
+class AlignedView(VerticalScroll, can_focus=True):
+    """The aligned view: the shared prefix collapsed, the two branches stacked."""
+
+    DEFAULT_CSS = """
+    AlignedView { display: none; height: 1fr; padding: 0 1; }
+    AlignedView > Static { width: 100%; height: auto; }
+    """
+    BINDINGS = [Binding("escape", "app.toggle_aligned", "back", show=False)]
+
+    def compose(self) -> ComposeResult:
+        yield Static(classes="aligned-text")
+
+    def show(self, lanes: Mapping[str, LaneState], marks: Mapping[str, TokenMarks]) -> None:
+        self.query_one(".aligned-text", Static).update(aligned_text(lanes, marks))
