@@ -29,6 +29,7 @@ from textual.timer import Timer
 from textual.widgets import Button, Footer, Input, Select, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
+from specdiff.chat import Conversation, typed_prompt
 from specdiff.compare import DEFAULT_NEAR_TIE, Fork, align_after, first_divergence, fork_at
 from specdiff.compare import near_ties as find_near_ties
 from specdiff.engine.worker import PairWorker
@@ -744,6 +745,9 @@ class SpecdiffApp(App[int]):
             prompt = self.initial_prompt
         if not prompt.strip():
             raise SpecdiffError("the prompt is empty; type some text to continue")
+        if not isinstance(prompt, Conversation):
+            # typed as a JSON messages list: a conversation, which chat lanes format
+            prompt = typed_prompt(prompt)
         raw = self.query_one("#max-tokens", Input).value.strip()
         try:
             max_tokens = int(raw)
