@@ -118,7 +118,7 @@ def command_suite(args: argparse.Namespace) -> int:
     from specdiff.reports.suite import write_reports
     from specdiff.suite.folder import prepare_report_dir, read_suite_file, write_settings
     from specdiff.suite.prompts import load_suite_prompts, select_prompts
-    from specdiff.suite.runner import SuiteRun
+    from specdiff.suite.runner import FinishedRun, SuiteRun
     from specdiff.suite.settings import check_resume
     from specdiff.suite.stats import outcome_json
 
@@ -151,8 +151,15 @@ def command_suite(args: argparse.Namespace) -> int:
     def on_progress(progress: Progress) -> None:
         status.update(progress_line(progress))
 
+    def on_finished(run: FinishedRun) -> None:
+        # a terminal shows the progress line; a log (stderr redirected) gets a line a run
+        if not status.live:
+            status.message(run.line())
+
     cancel = threading.Event()
-    runner = SuiteRun(settings, prompts, report_dir, skipped, on_progress, status.message, cancel)
+    runner = SuiteRun(
+        settings, prompts, report_dir, skipped, on_progress, status.message, cancel, on_finished
+    )
     with interrupt_sets(cancel):
         outcome = runner.run()
     status.done()
@@ -278,22 +285,14 @@ def refuse_run_options(args: argparse.Namespace) -> None:
 
 
 def progress_line(progress: Progress) -> str:
+    from specdiff.suite.runner import duration
+
     filled = round(24 * progress.fraction)
     return (
         f"[{'█' * filled}{'░' * (24 - filled)}] {progress.fraction:4.0%} "
         f"{progress.job + 1}/{progress.jobs} {progress.label} {progress.prompt_id} "
         f"· ETA {duration(progress.eta_seconds)}"
     )
-
-
-def duration(seconds: float | None) -> str:
-    """`…`, `42s`, `3m07s` or `1h05m`: an ETA short enough for a progress line."""
-    if seconds is None:
-        return "…"
-    seconds = int(seconds)
-    if seconds >= 3600:
-        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
 def print_summary(data: dict[str, Any], paths: list[Path]) -> None:

@@ -35,6 +35,7 @@ CSV_COLUMNS = (
     "fork_margin_a",
     "fork_margin_b",
     "fork_class",
+    "fork_verdict",
     "tokens_a",
     "tokens_b",
     "tokens_per_second_a",
@@ -538,7 +539,23 @@ def _document(
     build = _build_rows(data)
     if build:
         lines += table_section("Build", ["", ""], build)
-    return lines + table_section("Prompts", PROMPT_HEADER, _prompt_rows(data))
+    lines += table_section("Prompts", PROMPT_HEADER, _prompt_rows(data))
+    verdicts = _verdict_rows(data)
+    if verdicts:
+        lines += table_section("Why each run forked", VERDICT_HEADER, verdicts)
+    return lines
+
+
+VERDICT_HEADER = ("pair", "prompt", "fork at", "why")
+
+
+def _verdict_rows(data: dict[str, Any]) -> list[list[str]]:
+    """Each forked run's plain-words verdict: its picks, their gap, how each moved."""
+    return [
+        [record["pair"], record["prompt_id"], _fork_cell(record), record["verdict"]]
+        for record in data["prompts"]
+        if record.get("verdict")
+    ]
 
 
 def markdown(data: dict[str, Any]) -> str:
@@ -739,6 +756,7 @@ def _csv_row(r: dict[str, Any]) -> list[Any]:
         _csv_number(margins[0]),
         _csv_number(margins[1]),
         r.get("fork_class") or "",
+        r.get("verdict") or "",
         r["generated"][0],
         r["generated"][1],
         _csv_number(r["tokens_per_second"][0]),

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from specdiff.compare import run_fork_sentence
 from specdiff.sessions.format import RunSummary
 from specdiff.sessions.store import Session
 from specdiff.steps import TokenStep
@@ -69,6 +70,8 @@ class PromptRecord:
     summary: RunSummary
     near_ties: tuple[int, int]
     teacher: TeacherStats | None = None
+    verdict: str | None = None
+    """Why the run forked, in plain words (compare.fork_sentence); None without a fork."""
 
     def to_json(self) -> dict[str, Any]:
         """The session footer's fields, and the suite's beside them."""
@@ -81,6 +84,7 @@ class PromptRecord:
         data.update(self.summary.to_json())
         del data["type"]
         data["near_ties"] = list(self.near_ties)
+        data["verdict"] = self.verdict
         data["teacher"] = None
         if self.teacher is not None:
             data["teacher"] = {
@@ -106,6 +110,7 @@ def record_from_session(
             sum(1 for s in b if s.margin < near_tie),
         ),
         teacher=teacher_stats(a, b) if session.header.teacher_forced else None,
+        verdict=run_fork_sentence(a, b, session.header.teacher_forced, near_tie),
     )
 
 

@@ -82,6 +82,50 @@ class Progress:
         return max(0.0, per_job * (self.jobs - self.job - within))
 
 
+@dataclass(frozen=True)
+class FinishedRun:
+    """One run that came to an end (or failed), with where the suite stands after it:
+    what a log that cannot rewrite a progress line shows, one line a run."""
+
+    progress: Progress
+    record: PromptRecord
+    seconds: float
+    """The run's wall time, grading included."""
+
+    def line(self) -> str:
+        """`suite: 12/164 HumanEval/11 forked at 37 (near tie) 4.1 s, eta 9m05s`."""
+        progress, summary = self.progress, self.record.summary
+        if summary.crashed:
+            result = "crashed" + (
+                "" if summary.fork_index is None else f" after a fork at {summary.fork_index}"
+            )
+        elif summary.failed:
+            why = next((e for e in summary.errors if e), "no reason given")
+            result = f"failed: {printable(why, 160)}"
+        elif summary.fork_index is not None:
+            kind = f" ({summary.fork_class})" if summary.fork_class else ""
+            result = f"forked at {summary.fork_index}{kind}"
+        elif summary.identical:
+            result = f"identical ({summary.generated[0]} tokens)"
+        else:
+            result = f"same tokens, lengths {summary.generated[0]} / {summary.generated[1]}"
+        return (
+            f"suite: {progress.job}/{progress.jobs} {progress.label} {progress.prompt_id} "
+            f"{result} {self.seconds:.1f} s, eta {duration(progress.eta_seconds)}"
+        )
+
+
+def duration(seconds: float | None) -> str:
+    """`…` (not known yet), `42s`, `3m07s` or `1h05m`: a time short enough for a
+    progress line."""
+    if seconds is None:
+        return "…"
+    whole = int(seconds)
+    if whole >= 3600:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{whole // 60}m{whole % 60:02d}s" if whole >= 60 else f"{whole}s"
+
+
 @dataclass
 class SuiteOutcome:
     settings: SuiteSettings
@@ -176,6 +220,7 @@ class SuiteRun:
         on_progress: Callable[[Progress], None] | None = None,
         on_message: Callable[[str], None] | None = None,
         cancel: threading.Event | None = None,
+        on_finished: Callable[[FinishedRun], None] | None = None,
     ) -> None:
         self.settings = settings
         self.prompts = prompts
@@ -184,6 +229,7 @@ class SuiteRun:
         self.on_progress = on_progress or (lambda _: None)
         self.on_message = on_message or (lambda _: None)
         self.cancel = cancel or threading.Event()
+        self.on_finished = on_finished or (lambda _: None)
         self.skipped_runs = 0
         """Runs that could not start (a prompt too long, a pair that would not load)."""
         self.unloaded: list[str] = []
@@ -268,10 +314,14 @@ class SuiteRun:
                     continue
                 if stopped:
                     return True
-                tally.done_seconds += time.perf_counter() - job_began
+                self._record_run(path, label, quant, prompt, tally)
+                seconds = time.perf_counter() - job_began
+                tally.done_seconds += seconds
                 tally.run_jobs += 1
                 tally.job += 1
-                self._record_run(path, label, quant, prompt, tally)
+                self.on_finished(
+                    FinishedRun(tally.progress(label, prompt.id, 0, 0), tally.records[-1], seconds)
+                )
         finally:
             variant.runner.close()
         return False
