@@ -336,8 +336,36 @@ def _cut_cases() -> list[Case]:
     return cases
 
 
+def _chat_cases() -> list[Case]:
+    """A chat session's conversation and formatted prompts: escapes shown, wrong types
+    refused (a NUL cannot pass a template, so the conversation's escapes leave it out)."""
+    said = ESCAPES.replace("\x00", "")
+    ok = [
+        ("messages", [{"role": "system", "content": said}, {"role": "user", "content": said}]),
+        ("lane_prompts", {"a": {"text": ESCAPES, "token_ids": [2, 105]}}),
+    ]
+    bad = {
+        "messages-empty": [],
+        "messages-role": [{"role": ESCAPES, "content": "x"}],
+        "messages-content": [{"role": "user", "content": 5}],
+        "messages-extra-key": [{"role": "user", "content": "x", "name": "x"}],
+        "messages-nul": [{"role": "user", "content": "a\x00b"}],
+        "lane_prompts-lane": {"c": {"text": "", "token_ids": []}},
+        "lane_prompts-text": {"a": {"text": 1, "token_ids": []}},
+        "lane_prompts-id": {"b": {"text": "", "token_ids": [-1]}},
+    }
+    cases = [Case(f"chat-{key}-escapes", with_header(setting(key, value=v)), "ok") for key, v in ok]
+    template = setting("executed", "a", "chat_template", value=ESCAPES)
+    cases.append(Case("chat-template-escapes", with_header(template), "ok"))
+    for name, value in bad.items():
+        key = name.partition("-")[0]
+        cases.append(Case(f"chat-{name}", with_header(setting(key, value=value)), "bad"))
+    return cases
+
+
 def corpus() -> list[Case]:
     return [
+        *_chat_cases(),
         *_wrong_types("header", HEADER, with_header),
         *_wrong_types("footer", FOOTER, with_footer),
         *_escape_cases(),
