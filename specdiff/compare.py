@@ -419,7 +419,7 @@ class _Sides:
         return (
             f"large-margin split: {self.forced}{other_name}'s {self.picked} "
             f"{quoted_piece(other_piece)} was {where}: not a rounding effect, "
-            "the lane changed the computation"
+            f"{other_name} changed the computation"
         )
 
     def not_greedy_sentence(self) -> str:

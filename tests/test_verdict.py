@@ -7,6 +7,9 @@ teacher-forced runs, missing logits, hostile and long pieces, huge logits).
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -22,6 +25,8 @@ from specdiff.compare import (
     run_fork,
     run_fork_sentence,
 )
+from specdiff.sessions.store import load_session
+from specdiff.sessions.verify import Drift, drift_lines, first_drift
 from specdiff.steps import Candidate, TokenStep
 
 PIECES = {1: b" and", 2: b" empire", 3: b" senate", 9: b" far"}
@@ -164,3 +169,26 @@ def test_huge_logits_stay_one_short_line(best: float, gap: float, b_best: float)
     b = _step("b", 2, {2: b_best, 1: b_best - 1.0})
     sentence = _sentence(a, b)
     assert sentence.isprintable() and len(sentence) <= 240
+
+
+DEMOS = sorted((Path(__file__).resolve().parent.parent / "sessions").glob("*.jsonl"))
+
+
+@pytest.mark.parametrize("lane_id", ["a", "b"])
+@pytest.mark.parametrize("path", DEMOS, ids=lambda p: p.name.split("-", 1)[1])
+def test_a_drift_is_explained_between_the_recording_and_the_rerun(path: Path, lane_id: str):
+    """A re-run that took the recording's #2 at a step reads as a fork between the
+    recording and the re-run, in the same plain words."""
+    session = load_session(path)
+    steps = {lane: list(session.steps[lane]) for lane in ("a", "b")}
+    index = len(steps[lane_id]) // 2
+    old = steps[lane_id][index]
+    swapped = (old.top[1], old.top[0], *old.top[2:])
+    steps[lane_id][index] = dataclasses.replace(old, token_id=swapped[0].token_id, top=swapped)
+    rerun = {lane: [step.token_id for step in steps[lane]] for lane in ("a", "b")}
+    drift = Drift(index, lane_id, old.token_id, swapped[0].token_id)
+    lines = drift_lines(session, drift, steps)
+    why = next(line for line in lines if line.startswith("why: "))
+    assert "the recording" in why and "lane" not in why.split(":", 1)[1]
+    assert why.removeprefix("why: ").startswith(fork_verdict(old, steps[lane_id][index]).kind)
+    assert first_drift(session, rerun) == drift

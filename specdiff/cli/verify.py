@@ -26,6 +26,7 @@ def add_parser(commands: Subcommands) -> None:
 def command_verify(args: argparse.Namespace) -> int:
     """Exit 0 when every recorded token comes out again, 1 at the first that does not."""
     # deferred: the engine, session and report modules load only for the command that runs
+    from specdiff.compare import run_fork_sentence
     from specdiff.engine.worker import PairWorker
     from specdiff.sessions.store import load_session
     from specdiff.sessions.verify import drift_lines, environment_changes, first_drift, likely_cause
@@ -61,6 +62,8 @@ def command_verify(args: argparse.Namespace) -> int:
         recorded = session.summary()
         if recorded.fork_index is not None:
             print(f"  recorded fork at token {recorded.fork_index}: {recorded.fork_class}")
+            why = run_fork_sentence(session.steps["a"], session.steps["b"], header.teacher_forced)
+            print(f"  why: {why}")
         for change in changes:
             print(f"  note: {change}")
         return Exit.SAME

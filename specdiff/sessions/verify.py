@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specdiff.compare import ForkVerdict, fork_verdict
+from specdiff.compare import ForkVerdict, fork_between, fork_sentence, fork_verdict
 from specdiff.safe_text import visible
 from specdiff.sessions.format import SessionHeader
 from specdiff.sessions.store import Session
@@ -88,9 +88,13 @@ def drift_lines(
         return [f"{where}: the lane stopped at another length"]
     # the file name is what whoever shared the session called it
     name = visible(session.path.name)
+    sides = ("the recording", "the re-run")
+    recorded, now = session.steps[drift.lane][drift.index], rerun[drift.lane][drift.index]
+    fork = fork_between(drift.index, recorded, now)
     return [
         f"{where}: recorded token {drift.recorded}, now {drift.now} ({name})",
-        f"drift class: {verdict.describe(('the recording', 'the re-run'))}",
+        f"why: {fork_sentence(fork, verdict, sides)}",
+        f"drift class: {verdict.describe(sides)}",
     ]
 
 
