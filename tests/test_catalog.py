@@ -155,3 +155,57 @@ def test_a_long_partial_is_counted_from_its_last_steps(tmp_path: Path, ended_ear
     session = load_session(path)
     assert len(session.steps["a"]) == (5 if ended_early else 1500)
     assert session.cut_line == len(records) + 2
+
+
+def suite_tree(root: Path) -> dict[str, str]:
+    """A suite's report folder: sessions/PAIR/*.jsonl, with traps around it: a folder
+    three levels down, a symlink loop and a symlinked folder outside. Returns each
+    listed file's name and the folder it lies in, relative to root/sessions."""
+    sessions = root / "sessions"
+    placed = {}
+    for demo, pair in zip(DEMOS, ("spec-vs-plain", "ubatch", "ubatch")):
+        (sessions / pair).mkdir(parents=True, exist_ok=True)
+        shutil.copy(demo, sessions / pair / demo.name)
+        placed[demo.name] = pair
+    deep = sessions / "a" / "b" / "c"
+    deep.mkdir(parents=True)
+    shutil.copy(DEMOS[0], deep / "too-deep.jsonl")
+    (sessions / "ubatch" / "loop").symlink_to(sessions, target_is_directory=True)
+    outside = root.parent / f"{root.name}-outside"
+    outside.mkdir()
+    shutil.copy(DEMOS[0], outside / "elsewhere.jsonl")
+    (sessions / "linked").symlink_to(outside, target_is_directory=True)
+    return placed
+
+
+@pytest.mark.parametrize("listed", ["report", "sessions"])
+def test_a_suites_pair_subfolders_are_listed_with_their_folder(
+    tmp_path: Path, capsys, listed: str
+) -> None:
+    root = tmp_path / "report"
+    placed = suite_tree(root)
+    directory = root if listed == "report" else root / "sessions"
+    prefix = "sessions/" if listed == "report" else ""
+    infos = list_sessions(directory)
+    found = {info.path.name: info.folder for info in infos}
+    assert found == {name: prefix + pair for name, pair in placed.items()}
+    assert main(["sessions", "--sessions-dir", str(directory)]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line[:3].strip().isdigit()]
+    head = next(line for line in out.splitlines() if line.startswith("  #"))
+    assert len(rows) == len(placed) and "folder" in head
+    assert all(f"  {prefix}{pair}" in out for pair in placed.values())
+    assert main(["sessions", "--sessions-dir", str(directory), "--json"]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {r["folder"] for r in records} == {prefix + pair for pair in placed.values()}
+    # what the list shows, open opens: by number, and by its path in the folder
+    assert resolve_in(directory, "1", infos) == infos[0].path
+    relative = f"{infos[0].folder}/{infos[0].path.name}"
+    assert resolve_in(directory, relative, infos) == infos[0].path.resolve()
+
+
+def test_a_flat_folder_shows_no_folder_column(folder: Path, capsys) -> None:
+    assert main(["sessions", "--sessions-dir", str(folder)]) == 0
+    head = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("  #"))
+    assert "date (UTC)" in head and "folder" not in head
+    assert {info.folder for info in list_sessions(folder)} == {""}

@@ -21,7 +21,9 @@ def add_parser(commands: Subcommands) -> None:
         commands, "sessions", "list the saved sessions, or open one", command_sessions
     )
     sessions.add_argument(
-        "--sessions-dir", help="the folder to list (default: ./sessions or the user data dir)"
+        "--sessions-dir",
+        help="the folder to list, with its subfolders two levels down (a suite's report "
+        "folder works; default: ./sessions or the user data dir)",
     )
     sessions.add_argument("--json", action="store_true", help="one JSON object per session")
     session_commands = sessions.add_subparsers(dest="sessions_command", parser_class=CommandParser)
@@ -52,23 +54,38 @@ def command_sessions(args: argparse.Namespace) -> int:
     return Exit.SAME
 
 
+FOLDER_WIDTH = 40
+"""The widest the folder column grows: a suite's sessions/PAIR fits, a deep path is cut."""
+
+
 def print_listing(directory: Path, infos: list[SessionInfo]) -> None:
     if not infos:
         print(
-            f"no sessions in {visible(str(directory))} "
+            f"no sessions in {visible(str(directory))} or its subfolders "
             "(save one with `specdiff run --save` or `s` in the TUI)"
         )
         return
+    # a suite's sessions lie in a folder per pair: the column appears where one does
+    width = min(FOLDER_WIDTH, max(len(visible(info.folder)) for info in infos))
+    folders = width > 0
+    folder_head = f"{'folder':<{width}}  " if folders else ""
     print(f"sessions in {visible(str(directory))}:")
-    print(f"{'#':>3}  {'date (UTC)':<16}  {'pair':<16}  {'diverged at':<12}  {'tokens':>9}  prompt")
+    print(
+        f"{'#':>3}  {folder_head}{'date (UTC)':<16}  {'pair':<16}  {'diverged at':<12}  "
+        f"{'tokens':>9}  prompt"
+    )
     for number, info in enumerate(infos, 1):
+        folder = f"{visible(info.folder or '.', width):<{width}}  " if folders else ""
         if info.problem is not None:
-            print(f"{number:>3}  {visible(info.path.name)}: unreadable ({visible(info.problem)})")
+            print(
+                f"{number:>3}  {folder}{visible(info.path.name)}: unreadable "
+                f"({visible(info.problem)})"
+            )
             continue
         tokens = "/".join("?" if n is None else str(n) for n in info.generated or (None,))
         prompt = visible(" ".join(info.prompt.split()), limit=40)
         print(
-            f"{number:>3}  {visible(info.when, 16):<16}  {visible(info.pair, 16):<16}  "
+            f"{number:>3}  {folder}{visible(info.when, 16):<16}  {visible(info.pair, 16):<16}  "
             f"{info.diverged:<12}  {tokens:>9}  {prompt}"
         )
     print("open one with: specdiff sessions open NUMBER (or replay, verify, export its file)")
@@ -77,6 +94,7 @@ def print_listing(directory: Path, infos: list[SessionInfo]) -> None:
 def session_json(info: SessionInfo) -> dict[str, Any]:
     return {
         "path": str(info.path),
+        "folder": info.folder,
         "created": info.created,
         "pair": info.pair,
         "prompt": info.prompt,

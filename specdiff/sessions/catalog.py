@@ -7,6 +7,7 @@ and the last FOOTER_WINDOW bytes of each file, whatever its size.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -42,6 +43,9 @@ class SessionInfo:
     partial: bool = False
     problem: str | None = None
     """Why the file could not be read; the other fields are then empty."""
+    folder: str = ""
+    """The subfolder of the listed folder that holds the file ("" for the folder itself):
+    a suite keeps each pair's sessions in a folder of their own."""
 
     @property
     def diverged(self) -> str:
@@ -134,26 +138,50 @@ def read_info(path: Path) -> SessionInfo:
         return SessionInfo(path=path, problem=str(error) or type(error).__name__)
 
 
+SUBFOLDER_DEPTH = 2
+"""How deep below the listed folder sessions are looked for: a suite's report folder
+holds sessions/PAIR/*.jsonl, so its report folder or its sessions folder both list."""
+
+
+def _session_files(directory: Path, folder: Path, depth: int) -> list[Path]:
+    """Session files in `directory` and its subfolders down to `depth` more levels; a
+    symlinked folder is not entered (no loop, nothing outside), and a file that leads
+    out of `folder` is not listed (what the list shows, `open` opens)."""
+    found = []
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            path = Path(entry.path)
+            if entry.is_dir(follow_symlinks=False):
+                if depth > 0:
+                    with contextlib.suppress(OSError):  # a subfolder it may not read
+                        found += _session_files(path, folder, depth - 1)
+            elif (
+                entry.name.endswith((SUFFIX, PARTIAL_SUFFIX))
+                and entry.is_file()
+                and path.resolve().is_relative_to(folder)
+            ):
+                found.append(path)
+    return found
+
+
+def _subfolder(path: Path, directory: Path) -> str:
+    relative = path.parent.relative_to(directory)
+    return "" if relative == Path() else relative.as_posix()
+
+
 def list_sessions(directory: Path) -> list[SessionInfo]:
-    """Every session in `directory` (finished and partial), oldest first."""
+    """Every session in `directory` and its subfolders (finished and partial), oldest
+    first."""
     try:
-        folder = directory.resolve()
-        paths = [
-            path
-            for path in directory.iterdir()
-            if path.name.endswith((SUFFIX, PARTIAL_SUFFIX))
-            and path.is_file()
-            # what the list shows, `open` opens: nothing that leads out of the folder
-            and path.resolve().is_relative_to(folder)
-        ]
+        paths = _session_files(directory, directory.resolve(), SUBFOLDER_DEPTH)
     except FileNotFoundError:
         return []
     except OSError as error:
         raise SessionError(
             f"cannot list the sessions folder {directory}: {error.strerror}"
         ) from None
-    infos = [read_info(path) for path in paths]
-    return sorted(infos, key=lambda info: (info.created, info.path.name))
+    infos = [replace(read_info(path), folder=_subfolder(path, directory)) for path in paths]
+    return sorted(infos, key=lambda info: (info.created, info.folder, info.path.name))
 
 
 def resolve_in(directory: Path, reference: str, infos: list[SessionInfo]) -> Path:
