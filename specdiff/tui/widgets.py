@@ -129,7 +129,7 @@ class Palette:
             delete=colours["diff-delete"],
             cursor=cursor,
             cursor_text=readable_on(cursor, shared, background),
-            bar=colours.get("primary", "#5fafff"),
+            bar=colours.get("secondary", "#af87ff"),
             tie_bar=colours.get("warning", "#ffd75f"),
         )
 
@@ -738,6 +738,8 @@ def render_panel(
     return panel_renderable(view, 120, 12, None)
 
 
+WHY_WRAP_HEIGHT = 10
+"""From this panel height the fork's verdict may take two lines."""
 SIDE_NOTES_WIDTH = 100
 """From this width the panel puts what the lanes differ in and the near ties before
 the fork beside the candidates."""
@@ -746,7 +748,8 @@ the fork beside the candidates."""
 def panel_renderable(view: PanelView, width: int, height: int, palette: Palette | None) -> Group:
     """The panel laid out for `width` x `height` cells, the most important lines first
     (the fork and why; then the margins; then as many candidates as fit)."""
-    lines = _panel_lines(view, palette)
+    # a tall panel gives the verdict a second line; a short one keeps the candidates
+    lines = _panel_lines(view, palette, width if height >= WHY_WRAP_HEIGHT else None)
     if view.index is None:
         return Group(*lines)
     room = height - len(lines) - 1
@@ -770,7 +773,7 @@ def _one_line(*parts: str | tuple[str, str | Style]) -> Text:
     return text
 
 
-def _panel_lines(view: PanelView, palette: Palette | None) -> list[Text]:
+def _panel_lines(view: PanelView, palette: Palette | None, why_width: int | None) -> list[Text]:
     fork, a, b = view.fork, view.a, view.b
     if view.index is None:
         keys = "d jumps to the fork, " if fork is not None else ""
@@ -783,7 +786,7 @@ def _panel_lines(view: PanelView, palette: Palette | None) -> list[Text]:
         if step and step.source
     )
     if fork is not None and view.index == fork.index and a is not None and b is not None:
-        return _fork_lines(view, fork, a, b, palette, p_note)
+        return _fork_lines(view, (fork, a, b), palette, p_note, why_width)
     margins = " · ".join(
         f"{lane} margin {step.margin:.3f}" for lane, step in (("a", a), ("b", b)) if step
     )
@@ -804,12 +807,15 @@ def _panel_lines(view: PanelView, palette: Palette | None) -> list[Text]:
 
 def _fork_lines(
     view: PanelView,
-    fork: Fork,
-    a: TokenStep,
-    b: TokenStep,
+    at_fork: tuple[Fork, TokenStep, TokenStep],
     palette: Palette | None,
     p_note: str,
+    why_width: int | None,
 ) -> list[Text]:
+    """The fork's header, its verdict (on two lines when `why_width` is given and it
+    needs them) and its margins."""
+    fork, a, b = at_fork
+
     def pick(view_of: PickView) -> str:
         return (
             "outside top-k" if view_of.logit is None else f"{view_of.logit:.3f} (#{view_of.rank})"
@@ -819,19 +825,26 @@ def _fork_lines(
     similar = (
         f" · after the fork {view.similarity:.0%} similar" if view.similarity is not None else ""
     )
+    why = f"why: {fork_sentence(fork, verdict, ('a', 'b'))}"
+    why_lines = textwrap.wrap(why, why_width)[:2] if why_width else [why]
+    if len(why_lines) == 2:
+        why_lines[1] = why[len(why_lines[0]) :].strip()
     return [
         _one_line(
             ("FORK", "bold reverse"),
             f" at token {fork.index} of {view.generated} ",
             _class_badge(a, b, view.near_tie, palette),
-            "  ",
+            " ",
             ("a ", "bold"),
             quoted_piece(fork.piece_a),
             " vs ",
             ("b ", "bold"),
             quoted_piece(fork.piece_b),
         ),
-        _one_line(("why: ", "bold"), fork_sentence(fork, verdict, ("a", "b"))),
+        *(
+            _one_line(("why:", "bold") if not n else "", line[4:] if not n else line)
+            for n, line in enumerate(why_lines)
+        ),
         _one_line(
             f"margin a {fork.a.margin:.3f} · b {fork.b.margin:.3f} · "
             f"b's pick in a {pick(fork.a.other)} · a's pick in b {pick(fork.b.other)}"

@@ -1,0 +1,327 @@
+"""The pane widgets' rules, checked without a model: the colour hierarchy, contrast in
+every bundled theme, the margin strip's columns and scale, the legend's fit, the panel's
+lines, a theme switch in the middle of a replay and the aligned view."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from textual.color import Color
+
+from specdiff.compare import fork_at
+from specdiff.lanes import presets
+from specdiff.sessions.store import load_session
+from specdiff.steps import Candidate, TokenStep
+from specdiff.tui.app import SpecdiffApp, make_app
+from specdiff.tui.themes import contrast, load_themes
+from specdiff.tui.widgets import (
+    FORK,
+    LEGEND,
+    ONLY_A,
+    ONLY_B,
+    SHADE_LEVELS,
+    SHARED,
+    SHARED_AFTER,
+    AlignedView,
+    Look,
+    Palette,
+    PanelView,
+    TokenMarks,
+    TokenView,
+    legend_text,
+    look_style,
+    panel_renderable,
+    shade,
+    shade_level,
+    strip_columns,
+    strip_height,
+)
+
+THEMES_DIR = Path(__file__).resolve().parent.parent / "themes"
+THEMES = load_themes([THEMES_DIR]).themes
+THEME_NAMES = sorted(THEMES)
+SESSION = Path(__file__).parent / "data" / "ubatch-roman-empire.jsonl"
+WCAG_TEXT = 4.5
+
+
+def palette_of(name: str) -> Palette:
+    return Palette.from_theme(THEMES[name])
+
+
+def step(lane: str, index: int, logits: dict[int, float], drafted: bool = False) -> TokenStep:
+    ranked = sorted(logits.items(), key=lambda item: -item[1])
+    top = tuple(Candidate(token, logit, f" t{token}".encode()) for token, logit in ranked)
+    return TokenStep(
+        lane=lane,
+        index=index,
+        token_id=ranked[0][0],
+        piece=top[0].piece,
+        top=top,
+        drafted=drafted,
+        verify_width=1,
+        timestamp=0.0,
+    )
+
+
+# -- colours -------------------------------------------------------------------------
+def text_pairs(palette: Palette) -> list[tuple[str, str, str]]:
+    """(what, text colour, background) for every text colour the panes draw."""
+    pairs = [
+        ("shared text", palette.shared, palette.background),
+        ("shared after the fork", palette.muted, palette.background),
+        ("only in a", palette.delete, palette.background),
+        ("only in b", palette.insert, palette.background),
+        ("fork", palette.fork_text, palette.fork),
+        ("cursor", palette.cursor_text, palette.cursor),
+    ]
+    pairs += [
+        (f"near tie shade {level}", palette.shared, shade(palette, level))
+        for level in range(SHADE_LEVELS)
+    ]
+    return pairs
+
+
+@pytest.mark.parametrize("theme", THEME_NAMES)
+def test_every_text_colour_reads_on_its_background(theme: str) -> None:
+    low = [
+        f"{what}: {fg} on {bg} is {contrast(fg, bg):.2f}"
+        for what, fg, bg in text_pairs(palette_of(theme))
+        if contrast(fg, bg) < WCAG_TEXT
+    ]
+    assert low == []
+
+
+@pytest.mark.parametrize(
+    ("foreground", "background", "expected"),
+    [("#000000", "#ffffff", 21.0), ("#ffffff", "#ffffff", 1.0), ("#777777", "#ffffff", 4.48)],
+)
+def test_contrast_is_the_wcag_ratio(foreground: str, background: str, expected: float) -> None:
+    assert contrast(foreground, background) == pytest.approx(expected, abs=0.01)
+    assert contrast(background, foreground) == pytest.approx(expected, abs=0.01)
+
+
+@pytest.mark.parametrize("theme", THEME_NAMES)
+def test_near_tie_shade_grows_as_the_margin_shrinks(theme: str) -> None:
+    palette = palette_of(theme)
+    threshold = 0.5
+    margins = [threshold * k / 40 for k in range(40, -1, -1)]  # just below 0.5 down to 0
+    levels = [shade_level(margin, threshold) for margin in margins[1:]]
+    assert shade_level(threshold, threshold) is None
+    assert levels == sorted(levels) and levels[0] == 0 and levels[-1] == SHADE_LEVELS - 1
+    # one hue, more of it: the distance from the pane's background grows with the level
+    background = Color.parse(palette.background)
+    distances = []
+    for level in range(SHADE_LEVELS):
+        colour = Color.parse(shade(palette, level))
+        distances.append(sum(abs(x - y) for x, y in zip(colour.rgb, background.rgb)))
+    assert distances == sorted(distances) and distances[0] < distances[-1]
+
+
+def marks_for(palette: Palette, fork: int | None, cursor: int | None = None) -> TokenMarks:
+    return TokenMarks(palette, 0.5, fork, cursor, frozenset({12, 13}))
+
+
+@pytest.mark.parametrize("theme", THEME_NAMES)
+@pytest.mark.parametrize("lane", ["a", "b"])
+def test_one_mark_per_token(theme: str, lane: str) -> None:
+    palette = palette_of(theme)
+    near_tie = step(lane, 0, {1: 5.0, 2: 4.9}, drafted=True)
+    clear = step(lane, 0, {1: 9.0, 2: 1.0}, drafted=True)
+    marks = marks_for(palette, fork=10)
+    # before the fork: shade, and the draft underline only where there is no shade
+    assert marks.look(lane, 3, near_tie) == Look(SHARED, shade_level(0.1, 0.5))
+    assert marks.look(lane, 3, clear) == Look(SHARED, drafted=True)
+    # the fork, the text one lane alone has, and shared text after it: never shaded
+    assert marks.look(lane, 10, near_tie) == Look(FORK)
+    only = ONLY_A if lane == "a" else ONLY_B
+    assert marks.look(lane, 12, near_tie) == Look(only)
+    assert marks.look(lane, 14, near_tie) == Look(SHARED_AFTER, drafted=True)
+    styles = {
+        role: look_style(palette, Look(role)) for role in (FORK, ONLY_A, ONLY_B, SHARED_AFTER)
+    }
+    assert len({(s.color, s.bgcolor) for s in styles.values()}) == len(styles)
+    assert styles[ONLY_A].color == Color.parse(palette.delete).rich_color
+    assert styles[ONLY_B].color == Color.parse(palette.insert).rich_color
+
+
+@pytest.mark.parametrize("theme", THEME_NAMES)
+@pytest.mark.parametrize("index", [3, 10, 12, 14])
+def test_the_cursor_never_hides_the_fork(theme: str, index: int) -> None:
+    palette = palette_of(theme)
+    token = step("a", index, {1: 5.0, 2: 4.9})
+    style = look_style(palette, marks_for(palette, fork=10, cursor=index).look("a", index, token))
+    assert not style.reverse
+    if index == 10:
+        assert style.bgcolor == Color.parse(palette.fork).rich_color
+        assert style.underline
+    else:
+        assert style.bgcolor == Color.parse(palette.cursor).rich_color
+
+
+# -- margin strip ----------------------------------------------------------------------
+@pytest.mark.parametrize("steps", [0, 1, 13, 79, 80, 81, 200, 1000, 4097])
+@pytest.mark.parametrize("width", [1, 40, 80, 200])
+def test_strip_has_one_cell_per_step_up_to_its_width(steps: int, width: int) -> None:
+    margins = [((index * 7919) % 97) / 10 for index in range(steps)]
+    columns = strip_columns(margins, width)
+    assert len(columns) == min(steps, width)
+    covered = [index for first, last, _ in columns for index in range(first, last + 1)]
+    assert covered == list(range(steps))  # every step in one cell, in order
+    for first, last, smallest in columns:
+        assert smallest == min(margins[first : last + 1])  # a bin shows its closest call
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3])
+@pytest.mark.parametrize("threshold", [0.0, 0.25, 0.5, 2.0, 10.0])
+def test_strip_scale_puts_the_threshold_at_half_height(rows: int, threshold: float) -> None:
+    margins = [0.0, 0.01, 0.1, 0.24, 0.49, 0.5, 1.0, 3.9, 4.0, 50.0, math.inf]
+    heights = [strip_height(margin, threshold, rows) for margin in margins]
+    assert heights == sorted(heights)
+    assert all(1 <= height <= 8 * rows for height in heights)
+    assert strip_height(math.inf, threshold, rows) == 8 * rows
+    if 0 < threshold < 4:
+        below = [h for m, h in zip(margins, heights) if m < threshold]
+        above = [h for m, h in zip(margins, heights) if m >= threshold]
+        assert max(below) <= 4 * rows <= min(above)
+
+
+# -- legend ----------------------------------------------------------------------------
+@pytest.mark.parametrize("theme", THEME_NAMES)
+@pytest.mark.parametrize("width", [20, 40, 60, 79, 80, 120, 200])
+def test_legend_fits_its_width(theme: str, width: int) -> None:
+    text = legend_text(palette_of(theme), width)
+    assert text.cell_len <= width
+    if width >= 80:  # every mark named at 80 columns, in the look it names
+        for entry in LEGEND:
+            label = entry.long if entry.long in text.plain else entry.short
+            start = text.plain.index(label)
+            assert text.get_style_at_offset(Console(), start) == look_style(
+                palette_of(theme), entry.look
+            )
+
+
+# -- panel -----------------------------------------------------------------------------
+def forked_steps() -> tuple[list[TokenStep], list[TokenStep]]:
+    a = [step("a", 0, {1: 5.0, 2: 3.0}), step("a", 1, {4: 5.0, 5: 4.9, 6: 1.0})]
+    b = [step("b", 0, {1: 5.0, 2: 3.0}), step("b", 1, {5: 5.0, 4: 4.95, 6: 1.0})]
+    a += [step("a", index, {7: 5.0, 8: 1.0}) for index in range(2, 6)]
+    b += [step("b", index, {7: 5.0, 8: 1.0}) for index in range(2, 6)]
+    return a, b
+
+
+def panel_text(view: PanelView, width: int, height: int) -> list[str]:
+    console = Console(width=width, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(panel_renderable(view, width, height, palette_of("specdiff-dark")))
+    return console.export_text().splitlines()
+
+
+@pytest.mark.parametrize(("width", "height"), [(78, 6), (118, 11), (198, 20)])
+def test_the_fork_panel_names_both_picks_and_says_why(width: int, height: int) -> None:
+    a, b = forked_steps()
+    fork = fork_at(a, b)
+    assert fork is not None
+    view = PanelView(1, a[1], b[1], fork, 0.5, len(a), 0.5, ((1, 0.1),), ("n_ubatch 512 / 2",))
+    lines = panel_text(view, width, height)
+    assert len(lines) <= height and all(len(line) <= width for line in lines)
+    assert lines[0].startswith(f"FORK at token 1 of {len(a)}  near tie  a ' t4' vs b ' t5'")
+    assert lines[1].startswith("why: near tie flipped")
+    assert any("a token" in line for line in lines)  # at least the candidates' header
+    assert ("lanes differ in n_ubatch 512 / 2" in "\n".join(lines)) == (width >= 100)
+
+
+@pytest.mark.parametrize("has_fork", [True, False])
+def test_no_selection_mentions_the_fork_only_when_there_is_one(has_fork: bool) -> None:
+    a, b = forked_steps()
+    fork = fork_at(a, b) if has_fork else None
+    lines = panel_text(PanelView(None, None, None, fork, None, len(a)), 80, 6)
+    assert ("d jumps to the fork" in lines[0]) == has_fork
+
+
+@pytest.mark.parametrize("index", [0, 1, 2, 5])
+def test_past_the_fork_the_panel_warns_that_contexts_differ(index: int) -> None:
+    a, b = forked_steps()
+    view = PanelView(index, a[index], b[index], fork_at(a, b), None, len(a))
+    text = "\n".join(panel_text(view, 120, 12))
+    assert ("compared by index" in text) == (index > 1)
+    assert "p: no normalizer recorded" in text  # these steps carry no logsumexp
+
+
+# -- in the app ------------------------------------------------------------------------
+def session_app(theme: str, speed: float | None) -> SpecdiffApp:
+    session = load_session(SESSION)
+    return make_app(
+        presets(),
+        "ubatch",
+        session.prompt,
+        60,
+        session=session,
+        theme_name=theme,
+        theme_dirs=[THEMES_DIR],
+        replay_speed=speed,
+    )
+
+
+def drawn_colours(app: SpecdiffApp) -> set[str]:
+    colours = set()
+    for lane_id in ("a", "b"):
+        view = app.query_one(f"#lane-{lane_id} TokenView", TokenView)
+        for y in range(view.size.height):
+            for segment in view.render_line(y):
+                style = segment.style
+                for colour in (style.color, style.bgcolor) if style else ():
+                    if colour is not None and colour.triplet is not None:
+                        colours.add(colour.triplet.hex)
+    return colours
+
+
+def palette_colours(palette: Palette) -> set[str]:
+    named = [palette.background, palette.shared, palette.muted, palette.fork, palette.fork_text]
+    named += [palette.insert, palette.delete, palette.cursor, palette.cursor_text]
+    named += [shade(palette, level) for level in range(SHADE_LEVELS)]
+    return {Color.parse(colour).hex.lower() for colour in named}
+
+
+@pytest.mark.parametrize(
+    ("start", "after"),
+    [("specdiff-light", "specdiff-dark"), ("specdiff-dark", "specdiff-high-contrast")],
+)
+async def test_a_theme_switch_mid_replay_restyles_every_drawn_token(start: str, after: str) -> None:
+    app = session_app(start, speed=4.0)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause(0.3)
+        while app.theme != after:
+            await pilot.press("t")
+        await pilot.pause(0.2)
+        assert_drawn_in(app, after, start)
+        # lines drawn after the switch but before the new theme's CSS applies (a repaint
+        # can fall in between) are drawn again once it does
+        app.theme = start
+        drawn_colours(app)
+        await pilot.pause(0.2)
+        assert_drawn_in(app, start, after)
+
+
+def assert_drawn_in(app: SpecdiffApp, theme: str, old: str) -> None:
+    drawn = drawn_colours(app)
+    assert drawn and drawn <= palette_colours(palette_of(theme))
+    assert not drawn & (palette_colours(palette_of(old)) - palette_colours(palette_of(theme)))
+
+
+async def test_aligned_view_collapses_the_prefix_and_stacks_the_branches() -> None:
+    app = session_app("specdiff-dark", speed=None)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        assert app.fork is not None
+        await pilot.press("a")
+        aligned = app.query_one("#aligned", AlignedView)
+        assert aligned.display and not app.query_one("#lanes").display
+        text = str(aligned.query_one(".aligned-text").render())
+        assert f"… {app.fork.index - 8} shared tokens …" in text
+        assert text.index("\na ▸ ") < text.index("\nb ▸ ")
+        await pilot.press("escape")
+        assert not aligned.display and app.query_one("#lanes").display
+        await pilot.press("a", "a")
+        assert not aligned.display
