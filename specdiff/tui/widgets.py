@@ -908,9 +908,10 @@ def aligned_text(
     shared_end = fork if fork is not None else min(len(a.steps), len(b.steps))
     start = max(0, shared_end - context)
     text = Text()
+    text.append("aligned view (a or escape: back to the panes)", "dim")
     if start:
-        text.append(f"… {start} shared token{'s' if start != 1 else ''} …", "dim italic")
-        text.append("\n")
+        text.append(f"  … {start} shared token{'s' if start != 1 else ''} …", "dim italic")
+    text.append("\n")
     styles = TokenStyles()
     _append_tokens(text, a, marks["a"], styles, range(start, shared_end))
     if fork is None:
