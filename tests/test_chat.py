@@ -1,0 +1,408 @@
+"""Chat lanes: a conversation checked on the way in, carried to every lane and session,
+and formatted the same way in-process and by llama-server."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from specdiff.chat import (
+    BUILTIN_TEMPLATES,
+    MAX_CONVERSATION_CHARS,
+    MAX_MESSAGES,
+    ChatError,
+    Conversation,
+    Message,
+    conversation,
+    messages_of,
+    mixed_note,
+    parse_messages,
+    typed_prompt,
+)
+from specdiff.engine.server.dialects import Chat
+from specdiff.errors import LaneConfigError
+from specdiff.lanes import Lane, Pair
+from specdiff.sessions.format import SessionHeader
+from specdiff.suite import SuiteError
+from specdiff.suite.prompts import load_suite_prompts
+
+USER = {"role": "user", "content": "Name a colour."}
+SYSTEM = {"role": "system", "content": "Answer in one word."}
+ASSISTANT = {"role": "assistant", "content": "Blue."}
+CONVERSATIONS = {
+    "one user message": [USER],
+    "system and user": [SYSTEM, USER],
+    "several turns": [SYSTEM, USER, ASSISTANT, {"role": "user", "content": "Another?"}],
+    "several turns without system": [USER, ASSISTANT, {"role": "user", "content": "Another?"}],
+}
+BAD_MESSAGES = {
+    "not a list": ({"role": "user", "content": "x"}, "must be a list"),
+    "text": ("hello", "must be a list"),
+    "a number": (3, "must be a list"),
+    "empty": ([], "is empty"),
+    "an item that is no object": (["hello"], "[0] must be an object"),
+    "an unknown role": ([{"role": "bot", "content": "x"}], "[0].role must be one of"),
+    "a missing role": ([{"content": "x"}], "[0].role must be one of"),
+    "a role with escapes": ([{"role": "\x1b[2J", "content": "x"}], "[0].role"),
+    "content that is a number": ([{"role": "user", "content": 5}], "[0].content must be text"),
+    "content that is a list": ([{"role": "user", "content": ["x"]}], "[0].content must be text"),
+    "missing content": ([{"role": "user"}], "[0].content must be text"),
+    "an unknown key": ([{"role": "user", "content": "x", "name": "n"}], "unknown key 'name'"),
+    "a NUL character": ([{"role": "user", "content": "a\x00b"}], "NUL"),
+    "a lone surrogate": ([{"role": "user", "content": "a\udc80"}], "lone surrogate"),
+    "no user message": ([SYSTEM, ASSISTANT], "no user message"),
+    "too many messages": ([USER] * (MAX_MESSAGES + 1), f"more than {MAX_MESSAGES}"),
+    "too much text": (
+        [{"role": "user", "content": "x" * (MAX_CONVERSATION_CHARS + 1)}],
+        "longer than",
+    ),
+}
+
+
+# --- messages, pure --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", BAD_MESSAGES)
+def test_a_bad_messages_list_is_one_line_naming_where(name: str) -> None:
+    value, fragment = BAD_MESSAGES[name]
+    with pytest.raises(ValueError) as caught:
+        parse_messages(value, "--messages")
+    message = str(caught.value)
+    assert message.startswith("--messages") and fragment in message
+    assert "\n" not in message and len(message) < 300
+
+
+@pytest.mark.parametrize("name", CONVERSATIONS)
+def test_a_conversation_keeps_its_messages_through_pickle_and_json(name: str) -> None:
+    items = CONVERSATIONS[name]
+    prompt = Conversation(parse_messages(items))
+    assert prompt.to_json() == items
+    # the raw-text rendition a lane without a template decodes
+    assert prompt == "\n\n".join(item["content"] for item in items)
+    again = pickle.loads(pickle.dumps(prompt))  # the lanes' worker receives it pickled
+    assert isinstance(again, Conversation) and again.messages == prompt.messages
+    assert json.loads(json.dumps(prompt)) == str(prompt)
+    assert messages_of(prompt) == prompt.messages
+
+
+@pytest.mark.parametrize("prompt", ["Once upon a time", "line one\nline two", "[not json"])
+def test_a_plain_prompt_is_one_user_message(prompt: str) -> None:
+    assert messages_of(prompt) == (Message("user", prompt),)
+    assert typed_prompt(prompt) == prompt and not isinstance(typed_prompt(prompt), Conversation)
+
+
+@pytest.mark.parametrize("text", ["[1, 2, 3]", "[]", '["a", "b"]', "[true]"])
+def test_the_prompt_box_leaves_lists_of_no_objects_as_text(text: str) -> None:
+    assert not isinstance(typed_prompt(text), Conversation)
+
+
+@pytest.mark.parametrize("name", CONVERSATIONS)
+def test_the_prompt_box_reads_a_messages_list_as_a_conversation(name: str) -> None:
+    typed = typed_prompt("  " + json.dumps(CONVERSATIONS[name]) + "\n")
+    assert isinstance(typed, Conversation) and typed.to_json() == CONVERSATIONS[name]
+
+
+@pytest.mark.parametrize(
+    "text", ['[{"role": "bot", "content": "x"}]', '[{"role": "user", "content": 1}]', "[{}]"]
+)
+def test_the_prompt_box_refuses_a_broken_messages_list(text: str) -> None:
+    with pytest.raises(ChatError):
+        typed_prompt(text)
+
+
+@pytest.mark.parametrize("prompt", ["Hello", Conversation(parse_messages([USER, ASSISTANT, USER]))])
+def test_system_opens_the_conversation(prompt: str) -> None:
+    combined = conversation(prompt, "Be brief.")
+    assert isinstance(combined, Conversation)
+    assert combined.messages[0] == Message("system", "Be brief.")
+    assert combined.messages[1:] == messages_of(prompt)
+    assert conversation(prompt, None) is prompt
+
+
+def test_system_twice_is_refused() -> None:
+    with pytest.raises(ChatError, match="keep one"):
+        conversation(Conversation(parse_messages([SYSTEM, USER])), "Be brief.")
+
+
+@pytest.mark.parametrize(
+    ("given", "hint"),
+    [("gema", "did you mean 'gemma'"), ("LLAMA3", "did you mean 'llama3'"), ("chat-ml", "chatml")],
+)
+def test_an_unknown_template_name_gets_the_closest(given: str, hint: str) -> None:
+    with pytest.raises(LaneConfigError) as caught:
+        Lane(chat=given)
+    assert hint in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("setting", ["", "true", "auto", "gemma", "chatml", "llama3"])
+def test_known_template_settings_make_a_lane(setting: str) -> None:
+    assert Lane(chat=setting).chat == setting
+
+
+def test_a_server_lane_takes_the_servers_template() -> None:
+    with pytest.raises(LaneConfigError, match="api=chat"):
+        Lane(backend="server", endpoint="http://127.0.0.1:1", chat="gemma")
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "noted"),
+    [
+        (Lane(chat="gemma"), Lane(), True),
+        (Lane(), Lane(backend="server", endpoint="http://h:1", api="chat"), True),
+        (Lane(chat="true"), Lane(backend="server", endpoint="http://h:1", api="chat"), False),
+        (Lane(), Lane(backend="server", endpoint="http://h:1"), False),
+    ],
+)
+def test_a_chat_lane_beside_a_raw_one_is_noted(a: Lane, b: Lane, noted: bool) -> None:
+    assert (mixed_note(a, b) is not None) == noted
+
+
+@pytest.mark.parametrize("name", CONVERSATIONS)
+def test_the_chat_api_sends_the_conversation(name: str) -> None:
+    prompt = Conversation(parse_messages(CONVERSATIONS[name]))
+    assert Chat().body(prompt, 4, 8, False)["messages"] == CONVERSATIONS[name]
+    assert Chat().body("plain", 4, 8, False)["messages"] == [{"role": "user", "content": "plain"}]
+
+
+# --- sessions and suites ---------------------------------------------------------------
+
+
+def header(prompt: str, executed: dict[str, dict[str, Any]]) -> SessionHeader:
+    return SessionHeader(
+        pair=Pair("chat", Lane(chat="gemma"), Lane()),
+        prompt=prompt,
+        prompt_token_ids=(2, 105),
+        max_tokens=4,
+        stop=(),
+        executed=executed,
+        build={},
+        created="",
+    )
+
+
+@pytest.mark.parametrize("name", CONVERSATIONS)
+def test_a_session_header_keeps_the_conversation_and_each_formatted_prompt(name: str) -> None:
+    prompt = Conversation(parse_messages(CONVERSATIONS[name]))
+    formatted = {"text": "<start_of_turn>user\n...", "token_ids": [2, 105, 2364]}
+    written = header(prompt, {"a": {"chat_prompt": formatted}, "b": {}}).to_json()
+    assert written["messages"] == CONVERSATIONS[name]
+    assert written["lane_prompts"] == {"a": formatted}
+    assert "chat_prompt" not in written["executed"]["a"]  # kept apart from the settings
+    read = SessionHeader.from_json(json.loads(json.dumps(written)))
+    assert isinstance(read.prompt, Conversation) and read.prompt.to_json() == CONVERSATIONS[name]
+    assert read.lane_prompts == {"a": formatted}
+
+
+def test_a_session_without_a_conversation_reads_as_before() -> None:
+    written = header("Once upon a time", {"a": {}, "b": {}}).to_json()
+    assert "messages" not in written and "lane_prompts" not in written
+    read = SessionHeader.from_json(written)
+    assert read.prompt == "Once upon a time" and not isinstance(read.prompt, Conversation)
+
+
+def write_set(tmp_path: Path, *records: object) -> str:
+    path = tmp_path / "set.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return str(path)
+
+
+def test_a_suite_line_may_give_messages(tmp_path: Path) -> None:
+    source = write_set(
+        tmp_path,
+        {"id": "plain", "prompt": "Once upon a time"},
+        *({"id": name, "messages": items} for name, items in CONVERSATIONS.items()),
+    )
+    prompts, _ = load_suite_prompts(source)
+    assert not isinstance(prompts[0].prompt, Conversation)
+    for entry, items in zip(prompts[1:], CONVERSATIONS.values()):
+        assert isinstance(entry.prompt, Conversation) and entry.prompt.to_json() == items
+
+
+@pytest.mark.parametrize(
+    ("record", "fragment"),
+    [
+        ({"id": "x", "messages": "hello"}, '"messages" must be a list'),
+        ({"id": "x", "messages": [{"role": "user", "content": 1}]}, '"messages"[0].content'),
+        ({"id": "x", "messages": [USER], "prompt": "p"}, "not both"),
+        ({"id": "x", "messages": [{"role": "user", "content": " "}]}, "holds no text"),
+        ({"id": "x"}, 'missing "prompt"'),
+    ],
+)
+def test_a_bad_messages_line_names_file_line_and_field(
+    tmp_path: Path, record: dict[str, Any], fragment: str
+) -> None:
+    source = write_set(tmp_path, {"id": "ok", "prompt": "fine"}, record)
+    with pytest.raises(SuiteError) as caught:
+        load_suite_prompts(source)
+    assert f"{source}:2:" in str(caught.value) and fragment in str(caught.value)
+
+
+# --- the command line, a real process --------------------------------------------------
+
+
+def specdiff(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "specdiff", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--messages", "[{]"], "--messages is not valid JSON"),
+        (["--messages", '[{"role": "bot", "content": "x"}]'], "--messages[0].role"),
+        (["--messages", "/nonexistent/chat.json"], "not found"),
+        (["--messages", "-", "--prompt", "x"], "give the prompt once"),
+        (["--messages", json.dumps([SYSTEM, USER]), "--system", "Be kind."], "keep one"),
+        (["--both", "chat=gema"], "did you mean 'gemma'"),
+    ],
+)
+def test_run_refuses_a_bad_conversation_in_one_line(args: list[str], fragment: str) -> None:
+    completed = specdiff("run", *args, "--max-tokens", "4", stdin="")
+    assert completed.returncode == 2, completed.stderr
+    lines = [line for line in completed.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("specdiff: error: "), completed.stderr
+    assert fragment in lines[0]
+
+
+def test_run_reads_messages_from_stdin_and_refuses_a_broken_file(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.json"
+    broken.write_bytes(b"\xff[]")
+    completed = specdiff("run", "--messages", str(broken), "--max-tokens", "4")
+    assert completed.returncode == 2 and "is not UTF-8 text" in completed.stderr
+    completed = specdiff("run", "--messages", "-", "--max-tokens", "4", stdin="[]")
+    assert completed.returncode == 2 and "--messages on stdin is empty" in completed.stderr
+
+
+# --- the model -------------------------------------------------------------------------
+
+
+@pytest.mark.model
+def test_the_template_names_are_those_of_the_build() -> None:
+    import ctypes
+
+    import llama_cpp.llama_cpp as lib
+
+    count = lib.llama_chat_builtin_templates(None, 0)
+    names = (ctypes.c_char_p * count)()
+    lib.llama_chat_builtin_templates(names, count)
+    assert set(BUILTIN_TEMPLATES) == {name.decode() for name in names}
+
+
+@pytest.fixture(scope="module")
+def tokens_of(model_path: Path) -> Any:
+    """llama-cpp-python's own tokenization of a formatted prompt, as a prompt: BOS first,
+    special tokens parsed."""
+    from llama_cpp import Llama
+
+    vocabulary = Llama(str(model_path), vocab_only=True, verbose=False)
+    return lambda text: vocabulary.tokenize(text.encode(), add_bos=True, special=True)
+
+
+@pytest.mark.model
+@pytest.mark.parametrize(
+    ("settings", "conversations", "reference"),
+    [
+        # llama-cpp-python's gemma formatter drops a system message, llama.cpp's merges it
+        (("gemma", "gemma"), ("one user message", "several turns without system"), "gemma"),
+        # the bundled GGUF holds no template: llama.cpp formats it as chatml
+        (("true", "chatml"), ("system and user", "several turns"), "chatml"),
+    ],
+)
+def test_a_chat_lane_records_the_ids_llama_cpp_gives_its_formatted_prompt(
+    tokens_of: Any, settings: tuple[str, str], conversations: tuple[str, ...], reference: str
+) -> None:
+    from llama_cpp.llama_chat_format import format_chatml, format_gemma
+
+    from specdiff.engine.pairrun import PairRun
+
+    # llama-cpp-python's own Python formatters, written apart from llama.cpp's
+    formatter = {"gemma": format_gemma, "chatml": format_chatml}[reference]
+    pair = Pair("chat", Lane(chat=settings[0], n_ctx=512), Lane(chat=settings[1], n_ctx=512))
+    with PairRun(pair) as runner:
+        for name in conversations:
+            items = CONVERSATIONS[name]
+            result = runner.run(Conversation(parse_messages(items)), 4)
+            assert result.a.error is None and result.b.error is None
+            for outcome in (result.a, result.b):
+                recorded = outcome.executed["chat_prompt"]
+                assert recorded["text"] == formatter(messages=items).prompt
+                assert recorded["token_ids"] == tokens_of(recorded["text"])
+            assert list(result.prompt_tokens) == result.a.executed["chat_prompt"]["token_ids"]
+            saved = SessionHeader.from_json(json.loads(json.dumps(result.header().to_json())))
+            assert saved.lane_prompts["b"] == result.b.executed["chat_prompt"]
+            assert saved.prompt.to_json() == items
+
+
+@pytest.mark.model
+def test_a_raw_lane_beside_a_chat_lane_decodes_the_plain_text() -> None:
+    from specdiff.engine.pairrun import PairRun
+
+    prompt = Conversation(parse_messages(CONVERSATIONS["system and user"]))
+    raw = Lane(n_ctx=512)
+    with PairRun(Pair("chat-vs-raw", Lane(chat="gemma", n_ctx=512), raw)) as runner:
+        mixed = runner.run(prompt, 8)
+    with PairRun(Pair("raw", raw, raw)) as runner:
+        plain = runner.run(str(prompt), 8)
+    assert mixed.b.error is None and "chat_prompt" not in mixed.b.executed
+    # each lane formats the prompt itself: the raw lane decodes the contents, a line apart
+    assert mixed.b.token_ids == plain.b.token_ids
+
+
+# --- llama-server ----------------------------------------------------------------------
+
+
+@pytest.mark.model
+@pytest.mark.server
+@pytest.mark.parametrize(
+    ("setting", "flags"),
+    [
+        # with --jinja llama-server would read the name as the template's own text
+        ("gemma", ["--chat-template", "gemma", "--no-jinja"]),
+        ("true", []),  # no template in the GGUF: chatml on both sides
+    ],
+)
+def test_llama_server_and_an_in_process_chat_lane_decode_the_same_prompt(
+    model_path: Path, setting: str, flags: list[str]
+) -> None:
+    from specdiff.engine.pairrun import PairRun
+    from specdiff.engine.server.process import LlamaServer, find_llama_server
+
+    arguments = ["--threads", "1", "--ctx-size", "512", *flags]
+    with LlamaServer(find_llama_server(), model_path, arguments) as server:
+        served = Lane(backend="server", endpoint=server.url, api="chat")
+        pair = Pair("chat-server", served, Lane(chat=setting, n_ctx=512))
+        with PairRun(pair) as runner:
+            for name in ("system and user", "several turns"):
+                items = CONVERSATIONS[name]
+                prompt = Conversation(parse_messages(items))
+                result = runner.run(prompt, 4)
+                assert result.a.error is None and result.b.error is None
+                local = result.b.executed["chat_prompt"]
+                assert server_ids(server.url, items) == local["token_ids"]
+                # what the lane itself sends: the server counts as many prompt tokens
+                body = {**Chat().body(prompt, 1, 2, False), "stream": False}
+                usage = httpx.post(f"{server.url}/v1/chat/completions", json=body).json()
+                assert usage["usage"]["prompt_tokens"] == len(local["token_ids"])
+
+
+def server_ids(url: str, items: list[dict[str, str]]) -> list[int]:
+    """The prompt llama-server renders for `items`, as it tokenizes a prompt."""
+    text = httpx.post(f"{url}/apply-template", json={"messages": items}).json()["prompt"]
+    answer = httpx.post(
+        f"{url}/tokenize", json={"content": text, "add_special": True, "parse_special": True}
+    )
+    return list(answer.json()["tokens"])
