@@ -8,6 +8,9 @@ teacher-forced runs, missing logits, hostile and long pieces, huge logits).
 from __future__ import annotations
 
 import dataclasses
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -192,3 +195,22 @@ def test_a_drift_is_explained_between_the_recording_and_the_rerun(path: Path, la
     assert "the recording" in why and "lane" not in why.split(":", 1)[1]
     assert why.removeprefix("why: ").startswith(fork_verdict(old, steps[lane_id][index]).kind)
     assert first_drift(session, rerun) == drift
+
+
+@pytest.mark.model
+def test_run_prints_the_verdict_beside_the_fork() -> None:
+    """`specdiff run` in a real process: the text says why it forked under the fork,
+    the JSON carries the same sentence beside the fork record (both None without one)."""
+    prompt = "The history of the Roman Empire"
+    command = [sys.executable, "-m", "specdiff", "run", "--pair", "ubatch", "--prompt", prompt]
+    command += ["--max-tokens", "16"]
+    printed = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=300)
+    assert printed.returncode in (0, 1), printed.stderr
+    data = json.loads(printed.stdout)
+    verdict, fork = data["verdict"], data["fork"]
+    assert (verdict is None) == (fork is None) == (printed.returncode == 0)
+    if verdict is not None:
+        assert verdict.startswith(data["fork_class"]) and verdict.isprintable()
+    text = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    why = [line for line in text.stdout.splitlines() if line.startswith("why: ")]
+    assert why == ([] if verdict is None else [f"why: {verdict}"])
