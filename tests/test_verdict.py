@@ -28,6 +28,8 @@ from specdiff.compare import (
     run_fork,
     run_fork_sentence,
 )
+from specdiff.reports.text import format_result, result_json
+from specdiff.sessions.format import LaneOutcome, PairResult
 from specdiff.sessions.store import load_session
 from specdiff.sessions.verify import Drift, drift_lines, first_drift
 from specdiff.steps import Candidate, TokenStep
@@ -214,3 +216,31 @@ def test_run_prints_the_verdict_beside_the_fork() -> None:
     text = subprocess.run(command, capture_output=True, text=True, timeout=300)
     why = [line for line in text.stdout.splitlines() if line.startswith("why: ")]
     assert why == ([] if verdict is None else [f"why: {verdict}"])
+
+
+def result_of(path: Path) -> PairResult:
+    """A recorded run as the pair runner hands it to the printers."""
+    session = load_session(path)
+    header = session.header
+    return PairResult(
+        pair=session.pair,
+        prompt=session.prompt,
+        prompt_tokens=list(header.prompt_token_ids),
+        max_tokens=header.max_tokens,
+        a=LaneOutcome("a", session.pair.a, list(session.steps["a"]), stop_reason="length"),
+        b=LaneOutcome("b", session.pair.b, list(session.steps["b"]), stop_reason="length"),
+        comparison=session.comparison(),
+        build=dict(header.build),
+        started=header.created,
+    )
+
+
+@pytest.mark.parametrize("path", DEMOS, ids=lambda p: p.name.split("-", 1)[1])
+def test_the_run_printers_put_the_verdict_under_the_fork(path: Path) -> None:
+    result = result_of(path)
+    data = result_json(result)
+    assert data["fork"] is not None, "the demo sessions fork"
+    assert data["verdict"].startswith(data["fork_class"])
+    lines = format_result(result).splitlines()
+    why = lines.index(f"why: {data['verdict']}")
+    assert lines[why + 1].startswith("fork class: ") and lines[why - 1].startswith("  lane b:")
