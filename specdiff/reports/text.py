@@ -12,6 +12,7 @@ import dataclasses
 import textwrap
 from typing import Any
 
+from specdiff.chat import Conversation
 from specdiff.compare import (
     DEFAULT_SPLIT_THRESHOLD,
     Fork,
@@ -239,6 +240,7 @@ def result_json(result: PairResult) -> dict[str, Any]:
         "description": result.pair.description,
         "started": result.started,
         "prompt": result.prompt,
+        "messages": result.prompt.to_json() if isinstance(result.prompt, Conversation) else None,
         "prompt_token_ids": result.prompt_tokens,
         "max_tokens": result.max_tokens,
         "stop": result.stop,
