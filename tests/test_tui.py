@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -196,3 +199,373 @@ async def test_clicking_a_token_selects_it() -> None:
         assert (app.cursor_lane, app.cursor) == ("b", index)
         panel = " ".join(str(item) for item in app.query_one("#panel").render().renderables)
         assert f"token {index}" in panel or "FORK" in panel
+
+
+# -- focus, layout and presenter mode (no model: recorded sessions, refused runs) ----------
+
+DEMO_SESSIONS = sorted((Path(__file__).parent.parent / "sessions").glob("*.jsonl"))
+SESSION = Path(__file__).parent / "data" / "ubatch-roman-empire.jsonl"
+SIZES = [(80, 24), (120, 40)]
+INPUTS = ["#prompt", "#max-tokens", "#lane-a-overrides", "#lane-b-overrides"]
+
+
+def idle_app(prompt: str = "") -> SpecdiffApp:
+    """The app with no run started; an empty prompt makes any run it is asked for stop
+    at once with a note, so no model is loaded."""
+    return make_app(presets(), "ubatch", prompt, 20, autostart=False)
+
+
+def session_app(path: Path = SESSION, speed: float | None = None, **options) -> SpecdiffApp:
+    session = load_session(path)
+    return make_app(
+        presets() | {session.pair.name: session.pair},
+        session.pair.name,
+        session.prompt,
+        session.header.max_tokens,
+        session=session,
+        replay_speed=speed,
+        **options,
+    )
+
+
+async def open_input(app: SpecdiffApp, pilot, selector: str) -> None:
+    """Put the cursor in an input as a user would: `c` first where the rows are folded."""
+    if app.has_class("narrow"):
+        await pilot.press("c")
+    app.query_one(selector).focus()
+    await pilot.pause()
+
+
+def footer_keys(app: SpecdiffApp) -> dict[str, object]:
+    from textual.widgets._footer import FooterKey
+
+    return {key.key: key for key in app.query(FooterKey)}
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_escape_leaves_every_input_for_the_panes(size) -> None:
+    app = idle_app("Hello")
+    async with app.run_test(size=size) as pilot:
+        for selector in [*INPUTS, "#pair"]:
+            await open_input(app, pilot, selector)
+            assert app.focused is app.query_one(selector)
+            await pilot.press("escape")
+            assert app.focused is app.query_one("#lanes"), selector
+            assert not app.has_class("configuring")
+            assert not app.running  # escape leaves an input; it never starts or stops a run
+        await open_input(app, pilot, "#pair")  # a chosen pair hands the keys back too
+        await pilot.press("enter", "down", "enter")
+        await pilot.pause()
+        assert app.query_one("#pair").value != "ubatch"
+        assert app.focused is app.query_one("#lanes")
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_a_key_typed_after_enter_never_lands_in_an_input(size) -> None:
+    app = idle_app()
+    async with app.run_test(size=size) as pilot:
+        for selector in INPUTS:
+            await open_input(app, pilot, selector)
+            before = {name: app.query_one(name).value for name in INPUTS}
+            await pilot.press("enter")  # refused: the prompt is empty; no model is loaded
+            assert app.focused is app.query_one("#lanes"), selector
+            for key in ("d", "n", "x", "p", "l"):
+                await pilot.press(key)
+            assert {name: app.query_one(name).value for name in INPUTS} == before
+        await pilot.press("q")
+        await pilot.pause()
+    assert app.return_code == 0  # q quit instead of being typed
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_the_footer_keeps_help_and_quit_in_every_theme(size) -> None:
+    app = make_app(presets(), "ubatch", "Hello", 20, autostart=False)
+    async with app.run_test(size=size) as pilot:
+        for _theme in range(3):
+            await pilot.press("t")
+            await pilot.pause()
+            for where in ("panes", "input"):
+                if where == "input":
+                    await open_input(app, pilot, "#prompt")
+                keys = footer_keys(app)
+                shown = ("question_mark", "q") if where == "panes" else ("f1", "ctrl+q")
+                palette = keys["ctrl+p"].region
+                for key in shown:
+                    region = keys[key].region
+                    assert region.width > 0 and region.right <= palette.x, (app.theme, key)
+            await pilot.press("f1")  # f1 and ctrl+q act from inside an input
+            assert type(app.screen).__name__ == "HelpScreen"
+            await pilot.press("escape", "escape")
+            assert app.focused is app.query_one("#lanes")
+
+
+def test_help_names_every_key_the_footer_shows() -> None:
+    from specdiff.tui.help import HELP_ROWS
+
+    documented = " ".join(key for key, _ in HELP_ROWS)
+    names = {"question_mark": "?", "left": "←", "right": "→"}
+    for binding in SpecdiffApp.BINDINGS:
+        assert names.get(binding.key, binding.key) in documented, binding.key
+
+
+async def test_narrow_screens_fold_the_inputs_into_a_config_bar() -> None:
+    app = make_app(presets(), "server-cache-vs-fresh", "The history of Rome", 33, autostart=False)
+    async with app.run_test(size=(120, 24)) as pilot:
+        bar, controls = app.query_one("#config-bar"), app.query_one("#controls")
+        for width, folded in ((100, False), (99, True), (79, True)):
+            await pilot.resize_terminal(width, 24)
+            await pilot.pause()
+            assert bar.display == folded and controls.display != folded, width
+        assert "server-cache-vs-fresh" in bar.plain and "max 33" in bar.plain
+        await pilot.press("c")
+        assert controls.display and app.query_one("#overrides").display and not bar.display
+        assert app.focused is app.query_one("#prompt")
+        label = app.query_one("#max-label")
+        assert str(label.render()) == "max tokens" and label.region.width > 0
+        await pilot.press("end", "!", "escape")
+        assert bar.display and not controls.display
+        assert "The history of Rome!" in bar.plain
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_help_scrolls_to_its_last_row(size) -> None:
+    app = session_app()
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        box = app.screen.query_one("#help-box")
+        end = app.screen.query_one("#help-end")
+        assert box.region.bottom <= size[1] and box.region.right <= size[0]
+        for _ in range(20):
+            await pilot.press("pagedown")
+        await pilot.pause()
+        assert box.scroll_y == box.max_scroll_y
+        assert box.region.contains_region(end.region)  # the last row is in view
+        await pilot.press("escape")
+        assert type(app.screen).__name__ != "HelpScreen"
+
+
+async def test_the_current_lane_is_framed_and_l_moves_the_frame() -> None:
+    app = session_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        a, b = app.query_one("#lane-a"), app.query_one("#lane-b")
+        assert a.has_class("focused") and not b.has_class("focused")
+        assert "current" in str(a.border_title) and "current" not in str(b.border_title)
+        await pilot.press("l")
+        assert b.has_class("focused") and not a.has_class("focused")
+        await open_input(app, pilot, "#prompt")
+        assert not b.has_class("focused") and b.has_class("current")  # unlit, still current
+
+
+def test_counts_take_the_noun_in_the_right_number() -> None:
+    from specdiff.tui.app import counted
+
+    assert [counted(n, "token") for n in (0, 1, 2, 11)] == [
+        "0 tokens",
+        "1 token",
+        "2 tokens",
+        "11 tokens",
+    ]
+
+
+async def test_stats_lines_cut_only_between_whole_parts() -> None:
+    app = session_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        for path in DEMO_SESSIONS:
+            app.show_session(load_session(path))
+            await pilot.pause()
+            for lane_id in ("a", "b"):
+                parts = app.stats_line(lane_id).split(" · ")
+                for width in range(8, 90):
+                    shown = app.stats_line(lane_id, width).split(" · ")
+                    assert shown == parts[: len(shown)]
+                    assert len(" · ".join(shown)) <= width or len(shown) == 1
+
+
+def test_every_presets_header_names_a_value_for_each_key() -> None:
+    from specdiff.lanes import LANE_KEYS, headline
+
+    for pair in presets().values():
+        for lane, other in ((pair.a, pair.b), (pair.b, pair.a)):
+            for part in headline(lane, other).split(" · "):
+                assert part.strip() not in LANE_KEYS, (pair.name, part)
+
+
+def token_in_view(app: SpecdiffApp, lane_id: str, index: int) -> bool:
+    view = app.query_one(f"#lane-{lane_id} TokenView", TokenView)
+    index = min(index, len(app.lanes[lane_id].steps) - 1)
+    rows = [row for row, line in enumerate(view.lines) if any(i == index for i, _ in line)]
+    top = round(view.scroll_offset.y)
+    return bool(rows) and top <= rows[0] < top + view.size.height
+
+
+def cut_before_the_fork(path: Path, target: Path) -> Path:
+    """The session with the steps from its fork on left out (and no footer): lanes that
+    agree on every token shown."""
+    session = load_session(path)
+    fork = compare(session.steps["a"], session.steps["b"]).fork
+    assert fork is not None
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        step_before = record["type"] == "step" and record["index"] < fork.index
+        if record["type"] == "header" or step_before:
+            kept.append(line)
+    target.write_text("\n".join(kept) + "\n", encoding="utf-8")
+    return target
+
+
+@pytest.mark.parametrize("speed", [None, 1000.0])
+async def test_a_fork_is_shown_in_both_panes_and_none_is_never_promised(tmp_path, speed) -> None:
+    """Each demo session: its fork scrolled into view in both panes; cut before the
+    fork, no status line speaks of jumping to one."""
+    app = session_app(speed=speed)
+    async with app.run_test(size=(80, 24)) as pilot:
+        for path in DEMO_SESSIONS:
+            for forked in (True, False):
+                shown = path if forked else cut_before_the_fork(path, tmp_path / path.name)
+                app.show_session(load_session(shown))
+                await wait_for(pilot, lambda: app.playback is None or app.playback.finished, 20)
+                await pilot.pause(0.1)
+                status = app.query_one("#status").plain
+                if not forked:
+                    assert app.fork is None and "jumps to the fork" not in status
+                    continue
+                assert app.fork is not None and "d jumps to the fork" in status
+                for lane_id in ("a", "b"):
+                    assert token_in_view(app, lane_id, app.fork.index), (path.name, lane_id)
+
+
+@pytest.mark.parametrize("speed", [2.0, 1000.0])
+async def test_pause_at_fork_stops_with_the_fork_on_screen(speed) -> None:
+    app = session_app(speed=speed, pause_at_fork=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        for path in DEMO_SESSIONS:
+            recorded = load_session(path)
+            fork = compare(recorded.steps["a"], recorded.steps["b"]).fork
+            assert fork is not None
+            app._paused_at_fork = False
+            app.show_session(recorded)
+            await wait_for(pilot, lambda: app.playback.paused or app.playback.finished, 30)
+            await pilot.pause(0.2)
+            assert app.playback.paused and app.fork is not None
+            assert app.fork.index == fork.index
+            for lane_id in ("a", "b"):
+                wanted = min(fork.index + 1, len(recorded.steps[lane_id]))
+                assert len(app.lanes[lane_id].steps) == wanted
+                assert token_in_view(app, lane_id, fork.index)
+            status = app.query_one("#status").plain
+            assert status.startswith("paused at the fork: space resumes")
+            await pilot.press("space")
+            await wait_for(pilot, lambda: app.playback.finished, 30)
+            assert not app.playback.paused  # it paused once, not at every later step
+
+
+def test_the_replay_command_takes_pause_at_fork_and_a_slow_speed() -> None:
+    from specdiff.cli import build_parser
+    from specdiff.cli.replay import open_for_replay, replay_app
+
+    args = build_parser().parse_args(["replay", str(SESSION), "--pause-at-fork", "--speed", "0.25"])
+    session, stream = open_for_replay(args.session)
+    try:
+        app = replay_app(session, stream, args)
+    finally:
+        stream.close()
+    assert app.pause_at_fork and app.replay_speed == 0.25
+
+
+@pytest.mark.parametrize("speed", [None, 1000.0])
+async def test_a_replay_is_not_replaced_on_one_key(speed) -> None:
+    app = session_app(speed=speed)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(0.2)
+        for selector in ("#run", "#stop", "#lane-a-overrides", "#lane-b-overrides"):
+            assert app.query_one(selector).disabled, selector
+        await pilot.press("r")
+        assert not app.running and app.session is not None
+        assert "press r again" in app.query_one("#status").plain
+        # the second r runs: here it is refused at once (max tokens 0), so no model loads
+        app.query_one("#max-tokens").value = "0"
+        await pilot.press("r")
+        assert "not started: max tokens must be at least 1" in app.query_one("#status").plain
+
+
+async def test_e_writes_the_html_report_and_names_it(tmp_path) -> None:
+    app = session_app(sessions_dir=tmp_path / "out")
+    async with app.run_test(size=(80, 24)) as pilot:
+        for path in DEMO_SESSIONS:
+            app.show_session(load_session(path))
+            await pilot.pause()
+            await pilot.press("e", "e")
+            await pilot.pause()
+            written = sorted((tmp_path / "out").glob(f"{path.stem}*.html"))
+            assert [p.name for p in written] == [f"{path.stem}-2.html", f"{path.stem}.html"]
+            assert str(written[0]) in app.query_one("#status").plain
+            assert written[1].read_text(encoding="utf-8").lstrip().lower().startswith("<!doctype")
+
+
+async def test_e_with_nothing_to_report_says_so(tmp_path) -> None:
+    app = make_app(presets(), "ubatch", "Hi", 20, autostart=False, sessions_dir=tmp_path)
+    notes: list[str] = []
+    notify = app.notify
+    app.notify = lambda message, **options: (notes.append(message), notify(message, **options))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("e")
+        assert any("nothing to report yet" in note for note in notes)
+        assert list(tmp_path.iterdir()) == []
+
+
+async def test_a_screenshot_needs_no_downloads_folder(tmp_path, monkeypatch) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.chdir(tmp_path)  # no ./sessions here: the user data folder is used
+    app = session_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        app.deliver_screenshot()
+        await wait_for(pilot, lambda: list(home.rglob("*.svg")), 10)
+    (shot,) = home.rglob("*.svg")
+    assert shot.parent.name == "sessions" and not (home / "Downloads").exists()
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_notes_never_cover_the_panel(size) -> None:
+    from textual.widgets._toast import Toast
+
+    app = session_app()
+    async with app.run_test(size=size, notifications=True) as pilot:
+        for number in range(4):
+            app.notify(f"note {number} " + "with a long text " * 12, severity="error")
+        await pilot.pause(0.3)
+        await pilot.pause(0.3)
+        panel = app.query_one("#panel").region
+        toasts = list(app.screen.query(Toast))
+        assert toasts
+        for toast in toasts:
+            assert not toast.region.overlaps(panel), (toast.region, panel)
+
+
+@pytest.mark.parametrize(("typo", "meant"), [("nubatch", "n_ubatch"), ("theads", "threads")])
+async def test_an_unknown_override_key_gets_a_did_you_mean(typo, meant) -> None:
+    app = idle_app("Hello")
+    notes: list[str] = []
+    notify = app.notify
+    app.notify = lambda message, **options: (notes.append(message), notify(message, **options))
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.query_one("#lane-a-overrides").value = f"{typo}=2"
+        app.action_run()
+        await pilot.pause()
+        assert f"did you mean {meant}" in notes[-1] and not app.running
+        assert "known keys" not in notes[-1]
+    done = subprocess.run(
+        [sys.executable, "-m", "specdiff", "run", "--prompt", "Hi", "--lane-a", f"{typo}=2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"did you mean {meant}" in done.stderr and len(done.stderr.strip().splitlines()) == 1

@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import App, ComposeResult, ScreenStackError, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.css.query import NoMatches
 from textual.filter import LineFilter
-from textual.notifications import SeverityLevel
+from textual.notifications import Notify, SeverityLevel
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Button, Footer, Input, Select, Static
@@ -58,14 +58,18 @@ from specdiff.tui.messages import (
 )
 from specdiff.tui.themes import APP_VARIABLES, DEFAULT_THEME, load_themes
 from specdiff.tui.widgets import (
+    AlignedView,
     LanePane,
     LaneState,
+    Legend,
     Line,
     Palette,
     Panel,
+    PanelView,
     TokenMarks,
     WithoutControls,
-    render_panel,
+    lane_differences,
+    near_ties_before,
 )
 
 WITHOUT_CONTROLS = WithoutControls()
@@ -130,7 +134,9 @@ class SpecdiffApp(App[int]):
         Binding("question_mark", "help", "help"),
         Binding("f1", "help", "help"),
         Binding("q", "quit", "quit"),
-        Binding("ctrl+q", "quit", "quit", priority=True),
+        # ctrl+q is shown only while an input has focus (where q types a q)
+        Binding("ctrl+q", "quit_from_input", "quit"),
+        Binding("ctrl+q", "quit", "quit", show=False),
         Binding("escape", "panes", "panes"),
         Binding("r", "run", "run"),
         Binding("x", "stop", "stop"),
@@ -141,6 +147,7 @@ class SpecdiffApp(App[int]):
         Binding("right", "move(1)", "→", show=False),
         Binding("space", "toggle_pause", "pause"),
         Binding("l", "switch_lane", "lane"),
+        Binding("a", "toggle_aligned", "aligned"),
         Binding("c", "configure", "config"),
         Binding("e", "export", "report"),
         Binding("s", "save", "save"),
@@ -239,7 +246,9 @@ class SpecdiffApp(App[int]):
         with Lanes(id="lanes"):
             yield LanePane("a")
             yield LanePane("b")
+        yield AlignedView(id="aligned")
         yield Panel(id="panel")
+        yield Legend(id="legend")
         yield Line(id="status")
         yield Footer()
 
@@ -260,6 +269,11 @@ class SpecdiffApp(App[int]):
         super().notify(
             visible(message), title=title, severity=severity, timeout=timeout, markup=markup
         )
+
+    def on_notify(self, _event: Notify) -> None:
+        # one note at a time (this runs before the note is added): a stack of them
+        # would reach down over the panel
+        self.clear_notifications()
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return dict(APP_VARIABLES)
@@ -299,21 +313,26 @@ class SpecdiffApp(App[int]):
             return self.playback is not None
         if action == "panes":
             return not self.panes_focused or self.has_class("configuring")
+        if action == "quit_from_input":
+            return not self.panes_focused
         if action == "configure":
             return self.has_class("narrow")
         if action == "stop":
             return None if self.replaying else True
         return True
 
-    def on_resize(self) -> None:
-        self.set_class(self.size.height < 30, "short")
-        narrow = self.size.width < NARROW_COLUMNS
+    def on_resize(self, event: events.Resize) -> None:
+        # the event's size: this handler runs before the app records the new one
+        self.set_class(event.size.height < 30, "short")
+        narrow = event.size.width < NARROW_COLUMNS
         self.set_class(narrow, "narrow")
         if not narrow:
             self.remove_class("configuring")
         with suppress(NoMatches):
             self.query_one(Footer).compact = narrow
         self.refresh_bindings()
+        # the lanes' stats lines keep what fits the new width
+        self.call_after_refresh(self.render_lanes, False, False)
 
     # -- focus ----------------------------------------------------------------------
     @property
@@ -369,8 +388,7 @@ class SpecdiffApp(App[int]):
 
     # -- state to screen ------------------------------------------------------------
     def palette(self) -> Palette:
-        variables = dict(self.theme_variables)
-        return Palette.from_variables(variables)
+        return Palette.from_theme(self.current_theme)
 
     def watch_theme(self) -> None:
         if self.is_mounted:
@@ -414,9 +432,12 @@ class SpecdiffApp(App[int]):
         for lane_id, state in self.lanes.items():
             pane = self.query_one(f"#lane-{lane_id}", LanePane)
             pane.show_tokens(state, self.marks(lane_id), follow=follow)
-            width = pane.content_size.width - 2 or self.size.width
+            # before the first layout a pane has no width: the screen's stands in
+            width = pane.content_size.width - 2 if pane.content_size.width else self.size.width
             pane.set_stats(self.stats_line(lane_id, width))
-            pane.set_margins([step.margin for step in state.steps])
+        aligned = self.query_one("#aligned", AlignedView)
+        if aligned.display:
+            aligned.show(self.lanes, {lane_id: self.marks(lane_id) for lane_id in self.lanes})
         if panel:
             self.render_panel()
 
@@ -427,7 +448,7 @@ class SpecdiffApp(App[int]):
             else (self.fork.index if self.fork is not None else None)
         )
         a_steps, b_steps = self.lanes["a"].steps, self.lanes["b"].steps
-        panel = render_panel(
+        view = PanelView(
             index,
             a_steps[index] if index is not None and index < len(a_steps) else None,
             b_steps[index] if index is not None and index < len(b_steps) else None,
@@ -435,8 +456,10 @@ class SpecdiffApp(App[int]):
             self.similarity,
             max(len(a_steps), len(b_steps)),
             self.near_tie,
+            near_ties_before(a_steps, self.near_tie, self.fork),
+            lane_differences(self.pair),
         )
-        self.query_one("#panel", Panel).set(panel)
+        self.query_one("#panel", Panel).show(view)
 
     def set_status(self, text: str) -> None:
         self.query_one("#status", Line).set(text)
@@ -458,14 +481,17 @@ class SpecdiffApp(App[int]):
         if self.fork is None:
             return
         self.follow = False
-        index = self.fork.index
 
         def scroll() -> None:
+            # the fork as it is once the panes are laid out: another session may have
+            # replaced the one this was asked for
+            if self.fork is None or self.follow:
+                return
             for lane_id in ("a", "b"):
                 shown = len(self.lanes[lane_id].steps)
                 if shown:
                     pane = self.query_one(f"#lane-{lane_id}", LanePane)
-                    pane.scroll_to_token(min(index, shown - 1))
+                    pane.scroll_to_token(min(self.fork.index, shown - 1))
 
         self.call_after_refresh(scroll)
 
@@ -495,6 +521,7 @@ class SpecdiffApp(App[int]):
         """Show a recorded run (no model needed): at once, or played back."""
         self.stop_playback()
         self.reset_view()
+        self.session = session
         self.pair = session.pair
         self.set_titles()
         self.lock_replay_controls(True)
@@ -506,7 +533,7 @@ class SpecdiffApp(App[int]):
                 self.lanes[lane_id].extend(session.steps[lane_id])
             self.update_comparison(announce=False)
             self.render_lanes(follow=False)
-            self.set_status(self.session_summary())
+            self.set_status(self.shown_status())
             self.read_later()
             return
         first = session.recorded_steps()
@@ -536,6 +563,11 @@ class SpecdiffApp(App[int]):
         fork = f"fork at token {self.fork.index}" if self.fork else "lanes identical"
         cut = f" ({self.session.cut_note})" if self.session.cut_note and not self.loading else ""
         return f"{state} {self.session.path.name}{cut}: {fork}"
+
+    def shown_status(self) -> str:
+        """The status of a session shown whole (--instant): what it is and what to press."""
+        keys = "d jumps to the fork · " if self.fork is not None else ""
+        return f"{self.session_summary()} · {keys}e writes a report"
 
     # -- replay ---------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="session-read", exit_on_error=False)
@@ -573,7 +605,7 @@ class SpecdiffApp(App[int]):
                 else:
                     self.find_fork(announce=False)
                 self.render_lanes(follow=False)
-                self.set_status(self.session_summary())
+                self.set_status(self.shown_status())
             except NoMatches:
                 pass  # the app is closing
             return
@@ -644,7 +676,10 @@ class SpecdiffApp(App[int]):
             self.update_comparison(announce=self.fork is None)
             self.render_lanes(follow=self.follow)
         else:
-            self.render_lanes(follow=self.follow, panel=self.find_fork())
+            found = self.find_fork()
+            if self.fork is not None:
+                self.update_comparison(announce=False)  # diff colours from the fork on
+            self.render_lanes(follow=self.follow, panel=found)
         self.replay_status()
 
     def replay_status(self) -> None:
@@ -848,9 +883,11 @@ class SpecdiffApp(App[int]):
             self.post_message(RunFinished(runner.result))
         except SpecdiffError as error:
             text = str(error)
-            # an error naming both lanes (vocabularies that differ) is the pair's
-            both = "lane a" in text and "lane b" in text
-            self.post_message(RunFailed(text, None if both else self._loading_lane))
+            # an error naming both lanes (vocabularies that differ) is the pair's; one
+            # refused before any lane loads (GPU layers on a CPU build) names its lane
+            named = [lane_id for lane_id in ("a", "b") if f"lane {lane_id}" in text]
+            lane = self._loading_lane or (named[0] if len(named) == 1 else None)
+            self.post_message(RunFailed(text, None if len(named) == 2 else lane))
 
     def runner_for(self, pair: Pair) -> PairWorker:
         """Reuse loaded lanes while the pair stays the same and their process lives (runs
@@ -889,6 +926,8 @@ class SpecdiffApp(App[int]):
         # drawn once the run ends.
         # The panel changes only with the fork, the cursor or the theme.
         found = self.find_fork()
+        if self.fork is not None:
+            self.update_comparison(announce=False)  # diff colours from the fork on
         self.render_lanes(follow=self.follow, panel=found)
 
     def on_run_finished(self, message: RunFinished) -> None:
@@ -1019,6 +1058,14 @@ class SpecdiffApp(App[int]):
         start = self.cursor if self.cursor is not None else (0 if delta > 0 else len(steps))
         self.move_cursor(self.cursor_lane, max(0, min(len(steps) - 1, start + delta)))
 
+    def action_toggle_aligned(self) -> None:
+        """Swap the panes for the aligned view (shared prefix collapsed, the branches
+        stacked), or back."""
+        aligned, lanes = self.query_one("#aligned", AlignedView), self.query_one("#lanes")
+        aligned.display, lanes.display = not aligned.display, aligned.display
+        (aligned if aligned.display else lanes).focus()
+        self.render_lanes(follow=False)
+
     def action_switch_lane(self) -> None:
         other = "b" if self.cursor_lane == "a" else "a"
         index = self.cursor
@@ -1114,6 +1161,9 @@ class SpecdiffApp(App[int]):
     async def action_quit(self) -> None:
         self.cancel.set()
         self.exit(0)
+
+    async def action_quit_from_input(self) -> None:
+        await self.action_quit()
 
     def on_unmount(self) -> None:
         self.stop_playback()

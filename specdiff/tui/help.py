@@ -13,6 +13,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from specdiff.tui.widgets import LEGEND_ROWS
+
 HELP_ROWS = (
     ("? / f1", "this help"),
     ("q / ctrl+q", "quit"),
@@ -26,22 +28,13 @@ HELP_ROWS = (
     ("space (replay)", "pause / resume; at the end, play it again"),
     ("← / → (replay, paused)", "hide / show one token; the panel follows it"),
     ("l", "switch the current lane (a / b): its pane is framed"),
+    ("a", "aligned view: the shared prefix folded, the two branches stacked"),
     ("click a token", "select it: the panel shows its top-k in both lanes"),
     ("c (under 100 columns)", "open the config bar: prompt, pair, max tokens, overrides"),
     ("e", "write the HTML report of what is on screen; the status names the file"),
     ("s", "save the run as a session file"),
     ("t", "next theme"),
     ("ctrl+p", "command palette: every action by name"),
-)
-
-LEGEND_ROWS = (
-    ("fork colour", "the first token where the lanes differ"),
-    ("red / green", "after the fork: tokens only this lane has"),
-    ("grey", "after the fork: tokens both lanes share, realigned"),
-    ("shading", "near tie: top-1 minus top-2 logit under the threshold; darker is closer"),
-    ("underline", "a draft token the speculation accepted"),
-    ("reverse", "the cursor: the token the panel shows"),
-    ("margin strip", "every step's margin under each pane; the fork is marked"),
 )
 
 END_ROW = "escape, ? or q closes · ↑/↓, page up/down, home/end scroll"
