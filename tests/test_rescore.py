@@ -1,0 +1,163 @@
+"""Margins for the drafts a llama-server accepted: its stream gives them no probabilities,
+and a llama-server lane scores them again, teacher-forced, on the same server. The
+numbers must be the model's own: equal to an in-process lane's teacher-forced margins on
+the same tokens within the numeric noise measured between the two on the steps the
+server scored itself."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specdiff.compare import MEASURED_NOISE_P99
+from specdiff.engine.server.process import (
+    LlamaServer,
+    find_llama_server,
+    spec_types,
+    usable_option,
+)
+from specdiff.engine.server.rescore import RESCORED_BY, needs_rescoring
+from specdiff.lanes import Lane
+from specdiff.prompts import load as load_prompts
+from specdiff.sessions.format import step_from, step_record
+from specdiff.steps import Candidate, TokenStep
+
+PROMPTS = [entry["prompt"] for entry in load_prompts("repetitive")[:2]]
+MAX_TOKENS = 24
+
+
+def _step(top: tuple[Candidate, ...], drafted: bool, source: str = "") -> TokenStep:
+    return TokenStep("a", 0, top[0].token_id, b"x", top, drafted, 1, 0.0, source=source)
+
+
+ONE = (Candidate(5, 0.0, b"x"),)
+TWO = (Candidate(5, -0.1, b"x"), Candidate(6, -2.0, b"y"))
+
+
+@pytest.mark.parametrize(
+    ("top", "drafted", "source", "expected"),
+    [
+        (ONE, True, "", True),  # an accepted draft the server gave no probabilities
+        (ONE, False, "", False),  # the server's own step (top-1 only: top_k 1 is refused)
+        (TWO, True, "", False),  # a draft that came with its probabilities
+        (ONE, True, RESCORED_BY, False),  # rescored already
+    ],
+)
+def test_only_unscored_drafts_need_rescoring(
+    top: tuple[Candidate, ...], drafted: bool, source: str, expected: bool
+) -> None:
+    assert needs_rescoring(_step(top, drafted, source)) is expected
+
+
+@pytest.mark.parametrize("source", ["", RESCORED_BY, "rescored by \\x1b]52 escaped"])
+def test_a_steps_source_survives_the_session_codec(source: str) -> None:
+    step = _step(TWO, True, source)
+    record = step_record(step)
+    assert ("source" in record) is bool(source)  # old readers see no new field on old steps
+    assert step_from(record) == step
+
+
+@pytest.mark.parametrize("value", [5, ["x"], None, "x" * 201])
+def test_a_bad_source_is_refused_naming_the_field(value: object) -> None:
+    record = step_record(_step(TWO, True)) | {"source": value}
+    with pytest.raises(ValueError, match="source"):
+        step_from(record)
+
+
+@pytest.fixture(scope="module")
+def draft_server(model_path: Path, q8_model_path: Path) -> Iterator[str]:
+    """One llama-server on the bundled model with its Q8_0 variant drafting for it."""
+    binary = find_llama_server()
+    model_flag = usable_option(binary, "--spec-draft-model", "--model-draft")
+    kind = "draft-simple" if "draft-simple" in spec_types(binary) else "draft"
+    arguments = ["--threads", "2", "--parallel", "1", "--spec-type", kind]
+    assert model_flag is not None
+    with LlamaServer(binary, model_path, [*arguments, model_flag, str(q8_model_path)]) as server:
+        yield server.url
+
+
+def _server_steps(url: str, rescore: str) -> list[list[TokenStep]]:
+    from specdiff.engine.server.lane import ServerLane  # deferred: it loads llama_cpp
+
+    lane = ServerLane(
+        Lane(backend="server", api="llama-server", endpoint=url, rescore=rescore, top_k=8), "a"
+    )
+    try:
+        return [list(lane.generate(prompt, MAX_TOKENS)) for prompt in PROMPTS]
+    finally:
+        lane.close()
+
+
+@pytest.fixture(scope="module")
+def rescored_runs(draft_server: str) -> list[list[TokenStep]]:
+    """The server lane's steps on PROMPTS with rescore=auto (made once: each rescored
+    draft is a request)."""
+    return _server_steps(draft_server, "auto")
+
+
+@pytest.mark.model
+@pytest.mark.server
+@pytest.mark.parametrize("rescore", ["auto", "off"])
+def test_accepted_drafts_are_rescored_only_when_asked(
+    draft_server: str, rescored_runs: list[list[TokenStep]], rescore: str
+) -> None:
+    runs = rescored_runs if rescore == "auto" else _server_steps(draft_server, rescore)
+    drafted = [step for steps in runs for step in steps if step.drafted]
+    assert drafted, "the Q8_0 variant drafting for its own base model had no draft accepted"
+    if rescore == "off":
+        assert all(len(step.top) == 1 and not step.source for step in drafted)
+    else:
+        assert all(step.source == RESCORED_BY and len(step.top) >= 2 for step in drafted)
+    assert not any(step.source for steps in runs for step in steps if not step.drafted)
+
+
+def _local_logits(steps: list[TokenStep], prompt: str, local: Any) -> list[dict[int, float]]:
+    """The in-process lane's top-k logits at each step, teacher-forced on `steps`."""
+    forced = [step.token_id for step in steps]
+    local_steps = list(local.generate(local.tokenize(prompt), len(forced), forced=forced))
+    return [{c.token_id: c.logit for c in step.top} for step in local_steps]
+
+
+def _gap(top: tuple[Candidate, ...], logits: dict[int, float]) -> float | None:
+    """|Δ| between the server's and the local lane's top-1 minus top-2 gap, over the
+    server's top two tokens (a log-probability difference is a logit difference)."""
+    first, second = top[0], top[1]
+    if first.token_id not in logits or second.token_id not in logits:
+        return None
+    local = logits[first.token_id] - logits[second.token_id]
+    return abs((first.logit - second.logit) - local)
+
+
+@pytest.mark.model
+@pytest.mark.server
+def test_rescored_margins_equal_an_in_process_lanes_within_the_measured_noise(
+    rescored_runs: list[list[TokenStep]],
+) -> None:
+    from specdiff.engine.llama.lane import LocalLane  # deferred: it loads llama_cpp
+
+    runs = rescored_runs
+    local = LocalLane(Lane(threads=2), "b")
+    rescored, scored = [], []
+    try:
+        for prompt, steps in zip(PROMPTS, runs):
+            for step, logits in zip(steps, _local_logits(steps, prompt, local)):
+                gap = _gap(step.top, logits)
+                if gap is not None:
+                    (rescored if step.source else scored).append(gap)
+    finally:
+        local.close()
+    assert rescored and scored
+    # the noise between this server and the engine where the server scored the step
+    # itself; rescored steps must sit within it (or the ubatch noise, if larger)
+    noise = max(max(scored), MEASURED_NOISE_P99)
+    print(
+        f"|Δmargin| server vs engine: own steps median {statistics.median(scored):.4f} max "
+        f"{max(scored):.4f}; rescored drafts median {statistics.median(rescored):.4f} max "
+        f"{max(rescored):.4f} (n={len(rescored)})"
+    )
+    assert max(rescored) <= noise
+    assert statistics.median(rescored) <= 2 * statistics.median(scored) + 0.05
