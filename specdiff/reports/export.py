@@ -43,7 +43,13 @@ from specdiff.reports._markup import (
     xml_text,
 )
 from specdiff.reports.svg import margin_plot
-from specdiff.reports.text import fork_json, pick_text, piece_text
+from specdiff.reports.text import (
+    determinism_note,
+    fork_json,
+    pick_text,
+    piece_text,
+    rescored_note,
+)
 from specdiff.safe_text import json_text, pictured, terminal_text
 from specdiff.sessions.format import MEASURED_FIELDS
 from specdiff.sessions.store import Session
@@ -236,7 +242,21 @@ def _findings(report: _Report) -> list[str]:
             f"After the fork the texts stay {after.similarity:.0%} similar "
             "(normalized Indel similarity)."
         )
-    return lines
+    return lines + _lane_notes(report)
+
+
+def _lane_notes(report: _Report) -> list[str]:
+    """Per lane: where its numbers at the fork came from when rescored, and a server
+    lane's determinism setup beside the result."""
+    fork = report.comparison.fork
+    notes = []
+    for lane_id, lane in (("a", report.session.pair.a), ("b", report.session.pair.b)):
+        rescored = "" if fork is None else rescored_note(report.steps(lane_id), fork.index)
+        if rescored:
+            notes.append(f"Lane {lane_id} at the fork: an accepted draft{rescored}.")
+        if lane.backend == "server":
+            notes.append(f"Lane {lane_id}: {determinism_note(lane)}.")
+    return notes
 
 
 def _value_text(value: Any) -> str:
@@ -698,6 +718,7 @@ def _json_lane(report: _Report, lane_id: str) -> dict[str, Any]:
         "text": text_of(steps),
         "token_ids": [step.token_id for step in steps],
         "margins": [round(step.margin, 5) for step in steps],
+        "rescored_steps": [step.index for step in steps if step.source],
     }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import textwrap
+from collections.abc import Sequence
 from typing import Any
 
 from specdiff.chat import Conversation
@@ -22,10 +23,10 @@ from specdiff.compare import (
     run_fork_sentence,
     run_fork_verdict,
 )
-from specdiff.lanes import differences
+from specdiff.lanes import Lane, differences
 from specdiff.safe_text import terminal_text, visible
 from specdiff.sessions.format import CRASHED, LaneOutcome, PairResult
-from specdiff.steps import text_of
+from specdiff.steps import TokenStep, text_of
 
 
 def piece_text(piece: bytes) -> str:
@@ -136,7 +137,7 @@ def _executed_lines(result: PairResult) -> list[str]:
             build_info = f" · build {server['build_info']}" if "build_info" in server else ""
             out.append(
                 f"  lane {outcome.lane_id}: server {ex.get('endpoint')} ({ex.get('api')} API)"
-                f" · {name}{build_info}"
+                f" · {name}{build_info} · {determinism_note(outcome.lane)}"
             )
             continue
         out.append(
@@ -162,8 +163,8 @@ def _fork_lines(result: PairResult, fork: Fork) -> list[str]:
         "shared text:",
         _indent(text_of(a.steps[: fork.index])),
     ]
-    for lane_id, view in (("a", fork.a), ("b", fork.b)):
-        lines.append(_fork_view(lane_id, view, pieces))
+    for lane_id, view, outcome in (("a", fork.a, a), ("b", fork.b, b)):
+        lines.append(_fork_view(lane_id, view, pieces) + rescored_note(outcome.steps, fork.index))
     verdict = run_fork_verdict(
         a.steps, b.steps, result.teacher_forced, comparison.near_tie_threshold
     )
@@ -182,6 +183,26 @@ def _fork_lines(result: PairResult, fork: Fork) -> list[str]:
         lines.append(f"lane {outcome.lane_id} continues:")
         lines.append(_indent(text_of(outcome.steps[fork.index :])))
     return lines
+
+
+def rescored_note(steps: Sequence[TokenStep], index: int) -> str:
+    """A note such as " · rescored by ..." where the step at `index` holds numbers that
+    did not come from the step that picked it (an accepted draft a server gave no
+    probabilities)."""
+    source = steps[index].source if index < len(steps) else ""
+    return f" · {visible(source, 200)}" if source else ""
+
+
+def determinism_note(lane: Lane) -> str:
+    """A server lane's determinism setup as its lane states it: what the server was
+    launched with, since greedy requests (temperature 0) alone do not make a server
+    give the same tokens twice (batching and caching change its kernels)."""
+    if lane.server_flags:
+        return f"server launched with: {visible(lane.server_flags, 400)}"
+    return (
+        "server's determinism setup not stated (server_flags); temperature 0 alone does "
+        "not make a server deterministic"
+    )
 
 
 def _fork_view(lane_id: str, view: LaneAtFork, pieces: dict[int, bytes]) -> str:
@@ -206,6 +227,7 @@ def _lane_json(outcome: LaneOutcome) -> dict[str, Any]:
         "text": text_of(outcome.steps),
         "margins": [round(step.margin, 5) for step in outcome.steps],
         "drafted_steps": [step.index for step in outcome.steps if step.drafted],
+        "rescored_steps": [step.index for step in outcome.steps if step.source],
         "tokens_per_second": round(outcome.tokens_per_second, 3),
         "first_token_seconds": round(outcome.first_token_seconds, 4),
         "seconds": round(outcome.seconds, 4),
