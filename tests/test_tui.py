@@ -57,7 +57,7 @@ async def test_live_run_streams_forks_and_navigates(
         assert expected is not None and app.fork.index == expected.index
         assert fork_style_index(app, "a") == fork_style_index(app, "b") == expected.index
         panel = app.query_one("#panel").render().renderables
-        header = " ".join(str(item) for item in panel[:2])
+        header = " ".join(str(item) for item in panel[:4])  # the fork, why, the margins
         assert f"FORK at token {expected.index}" in header
         assert f"margin a {expected.a.margin:.3f}" in header
         assert f"b {expected.b.margin:.3f}" in header
@@ -139,6 +139,9 @@ async def test_bad_inputs_keep_the_app_usable(tmp_path: Path) -> None:
         await pilot.pause()
         assert not app.running
         assert "model file not found" in app.query_one("#status").plain
+        # the failure is lane a's: its pane says so, lane b's does not
+        assert "model file not found" in (app.lanes["a"].error or "")
+        assert app.lanes["b"].error is None
         app.query_one("#lane-a-overrides").value = "n_ubatch=0"
         app.action_run()
         await pilot.pause()
@@ -260,10 +263,9 @@ async def test_escape_leaves_every_input_for_the_panes(size) -> None:
         assert app.focused is app.query_one("#lanes")
 
 
-@pytest.mark.parametrize("size", SIZES)
-async def test_a_key_typed_after_enter_never_lands_in_an_input(size) -> None:
+async def test_a_key_typed_after_enter_never_lands_in_an_input() -> None:
     app = idle_app()
-    async with app.run_test(size=size) as pilot:
+    async with app.run_test(size=(80, 24)) as pilot:
         for selector in INPUTS:
             await open_input(app, pilot, selector)
             before = {name: app.query_one(name).value for name in INPUTS}
@@ -278,21 +280,20 @@ async def test_a_key_typed_after_enter_never_lands_in_an_input(size) -> None:
 
 
 @pytest.mark.parametrize("size", SIZES)
-async def test_the_footer_keeps_help_and_quit_in_every_theme(size) -> None:
+async def test_the_footer_keeps_help_and_quit(size) -> None:
     app = make_app(presets(), "ubatch", "Hello", 20, autostart=False)
     async with app.run_test(size=size) as pilot:
-        for _theme in range(3):
-            await pilot.press("t")
-            await pilot.pause()
+        for _round in range(2):  # and again after leaving the input
             for where in ("panes", "input"):
                 if where == "input":
                     await open_input(app, pilot, "#prompt")
+                await pilot.pause()
                 keys = footer_keys(app)
                 shown = ("question_mark", "q") if where == "panes" else ("f1", "ctrl+q")
                 palette = keys["ctrl+p"].region
                 for key in shown:
                     region = keys[key].region
-                    assert region.width > 0 and region.right <= palette.x, (app.theme, key)
+                    assert region.width > 0 and region.right <= palette.x, (where, key)
             await pilot.press("f1")  # f1 and ctrl+q act from inside an input
             assert type(app.screen).__name__ == "HelpScreen"
             await pilot.press("escape", "escape")
@@ -437,11 +438,13 @@ async def test_a_fork_is_shown_in_both_panes_and_none_is_never_promised(tmp_path
                     assert token_in_view(app, lane_id, app.fork.index), (path.name, lane_id)
 
 
-@pytest.mark.parametrize("speed", [2.0, 1000.0])
-async def test_pause_at_fork_stops_with_the_fork_on_screen(speed) -> None:
+@pytest.mark.parametrize(("speed", "paths"), [(4.0, DEMO_SESSIONS[:1]), (1000.0, DEMO_SESSIONS)])
+async def test_pause_at_fork_stops_with_the_fork_on_screen(speed, paths) -> None:
+    """At a pace that shows a step per frame and one that shows a whole session in a
+    frame (the steps past the fork go back to the playback)."""
     app = session_app(speed=speed, pause_at_fork=True)
     async with app.run_test(size=(80, 24)) as pilot:
-        for path in DEMO_SESSIONS:
+        for path in paths:
             recorded = load_session(path)
             fork = compare(recorded.steps["a"], recorded.steps["b"]).fork
             assert fork is not None
@@ -569,3 +572,28 @@ async def test_an_unknown_override_key_gets_a_did_you_mean(typo, meant) -> None:
     )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert f"did you mean {meant}" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("error", "loading", "lane"),
+    [
+        ("model file not found: /m/a.gguf; pass an existing .gguf path", None, "a"),
+        ("model file not found: /m/b.gguf; pass an existing .gguf path", None, "b"),
+        ("model path is not a file: /m/draft.gguf; pass a .gguf file", None, "b"),
+        ("lane b: gpu_layers needs a GPU build", None, "b"),
+        ("lane a's model (a.gguf) and lane b's (b.gguf) have different vocabularies", "b", None),
+        ("llama_model_load failed", "a", "a"),
+        ("the prompt is empty", None, None),
+    ],
+)
+def test_a_failure_belongs_to_the_lane_it_names(error, loading, lane) -> None:
+    from dataclasses import replace
+
+    from specdiff.lanes import Lane
+    from specdiff.tui.app import failed_lane
+
+    base = presets()["ubatch"]
+    pair = replace(
+        base, a=Lane(model="/m/a.gguf"), b=Lane(model="/m/b.gguf", draft_model="/m/draft.gguf")
+    )
+    assert failed_lane(pair, error, loading) == lane

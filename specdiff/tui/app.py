@@ -883,11 +883,7 @@ class SpecdiffApp(App[int]):
             self.post_message(RunFinished(runner.result))
         except SpecdiffError as error:
             text = str(error)
-            # an error naming both lanes (vocabularies that differ) is the pair's; one
-            # refused before any lane loads (GPU layers on a CPU build) names its lane
-            named = [lane_id for lane_id in ("a", "b") if f"lane {lane_id}" in text]
-            lane = self._loading_lane or (named[0] if len(named) == 1 else None)
-            self.post_message(RunFailed(text, None if len(named) == 2 else lane))
+            self.post_message(RunFailed(text, failed_lane(pair, text, self._loading_lane)))
 
     def runner_for(self, pair: Pair) -> PairWorker:
         """Reuse loaded lanes while the pair stays the same and their process lives (runs
@@ -1188,6 +1184,24 @@ class SpecdiffApp(App[int]):
         )
         yield SystemCommand("Next theme", "Cycle specdiff's themes", self.action_next_theme)
         yield SystemCommand("Help", "Every key binding", self.action_help)
+
+
+def failed_lane(pair: Pair, error: str, loading: str | None) -> str | None:
+    """Whose failure `error` is: the lane it names (as "lane a", or by its model file:
+    models are checked before either lane loads), else the lane being loaded; None when
+    it names both lanes (vocabularies that differ) or neither and no lane was loading."""
+    named = {lane_id for lane_id in ("a", "b") if f"lane {lane_id}" in error}
+    if not named:
+        lanes = (("a", pair.a), ("b", pair.b))
+        named = {
+            lane_id
+            for lane_id, lane in lanes
+            for model in (lane.model, lane.draft_model)
+            if model and model != "default" and str(Path(model).expanduser()) in error
+        }
+    if len(named) == 1:
+        return named.pop()
+    return None if named else loading
 
 
 def free_path(folder: Path, stem: str, suffix: str) -> Path:
