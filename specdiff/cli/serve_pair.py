@@ -138,7 +138,7 @@ def speculation_arguments(args: argparse.Namespace, binary: Path) -> list[str]:
     for kind in args.spec_type.split(","):
         if known and kind not in known:
             raise ArgumentError(
-                f"--spec-type {visible(kind, 60)!r} is not one this llama-server knows; "
+                f"--spec-type '{visible(kind, 60)}' is not one this llama-server knows; "
                 f"it lists {', '.join(known)}"
             )
     draft = None

@@ -38,8 +38,9 @@ KEPT_OUTPUT_LINES = 64
 REASON_CHARS = 240
 """How much of a server's own reason a message quotes."""
 HELP_SECONDS = 30.0
-_SPEC_TYPES = re.compile(r"--spec-type\s+([a-z0-9_,-]+)")
-"""The help line that lists the speculation types a build knows, comma-separated."""
+_SPEC_TYPES = re.compile(r"--spec-type\s+[\[{]?([a-z0-9_,|-]+)")
+"""The help line that lists the speculation types a build knows (comma- or
+bar-separated, braced or not)."""
 _LOG_LINE = re.compile(r"^\s*\d+(?:\.\d+)+\s+([IWEDT])\s+(.*)$")
 """A llama.cpp log line: its time stamp, its level letter and its message."""
 
@@ -108,7 +109,7 @@ def spec_types(binary: Path) -> tuple[str, ...]:
     found = _SPEC_TYPES.search(server_help(binary))
     if found is None:
         return ()
-    return tuple(kind for kind in found[1].split(",") if kind)
+    return tuple(kind for kind in re.split(r"[,|]", found[1]) if kind)
 
 
 def usable_option(binary: Path, *names: str) -> str | None:
@@ -129,8 +130,10 @@ def _help_entries(text: str) -> dict[str, str]:
     names: list[str] = []
     for line in text.splitlines():
         if line.startswith("-"):
-            head = re.split(r"\s{2,}", line.strip(), maxsplit=1)[0]
-            names = [part.split(" ")[0] for part in head.split(", ")]
+            # the names end where the description begins: the first wide gap that does
+            # not follow a comma ("-md,   --model-draft FNAME     draft model ...")
+            head = re.split(r"(?<![,\s])\s{2,}", line.strip(), maxsplit=1)[0]
+            names = re.findall(r"(?:^|,)\s*(-{1,2}[\w-]+)", head)
             for name in names:
                 entries[name] = line
         else:

@@ -1,0 +1,185 @@
+"""serve-pair with every speculation type a llama-server build lists: the types and the
+draft options read from the binary's own help, a server's refusal as its own reason in
+one line, bad input refused before any server starts, and real pairs with ngram-mod and
+with a draft model, whose accepted drafts come back rescored."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specdiff.engine.server.process import (
+    _help_entries,
+    find_llama_server,
+    refusal_reason,
+    server_help,
+    spec_types,
+    usable_option,
+)
+from specdiff.engine.server.rescore import RESCORED_BY
+from specdiff.prompts import load as load_prompts
+
+REPETITIVE = load_prompts("repetitive")[0]["prompt"]
+NEW_HELP = """\
+--spec-draft-model, -md, --model-draft FNAME
+                                        draft model for speculative decoding (default: unused)
+--spec-type none,draft-simple,draft-mtp,ngram-simple,ngram-mod
+                                        comma-separated list of types
+--spec-draft-n-max N                    number of tokens to draft (default: 3)
+--draft, --draft-n, --draft-max N       the argument has been removed. use --spec-draft-n-max
+"""
+OLD_HELP = """\
+-md,   --model-draft FNAME              draft model for speculative decoding (default: unused)
+--spec-type [none|ngram-simple]         type of speculative decoding to use
+--draft-max, --draft, --draft-n N       number of tokens to draft (default: 16)
+"""
+
+
+def specdiff(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "specdiff", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("help_text", "types", "draft_model", "draft_max"),
+    [
+        (
+            NEW_HELP,
+            ("none", "draft-simple", "draft-mtp", "ngram-simple", "ngram-mod"),
+            "--spec-draft-model",
+            "--spec-draft-n-max",
+        ),
+        (OLD_HELP, ("none", "ngram-simple"), "--model-draft", "--draft-max"),
+        ("usage: llama-server [options]\n", (), None, None),
+    ],
+    ids=["renamed-options", "older-build", "no-speculation"],
+)
+def test_the_types_and_draft_options_come_from_the_builds_help(
+    help_text: str,
+    types: tuple[str, ...],
+    draft_model: str | None,
+    draft_max: str | None,
+    tmp_path: Path,
+) -> None:
+    binary = tmp_path / "llama-server"
+    binary.write_text(f"#!/bin/sh\ncat <<'END'\n{help_text}END\n", encoding="utf-8")
+    binary.chmod(0o755)
+    assert spec_types(binary) == types
+    assert usable_option(binary, "--spec-draft-model", "--model-draft") == draft_model
+    # an option the help keeps only to say it was removed is not offered
+    assert usable_option(binary, "--spec-draft-n-max", "--draft-max") == draft_max
+
+
+@pytest.mark.parametrize(
+    ("lines", "expected"),
+    [
+        (
+            [
+                "0.01.2 I srv load_model: loading model 'x.gguf'",
+                "0.08.1 W llama_init_from_model: context type MTP requested but model "
+                "doesn't contain MTP layers",
+                "0.08.1 E common_speculative_init_result: failed to create MTP context",
+                "0.08.2 E srv llama_server: exiting due to model loading error",
+            ],
+            "llama_init_from_model: context type MTP requested but model doesn't contain "
+            "MTP layers; common_speculative_init_result: failed to create MTP context",
+        ),
+        (
+            ["build: 0 (unknown)", "error: invalid argument: --bogus", ""],
+            "error: invalid argument: --bogus",
+        ),
+        (["0.1 I loading", "0.2 E bad \x1b]52;c;aGk=\x07 model"], "bad \\x1b]52;c;aGk=\\x07 model"),
+        ([], "no output"),
+        (["only a line"], "only a line"),
+    ],
+    ids=["warning-then-error", "plain-error", "escapes", "silent", "no-levels"],
+)
+def test_a_refusal_is_the_servers_own_reason_on_one_line(lines: list[str], expected: str) -> None:
+    reason = refusal_reason(lines)
+    assert reason == expected
+    assert reason.isprintable()
+
+
+@pytest.mark.server
+def test_every_listed_type_is_in_the_real_binarys_help() -> None:
+    binary = find_llama_server()
+    types = spec_types(binary)
+    assert {"ngram-simple", "ngram-mod"} <= set(types)
+    entry = _help_entries(server_help(binary))["--spec-type"]
+    assert all(kind in entry for kind in types)
+    assert usable_option(binary, "--spec-draft-model", "--model-draft") is not None
+    assert usable_option(binary, "--spec-draft-n-max", "--draft-max") is not None
+
+
+@pytest.mark.server
+@pytest.mark.parametrize(
+    ("args", "names"),
+    [
+        (["--spec-type", "bogus"], "--spec-type 'bogus'"),
+        (["--spec-type", "ngram-mod,\x1b[2Jx"], "\\x1b"),
+        (["--draft-max", "0"], "--draft-max"),
+        (["--draft-max", "257"], "--draft-max"),
+        (["--draft-max", "many"], "--draft-max"),
+        (["--draft-model", "/no/such/draft.gguf"], "--draft-model"),
+        (["--spec-type", "draft-mtp"], "MTP"),  # the bundled model has no MTP head
+    ],
+    ids=["unknown-type", "escapes", "draft-max-0", "draft-max-big", "draft-max-text",
+         "missing-draft", "no-mtp-head"],
+)  # fmt: skip
+def test_bad_serve_pair_input_is_one_line_and_exit_2(args: list[str], names: str) -> None:
+    done = specdiff("serve-pair", *args, "--threads", "1", "run", "--max-tokens", "4")
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert names in lines[-1] and lines[-1].isprintable()
+    assert all(line.startswith("specdiff:") or "llama-server" in line for line in lines)
+
+
+def _serve_pair(tmp_path: Path, *server_args: str) -> tuple[dict, list[dict]]:
+    """serve-pair run --json --save on the repetitive prompt: the summary and the
+    saved session's records."""
+    done = specdiff(
+        "serve-pair", "--threads", "1", *server_args, "run", "--prompt", REPETITIVE,
+        "--max-tokens", "40", "--json", "--save", "--sessions-dir", str(tmp_path),
+    )  # fmt: skip
+    assert done.returncode in (0, 1), done.stderr
+    [session] = tmp_path.glob("*.jsonl")
+    records = [json.loads(line) for line in session.read_text(encoding="utf-8").splitlines()]
+    return json.loads(done.stdout), records
+
+
+@pytest.mark.model
+@pytest.mark.server
+@pytest.mark.parametrize("kind", ["ngram-mod", "draft"])
+def test_serve_pair_runs_each_speculation_type_with_drafts_rescored(
+    kind: str, tmp_path: Path, q8_model_path: Path
+) -> None:
+    if kind == "draft":
+        args = ["--spec-type", "draft-simple", "--draft-model", str(q8_model_path)]
+        args += ["--draft-max", "4"]
+    else:  # ngram-mod matches 24 tokens by default: the prompt is shorter than that
+        args = ["--spec-type", "ngram-mod", "--server-arg-a=--spec-ngram-mod-n-match"]
+        args += ["--server-arg-a=4"]
+    summary, records = _serve_pair(tmp_path, *args, "--server-arg-b=--no-warmup")
+    header, steps = records[0], [r for r in records if r.get("type") == "step"]
+    lanes, executed = header["lanes"], header["executed"]
+    assert f"--spec-type {args[1]}" in lanes["a"]["server_flags"]
+    assert "--spec-ngram-mod-n-match 4" in lanes["a"]["server_flags"] or kind == "draft"
+    assert "--no-warmup" in lanes["b"]["server_flags"]
+    assert "--spec-type" not in lanes["b"]["server_flags"]
+    # /props and /slots as the header keeps them: slots, and which of them speculate
+    assert [slot["speculative"] for slot in executed["a"]["server"]["slots"]] == [True]
+    assert [slot["speculative"] for slot in executed["b"]["server"]["slots"]] == [False]
+    drafted = [step for step in steps if step["drafted"]]
+    assert summary["lanes"]["a"]["drafted"] > 0 and drafted
+    assert all(step["source"] == RESCORED_BY and len(step["top"]) >= 2 for step in drafted)
+    assert summary["lanes"]["a"]["rescored_steps"] == [s["index"] for s in drafted]
