@@ -491,6 +491,13 @@ def presets() -> dict[str, Pair]:
             "every layer offloaded to the GPU vs none (CPU only); needs a llama-cpp-python "
             "built with CUDA, Metal or Vulkan",
         ),
+        **_server_presets(),
+    }
+
+
+def _server_presets() -> dict[str, Pair]:
+    """The built-in pairs whose lanes are servers."""
+    return {
         "servers": Pair(
             "servers",
             _lane(backend="server", endpoint=SERVER_A),
