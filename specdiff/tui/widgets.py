@@ -602,7 +602,7 @@ LEGEND = (
     LegendEntry(
         "tie",
         "near tie",
-        "shaded: margin below the near-tie threshold; the stronger, the smaller",
+        "shaded: margin below the near-tie threshold; stronger shade, smaller margin",
         Look(SHARED, SHADE_LEVELS - 1),
     ),
     LegendEntry(
@@ -614,7 +614,7 @@ LEGEND = (
     LegendEntry(
         "cursor",
         "cursor",
-        "the selected token (on the fork: underlined)",
+        "the selected token, in a box of its own colour (on the fork: underlined)",
         Look(SHARED, cursor=True),
     ),
 )
