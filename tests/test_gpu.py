@@ -54,12 +54,12 @@ def require_cpu_build() -> None:
         pytest.skip("this llama-cpp-python can offload to a GPU: nothing to refuse here")
 
 
-def run_saved(folder: Path, *args: str) -> Session:
-    """`specdiff run ARGS --save` into `folder`: the session it wrote."""
+def run_saved(folder: Path, *args: str) -> tuple[Session, str]:
+    """`specdiff run ARGS --save` into `folder`: the session it wrote, and its report."""
     completed = specdiff("run", *args, "--save", "--sessions-dir", str(folder), "--quiet")
     assert completed.returncode in (0, 1), completed.stderr
     (path,) = folder.glob("*.jsonl")
-    return load_session(path)
+    return load_session(path), completed.stdout
 
 
 # --- the keys' values, checked before anything loads ----------------------------------
@@ -137,7 +137,7 @@ def test_a_cpu_build_refuses_the_gpu_vs_cpu_preset_in_verify_and_suite(
     """verify of a session recorded on a GPU box, and a suite naming the preset: the same
     line; the suite skips the pair (its other pairs would still run) and says why."""
     require_cpu_build()
-    session = run_saved(
+    session, _ = run_saved(
         tmp_path / "cpu", "--pair", "ubatch", "--model", str(gguf), "--max-tokens", "4"
     )
     lines = session.path.read_text(encoding="utf-8").splitlines()
@@ -199,7 +199,7 @@ async def test_the_tui_shows_the_refusal_in_the_gpu_lane_pane(gguf: Path) -> Non
 def test_a_cpu_session_records_the_devices_and_no_offloaded_layer(
     tmp_path: Path, gguf: Path, offload: tuple[str, ...]
 ) -> None:
-    session = run_saved(
+    session, report = run_saved(
         tmp_path, "--pair", "ubatch", "--model", str(gguf), "--prompt", PROMPTS[0],
         "--max-tokens", "16", *offload,
     )  # fmt: skip
@@ -215,6 +215,7 @@ def test_a_cpu_session_records_the_devices_and_no_offloaded_layer(
         for device in devices:
             assert device["name"] and isinstance(device["description"], str)
             assert 0 <= device["memory_free"] <= device["memory_total"]
+    assert "layers on the GPU" not in report
     # one list for the whole process: the pair's lanes never differ in it
     assert session.header.executed["a"]["devices"] == session.header.executed["b"]["devices"]
 
@@ -237,7 +238,7 @@ def test_gpu_lane_offloads_every_layer_and_equals_llama_on_the_gpu(
     # deferred: collecting the fast tier must not load llama.cpp
     from llama_cpp import Llama
 
-    session = run_saved(
+    session, report = run_saved(
         tmp_path,
         "--pair",
         "gpu-vs-cpu",
@@ -252,6 +253,9 @@ def test_gpu_lane_offloads_every_layer_and_equals_llama_on_the_gpu(
     assert gpu["gpu_offload"] is True and gpu["gpu_layers"] == -1
     assert gpu["layers_offloaded"] == gpu["layers_total"] > 0
     assert cpu["layers_offloaded"] == 0
+    layers = f"{gpu['layers_offloaded']}/{gpu['layers_total']} layers on the GPU"
+    (line,) = [line for line in report.splitlines() if layers in line]
+    assert line.lstrip().startswith("lane a:")
     assert any(device["type"] in ("gpu", "igpu") for device in gpu["devices"]), gpu["devices"]
     ours = [step.token_id for step in session.steps["a"]]
     assert ours and not session.footer.errors[0]
@@ -291,3 +295,53 @@ def test_doctor_says_whether_llama_cpp_can_offload() -> None:
     assert facts["gpu"]["offload"] is offload_supported()
     names = [(device["name"], device["type"]) for device in facts["gpu"]["devices"]]
     assert names == [(device["name"], device["type"]) for device in backend_devices()]
+
+
+# --- what the run's report says -----------------------------------------------------------
+
+CPU_DEVICE = {"name": "CPU", "description": "AMD EPYC", "type": "cpu"}
+H200 = {"name": "CUDA0", "description": "NVIDIA H200", "type": "gpu"}
+HOSTILE_GPU = {"name": "CUDA0", "description": "\x1b[31mred\x07", "type": "gpu"}
+
+
+def placement(asked: int, offloaded: int, total: int, *devices: dict) -> dict[str, object]:
+    """A lane's executed values about offload, as LoadedModel records them."""
+    return {
+        "gpu_layers": asked,
+        "layers_offloaded": offloaded,
+        "layers_total": total,
+        "devices": list(devices),
+    }
+
+
+@pytest.mark.parametrize(
+    ("executed", "expected"),
+    [
+        (placement(-1, 19, 19, CPU_DEVICE, H200), "19/19 layers on the GPU (NVIDIA H200)"),
+        (
+            placement(8, 8, 29, {"name": "Vulkan0", "type": "igpu"}, {"name": "V1", "type": "gpu"}),
+            "8/29 layers on the GPU (Vulkan0, V1)",
+        ),
+        (placement(-1, 19, 19, HOSTILE_GPU), "19/19 layers on the GPU (\\x1b[31mred\\x07)"),
+        (placement(0, 0, 19, CPU_DEVICE), None),
+        ({}, None),  # a session recorded before GPU lanes
+    ],
+)
+def test_the_report_says_where_a_gpu_lane_put_its_layers(
+    executed: dict[str, object], expected: str | None
+) -> None:
+    # deferred: the demo sessions' reader lives with the verdict tests
+    from specdiff.reports.text import format_result
+    from tests.test_verdict import DEMOS, result_of
+
+    result = result_of(DEMOS[0])
+    result.a.executed = {"model_path": "m.gguf", **executed}
+    result.b.executed = {"model_path": "m.gguf", **executed, "gpu_layers": 0}
+    lines = format_result(result).splitlines()
+    (lane_a,) = [line for line in lines if line.startswith("  lane a: ") and "m.gguf" in line]
+    (lane_b,) = [line for line in lines if line.startswith("  lane b: ") and "m.gguf" in line]
+    assert "layers on the GPU" not in lane_b and "\x1b" not in lane_a
+    if expected is None:
+        assert "layers on the GPU" not in lane_a
+    else:
+        assert lane_a.endswith(expected), lane_a

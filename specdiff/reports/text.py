@@ -146,10 +146,27 @@ def _executed_lines(result: PairResult) -> list[str]:
             f"{ex.get('threads_batch')} · batch {ex.get('n_batch')} · ubatch {ex.get('n_ubatch')}"
             f" · flash_attn {ex.get('flash_attn')} · kv {ex.get('type_k')}/{ex.get('type_v')}"
             f" · {ex.get('repack_choice') or ('repack on' if ex.get('repack') else 'repack off')}"
-            f" · n_ctx {ex.get('n_ctx')}"
+            f" · n_ctx {ex.get('n_ctx')}{_offload_note(ex)}"
         )
     # the build, model ids and paths are what a server or a session says they are
     return [visible(line) for line in out]
+
+
+def _offload_note(executed: dict[str, Any]) -> str:
+    """Where a lane that asked for GPU layers put them, and on which GPU; "" for a lane
+    that ran on the CPU alone."""
+    if not executed.get("gpu_layers"):
+        return ""
+    gpus = [
+        str(device.get("description") or device.get("name"))
+        for device in executed.get("devices") or []
+        if isinstance(device, dict) and device.get("type") in ("gpu", "igpu")
+    ]
+    on = f" ({', '.join(gpus)})" if gpus else ""
+    return (
+        f" · {executed.get('layers_offloaded')}/{executed.get('layers_total')} layers on "
+        f"the GPU{on}"
+    )
 
 
 def _fork_lines(result: PairResult, fork: Fork) -> list[str]:
