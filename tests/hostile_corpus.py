@@ -25,6 +25,8 @@ ESCAPES = (
     "\x07\x7f\x00\r\u202e"  # BEL, DEL, NUL, carriage return, right-to-left override
 )
 """What a shared file might hold to act on the terminal of whoever reads it."""
+SERVER_PROPS = {"speculative": {ESCAPES: ESCAPES}, "slots": [{"id": ESCAPES}], "n_batch": -1}
+"""llama-server's /props and /slots as a session header keeps them, every text hostile."""
 WRONG_VALUES: tuple[Any, ...] = ([1], {"x": 1}, "x", -1)
 DEEP = 100_000
 
@@ -138,6 +140,7 @@ def _escape_cases() -> list[Case]:
         ("executed-extra", setting("executed", "a", ESCAPES, value={"k": [ESCAPES]})),
         ("device", setting("executed", "a", "devices", value=[{"name": ESCAPES, "type": ESCAPES}])),
         ("split-mode", setting("executed", "b", "split_mode", value=ESCAPES)),
+        ("server-props", setting("executed", "a", "server", value=SERVER_PROPS)),
         ("cpu", setting("build", "cpu", value=ESCAPES)),
         ("system-info", setting("build", "system_info", value=ESCAPES + " AVX2 = 1 |")),
         ("build-extra", setting("build", ESCAPES, value=ESCAPES)),
@@ -183,6 +186,7 @@ def _step_cases() -> list[Case]:
         ("logit-above-normaliser", logit_above_normaliser),
         ("piece-hex", hex_piece("e282ff")),
         ("extra-step-field", at(5, "extra", value={"a": [ESCAPES]})),
+        ("source-escapes", at(5, "source", value=ESCAPES)),
     ]
     bad = [
         ("lane-c", at(1, "lane", value="c")),
@@ -205,6 +209,8 @@ def _step_cases() -> list[Case]:
         ("candidate-piece-giant", at(3, "top", 0, 2, value="y" * 5000)),
         ("timestamp-text", at(3, "timestamp", value="now")),
         ("verify-width-zero", at(3, "verify_width", value=0)),
+        ("source-number", at(3, "source", value=5)),
+        ("source-giant", at(3, "source", value="x" * 5000)),
     ]
     return [Case(f"step-{name}", with_steps(edit), "ok") for name, edit in ok] + [
         Case(f"step-{name}", with_steps(edit), "bad") for name, edit in bad
@@ -262,6 +268,10 @@ def _structure_cases() -> list[Case]:
         ),
         "build-system-info-object": with_header(setting("build", "system_info", value={"a": 1})),
         "lane-bad-backend": with_header(setting("lanes", "a", "backend", value=ESCAPES)),
+        "lane-server-flags-escapes": with_header(
+            setting("lanes", "a", "server_flags", value=ESCAPES)
+        ),
+        "lane-rescore-unknown": with_header(setting("lanes", "b", "rescore", value="always")),
         "lane-unknown-key": with_header(setting("lanes", "b", ESCAPES, value=1)),
         "footer-speed-list": with_footer(setting("tokens_per_second", value=[[1], [2]])),
         "footer-speed-negative": with_footer(setting("tokens_per_second", value=[-1, 2])),

@@ -58,12 +58,14 @@ def test_a_server_killed_by_a_signal_each_time_is_tried_twice_and_named(tmp_path
 def test_a_server_that_exits_with_a_status_is_not_tried_again(tmp_path: Path) -> None:
     script = tmp_path / "llama-server"
     script.write_text(
-        f'#!/bin/sh\necho "$*" >> {shlex.quote(str(tmp_path / "starts.log"))}\nexit 1\n'
+        f'#!/bin/sh\necho "$*" >> {shlex.quote(str(tmp_path / "starts.log"))}\n'
+        "echo 'error: invalid argument: --x' >&2\nexit 1\n"
     )
     script.chmod(0o755)
     said: list[str] = []
     server = LlamaServer(script, tmp_path / "model.gguf", say=said.append)
-    with pytest.raises(ServerProcessError, match="exited with status 1 at start$"):
+    refused = r"refused to start \(exited with status 1\): error: invalid argument: --x$"
+    with pytest.raises(ServerProcessError, match=refused):
         server.start(wait_seconds=30)
     assert len(starts(tmp_path)) == 1 and said == [] and server.repack
 
