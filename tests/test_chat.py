@@ -406,3 +406,41 @@ def server_ids(url: str, items: list[dict[str, str]]) -> list[int]:
         f"{url}/tokenize", json={"content": text, "add_special": True, "parse_special": True}
     )
     return list(answer.json()["tokens"])
+
+
+# --- the TUI's prompt box --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("typed", "fragment"),
+    [
+        ('[{"role": "bot", "content": "x"}]', "role must be one of"),
+        ('[{"role": "user", "content": 1}]', "content must be text"),
+        ('[{"role": "system", "content": "x"}]', "no user message"),
+    ],
+)
+async def test_the_prompt_box_refuses_a_broken_conversation_and_takes_a_good_one(
+    typed: str, fragment: str
+) -> None:
+    from textual.widgets import Input
+
+    from specdiff.lanes import presets
+    from specdiff.tui.app import make_app
+
+    app = make_app(presets(), "ubatch", typed, 4)
+    notes: list[str] = []
+    notify = app.notify
+
+    def recording_notify(message: str, **options: Any) -> None:
+        notes.append(message)
+        notify(message, **options)
+
+    app.notify = recording_notify  # type: ignore[method-assign]
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        assert any(fragment in note for note in notes), notes  # the autostart refused
+        assert not app.running
+        good = CONVERSATIONS["several turns"]
+        app.query_one("#prompt", Input).value = json.dumps(good)
+        _, prompt, _ = app.resolve_pair()
+        assert isinstance(prompt, Conversation) and prompt.to_json() == good
