@@ -144,3 +144,41 @@ def test_the_same_bytes_written_raw_do_the_harm(tmux, tmp_path) -> None:
     tmux.wait(tmux.dead, "cat to finish")
     tmux.wait(lambda: tmux.buffers() != "", "the clipboard write", seconds=5)
     assert tmux.title() == "PWNED"
+
+
+DEMO_SESSIONS = sorted((ROOT / "sessions").glob("*.jsonl"))
+
+
+@pytest.mark.parametrize("path", DEMO_SESSIONS, ids=lambda p: p.name.split("-", 1)[1])
+def test_at_80x24_the_fork_help_and_quit_are_on_screen(tmux, path) -> None:
+    """A demo session replayed with --instant in a real 80x24 terminal: the fork named
+    on screen with both panes showing it, `?` and `q` in the footer, and help scrolled
+    to its last row."""
+    from specdiff.compare import compare
+    from specdiff.sessions.store import load_session
+    from specdiff.tui.help import END_ROW
+
+    session = load_session(path)
+    fork = compare(session.steps["a"], session.steps["b"]).fork
+    assert fork is not None
+    command = f"{shlex.quote(sys.executable)} -m specdiff replay {shlex.quote(str(path))}"
+    tmux.start(command + " --instant")
+    named = f"fork at token {fork.index}"
+    # drawn in full: the fork named and the footer, the last thing on screen, drawn
+    tmux.wait(lambda: named in tmux.screen().lower() and "palette" in tmux.screen(), "the fork")
+    lines = [line for line in tmux.screen().splitlines() if line.strip()]
+    assert "? help" in lines[-1] and "q quit" in lines[-1], lines[-1]
+    # both panes show the fork's pick (the pane rows are the lines framed twice)
+    panes = [line for line in lines if line.count("│") == 4]
+    for piece, column in ((fork.piece_a, slice(0, 40)), (fork.piece_b, slice(40, 80))):
+        word = piece.decode("utf-8", "replace").strip()
+        assert any(word in line[column] for line in panes), word
+    tmux("send-keys", "-t", "t", "?")
+    tmux.wait(lambda: "specdiff keys" in tmux.screen(), "help to open")
+    assert END_ROW not in tmux.screen()  # 80x24 is too short for all of help at once
+    tmux("send-keys", "-t", "t", "End")
+    tmux.wait(lambda: END_ROW in tmux.screen(), "help's last row")
+    tmux("send-keys", "-t", "t", "Escape")
+    tmux.wait(lambda: END_ROW not in tmux.screen(), "help to close")
+    tmux("send-keys", "-t", "t", "q")
+    tmux.wait(tmux.dead, "the replay to quit")
