@@ -27,6 +27,7 @@ from specdiff.tui.widgets import (
     SHARED_AFTER,
     AlignedView,
     Look,
+    MarginStrip,
     Palette,
     PanelView,
     TokenMarks,
@@ -325,3 +326,19 @@ async def test_aligned_view_collapses_the_prefix_and_stacks_the_branches() -> No
         assert not aligned.display and app.query_one("#lanes").display
         await pilot.press("a", "a")
         assert not aligned.display
+
+
+@pytest.mark.parametrize("lengths", [(5, 10, 3, 7), (0, 4, 4, 1), (12, 0, 6, 12)])
+def test_strip_margins_follow_growing_cut_and_replaced_steps(lengths: tuple[int, ...]) -> None:
+    palette = palette_of("specdiff-dark")
+    recorded = [step("a", index, {1: 5.0, 2: 5.0 - index / 10}) for index in range(12)]
+    strip = MarginStrip()
+    steps: list[TokenStep] = []
+    for number, length in enumerate(lengths):
+        if number == 2:
+            steps = list(steps)  # another run: a new list of steps
+        del steps[length:]  # a replay stepping back cuts the list in place
+        steps.extend(recorded[len(steps) : length])
+        strip.show(steps, marks_for(palette, fork=None))
+        assert strip.margins == [s.margin for s in steps]
+        assert strip.strip_columns(4) == strip_columns(strip.margins, 4)

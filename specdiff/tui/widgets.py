@@ -538,28 +538,40 @@ class MarginStrip(ThemeAware):
         self.steps: Sequence[TokenStep] = ()
         self.marks: TokenMarks | None = None
         self.shown: tuple[int, TokenMarks | None] = (0, None)
+        self.margins: list[float] = []
+        """The steps' margins, extended as steps arrive: a long session's are not read
+        again on every repaint."""
+        self.columns: tuple[tuple[int, int], list[tuple[int, int, float]]] = ((0, 0), [])
 
     def show(self, steps: Sequence[TokenStep], marks: TokenMarks) -> None:
+        if steps is not self.steps or len(self.margins) > len(steps):
+            self.margins = []  # another run, or a replay stepping back
         self.steps = steps
+        self.margins.extend(step.margin for step in steps[len(self.margins) :])
         self.marks = marks
         if self.shown != (len(steps), marks):
             self.shown = (len(steps), marks)
             self.refresh()
 
+    def strip_columns(self, width: int) -> list[tuple[int, int, float]]:
+        key = (len(self.margins), width)
+        if self.columns[0] != key:
+            self.columns = (key, strip_columns(self.margins, width))
+        return self.columns[1]
+
     def render_line(self, y: int) -> Strip:
         width, rows = self.size.width, self.size.height
         base = self.rich_style
-        if self.marks is None or not self.steps or width <= 0:
+        if self.marks is None or not self.margins or width <= 0:
             return Strip.blank(width, base)
         marks = self.marks
-        margins = [step.margin for step in self.steps]
         floor = 8 * (rows - 1 - y)
+        # in two rows or more the bottom row is the band below the threshold
+        band = rows > 1 and y == rows - 1 and marks.threshold > 0
         segments = []
-        for first, last, margin in strip_columns(margins, width):
+        for first, last, margin in self.strip_columns(width):
             height = strip_height(margin, marks.threshold, rows)
             character = BAR_CHARACTERS[max(0, min(8, height - floor))]
-            # in two rows or more the bottom row is the band below the threshold
-            band = rows > 1 and y == rows - 1 and marks.threshold > 0
             style = strip_cell_style(marks, first, last, margin < marks.threshold, band)
             segments.append(Segment(character, base + style))
         return Strip(segments).crop_extend(0, width, base)
