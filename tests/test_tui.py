@@ -56,6 +56,9 @@ async def test_live_run_streams_forks_and_navigates(
         expected = compare(result.a.steps, result.b.steps).fork
         assert expected is not None and app.fork.index == expected.index
         assert fork_style_index(app, "a") == fork_style_index(app, "b") == expected.index
+        # found while streaming, the fork was scrolled into view in both panes and kept there
+        assert token_in_view(app, "a", expected.index) and token_in_view(app, "b", expected.index)
+        assert "d jumps to the fork" in app.query_one("#status").plain
         panel = app.query_one("#panel").render().renderables
         header = " ".join(str(item) for item in panel[:4])  # the fork, why, the margins
         assert f"FORK at token {expected.index}" in header
