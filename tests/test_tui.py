@@ -600,3 +600,14 @@ def test_a_failure_belongs_to_the_lane_it_names(error, loading, lane) -> None:
         base, a=Lane(model="/m/a.gguf"), b=Lane(model="/m/b.gguf", draft_model="/m/draft.gguf")
     )
     assert failed_lane(pair, error, loading) == lane
+
+
+def test_every_pair_in_the_picker_fits_one_line_and_leads_with_its_name() -> None:
+    from rich.cells import cell_len
+
+    from specdiff.tui.app import PAIR_OPTION_WIDTH, pair_option
+
+    for name, pair in presets().items():
+        row = pair_option(name, pair)
+        assert row.plain.startswith(f"{name}  ") and cell_len(row.plain) <= PAIR_OPTION_WIDTH
+        assert row.no_wrap

@@ -78,6 +78,8 @@ READ_CHUNK = 2000
 REPLAY_TICK = 1 / 30
 """How often a replay draws the steps that became due."""
 SWITCH_INTERVAL = 0.0005
+ALIGN_COST_SHARE = 0.05
+"""The most of the UI thread's time the alignment after the fork takes while streaming."""
 BATCH_SECONDS = 0.25
 """The worker posts steps at most this often: smooth to the eye, cheap for the UI (which
 shares the CPU with the lanes)."""
@@ -192,6 +194,7 @@ class SpecdiffApp(App[int]):
         self.lanes = {"a": LaneState("a"), "b": LaneState("b")}
         self.pair: Pair = pairs[pair_name]
         self.fork: Fork | None = None
+        self._next_alignment = 0.0
         self.changed: dict[str, set[int]] = {"a": set(), "b": set()}
         self.similarity: float | None = None
         self.result: PairResult | None = None
@@ -204,13 +207,23 @@ class SpecdiffApp(App[int]):
         self._runner: PairWorker | None = None
         self._restart = False
         self.our_themes: list[str] = []
-        self.replay_speed = replay_speed
+        self._saved_path: Path | None = None
+        self._loading_lane: str | None = None
+        """The lane being loaded (the worker's progress names it): a failure before the
+        run starts belongs to it."""
+        self.init_replay(replay_speed, session_stream, pause_at_fork)
+
+    def init_replay(
+        self, speed: float | None, stream: SessionStream | None, pause_at_fork: bool
+    ) -> None:
+        """What a replay keeps: its pace, the file still being read, where it forks."""
+        self.replay_speed = speed
         self.playback: Playback | None = None
         self._replay_fork: int | None = None
         self._replay_clock = 0.0
         self._replay_timer: Timer | None = None
-        self.session_stream = session_stream
-        self._read_done = session_stream is None or session_stream.done
+        self.session_stream = stream
+        self._read_done = stream is None or stream.done
         self.load_error: str | None = None
         self._recorded: dict[str, list[TokenStep]] = {"a": [], "b": []}
         self.pause_at_fork = pause_at_fork
@@ -218,10 +231,6 @@ class SpecdiffApp(App[int]):
         """The replay has paused at the fork once (space at the end replays and pauses
         again)."""
         self._confirm_timer: Timer | None = None
-        self._saved_path: Path | None = None
-        self._loading_lane: str | None = None
-        """The lane being loaded (the worker's progress names it): a failure before the
-        run starts belongs to it."""
 
     # -- layout ---------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -508,6 +517,16 @@ class SpecdiffApp(App[int]):
                     changed["b"].update(range(self.fork.index + b0, self.fork.index + b1))
             self.changed = changed
 
+    def align_while_streaming(self) -> None:
+        """Diff colours from the moment the lanes fork. The alignment's cost grows with
+        the square of the tokens after the fork, so it waits long enough after each
+        redo to take at most ALIGN_COST_SHARE of the UI thread: long runs keep their speed."""
+        now = time.monotonic()
+        if self.fork is None or now < self._next_alignment:
+            return
+        self.update_comparison(announce=False)
+        self._next_alignment = now + (time.monotonic() - now) / ALIGN_COST_SHARE
+
     def reset_view(self) -> None:
         self.lanes = {"a": LaneState("a"), "b": LaneState("b")}
         self.fork = None
@@ -677,8 +696,7 @@ class SpecdiffApp(App[int]):
             self.render_lanes(follow=self.follow)
         else:
             found = self.find_fork()
-            if self.fork is not None:
-                self.update_comparison(announce=False)  # diff colours from the fork on
+            self.align_while_streaming()
             self.render_lanes(follow=self.follow, panel=found)
         self.replay_status()
 
@@ -922,8 +940,7 @@ class SpecdiffApp(App[int]):
         # drawn once the run ends.
         # The panel changes only with the fork, the cursor or the theme.
         found = self.find_fork()
-        if self.fork is not None:
-            self.update_comparison(announce=False)  # diff colours from the fork on
+        self.align_while_streaming()
         self.render_lanes(follow=self.follow, panel=found)
 
     def on_run_finished(self, message: RunFinished) -> None:
