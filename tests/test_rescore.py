@@ -6,6 +6,7 @@ server scored itself."""
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Iterator
 from pathlib import Path
@@ -161,3 +162,42 @@ def test_rescored_margins_equal_an_in_process_lanes_within_the_measured_noise(
     )
     assert max(rescored) <= noise
     assert statistics.median(rescored) <= 2 * statistics.median(scored) + 0.05
+
+
+@pytest.mark.parametrize("fmt", ["md", "html", "json"])
+def test_reports_say_where_a_forks_numbers_came_from_and_each_servers_setup(
+    fmt: str, tmp_path: Path
+) -> None:
+    """A session whose fork falls on rescored drafts, both lanes on servers (one with its
+    launch flags stated): the export names the rescoring at the fork and never takes
+    greedy requests for determinism."""
+    import copy
+    import subprocess
+    import sys
+
+    from tests.hostile_corpus import FOOTER, HEADER, STEPS, dump
+
+    header = copy.deepcopy(HEADER)
+    server = {"backend": "server", "api": "llama-server", "endpoint": "http://127.0.0.1:9"}
+    header["lanes"]["a"] |= server | {"server_flags": "--spec-type draft-simple"}
+    header["lanes"]["b"] |= server
+    steps = copy.deepcopy(STEPS)
+    for step in steps:
+        step["drafted"], step["source"] = True, RESCORED_BY
+    path = tmp_path / "rescored.jsonl"
+    path.write_bytes(dump([header, *steps, FOOTER]))
+    done = subprocess.run(
+        [sys.executable, "-m", "specdiff", "export", str(path), "--format", fmt],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    if fmt == "json":
+        lanes = json.loads(done.stdout)["lanes"]
+        assert lanes["a"]["rescored_steps"] == [s["index"] for s in steps if s["lane"] == "a"]
+        return
+    assert f"Lane a at the fork: an accepted draft · {RESCORED_BY}" in done.stdout
+    assert "server launched with: --spec-type draft-simple" in done.stdout
+    assert "temperature 0 alone does not make a server deterministic" in done.stdout
