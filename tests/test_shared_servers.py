@@ -96,7 +96,9 @@ async def test_the_replay_shows_a_shared_server_session_but_never_runs_it(
     tmp_path: Path, listener: socket.socket
 ) -> None:
     session, stream = open_for_replay(session_naming(listener, tmp_path))
-    args = argparse.Namespace(instant=True, speed=1.0, theme=None, allow_servers=False)
+    args = argparse.Namespace(
+        instant=True, speed=1.0, theme=None, allow_servers=False, pause_at_fork=False
+    )
     app = replay_app(session, stream, args)
     async with app.run_test(size=(120, 36)) as pilot:
         await wait_for(pilot, lambda: len(app.lanes["a"].steps) == 60, 30)
