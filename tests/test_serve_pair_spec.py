@@ -183,3 +183,40 @@ def test_serve_pair_runs_each_speculation_type_with_drafts_rescored(
     assert summary["lanes"]["a"]["drafted"] > 0 and drafted
     assert all(step["source"] == RESCORED_BY and len(step["top"]) >= 2 for step in drafted)
     assert summary["lanes"]["a"]["rescored_steps"] == [s["index"] for s in drafted]
+
+
+ESCAPES = "\x1b]52;c;aGk=\x07\u202e"
+SECRET = "sk-live-0123456789"
+
+
+@pytest.mark.parametrize(
+    ("params", "kept"),
+    [
+        ({"speculative.types": "none,ngram-mod", "speculative.n_max": 16}, None),
+        ({"speculative.types": ESCAPES + "x" * 500}, None),
+        ({"speculative.nested": {"a": [1]}, "speculative.nan": float("nan")}, {}),
+        ({"speculative.key": f"key {SECRET}"}, None),
+        ({"cache_prompt": True, "n_batch": 2048, "n_ubatch": 512}, None),
+        ({"cache_prompt": "yes", "n_batch": -1, "n_ubatch": 1.5}, {}),
+    ],
+    ids=["settings", "escapes-long", "nested-nan", "secret", "batch-cache", "wrong-types"],
+)
+def test_the_header_keeps_props_settings_bounded_masked_and_typed(
+    params: dict, kept: dict | None
+) -> None:
+    from specdiff.engine.server.client import ServerClient
+    from specdiff.lanes import Lane
+
+    lane = Lane(backend="server", endpoint="http://127.0.0.1:9", api_key_env="")
+    client = ServerClient(lane, SECRET)
+    try:
+        props = client._props({"default_generation_settings": {"params": params, "n_ctx": 64}})
+    finally:
+        client.close()
+    settings = {k: v for k, v in props.items() if k != "n_ctx"}
+    if kept is not None:
+        assert settings == kept
+    shown = json.dumps(props, ensure_ascii=False)
+    assert SECRET not in shown and "\x1b" not in shown and len(shown) < 600
+    for value in [*settings.get("speculative", {}).values(), *settings.values()]:
+        assert isinstance(value, (str, int, float, bool, dict))
