@@ -36,7 +36,7 @@ FORK_CLASSES = (NEAR_TIE, AMBIGUOUS, LARGE_MARGIN_SPLIT)
 """What a fork is, from the reference lane's margin and the other pick's rank there."""
 
 MARGIN_DISPLAY_CAP = 4.0
-"""Where drawn margins stop (the TUI's sparkline, the reports' plots): one confident step
+"""Where drawn margins stop (the TUI's margin strip, the reports' plots): one confident step
 (margins reach 10+ logits) would otherwise squash every near tie into the axis."""
 
 
