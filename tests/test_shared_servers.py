@@ -102,6 +102,7 @@ async def test_the_replay_shows_a_shared_server_session_but_never_runs_it(
     app = replay_app(session, stream, args)
     async with app.run_test(size=(120, 36)) as pilot:
         await wait_for(pilot, lambda: len(app.lanes["a"].steps) == 60, 30)
+        await pilot.press("r")  # a replay asks before it is replaced
         await pilot.press("r")
         await wait_for(pilot, lambda: "names server lanes" in app.query_one("#status").plain)
         assert not app.running
