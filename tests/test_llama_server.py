@@ -120,12 +120,14 @@ def test_a_chat_lane_streams_ids_bytes_and_top_k(plain_server: str) -> None:
     lane = ServerLane(Lane(backend="server", api="chat", endpoint=plain_server, top_k=4), "a")
     try:
         steps = list(lane.generate("Tell me about Rome.", 16))
+        # the tokenizer is read before close() frees the model it belongs to
+        pieces = [lane.model.piece(step.token_id) for step in steps]
     finally:
         lane.close()
     assert 0 < len(steps) <= 16
-    for step in steps:
+    for step, piece in zip(steps, pieces):
         assert len(step.top) == 4 and step.top[0].token_id == step.token_id
-        assert step.piece == lane.model.piece(step.token_id)  # the server's bytes, its id
+        assert step.piece == piece  # the server's bytes, its id
 
 
 def test_a_server_killed_while_saving_keeps_the_session(
