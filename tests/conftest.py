@@ -1,17 +1,20 @@
 """Shared fixtures (the real bundled model, assembled once per test run) and the guards
 that keep the fast tier honest.
 
-The suite has three markers, registered in pyproject.toml: `model` (llama-cpp-python and
-the bundled model), `server` (a real server process) and `browser` (headless Chromium).
-Everything unmarked is the fast tier, `pytest -m "not model and not server and not
-browser"`. A test that needs the model but lacks the marker would make that tier slow or
-make it fail on a machine without llama.cpp, so both ways in are checked: asking for a
-model fixture, and loading llama_cpp while the test runs.
+The suite has four markers, registered in pyproject.toml: `model` (llama-cpp-python and
+the bundled model), `server` (a real server process), `browser` (headless Chromium) and
+`tui` (drives the Textual app or a real terminal; given here to every coroutine test and
+every snapshot, since those are the ones that run the app). Everything unmarked is the
+fast tier, `pytest -m "not model and not server and not browser and not tui"`. A test
+that needs the model but lacks the marker would make that tier slow or make it fail
+on a machine without llama.cpp, so both ways in are checked: asking for a model fixture,
+and loading llama_cpp while the test runs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import sys
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -120,7 +123,23 @@ async def wait_for(pilot: Pilot, condition: Callable[[], object], timeout: float
         await pilot.pause(0.05)
 
 
+SNAPSHOT_FIXTURES = {"snap_compare"}
+
+
+def _drives_the_app(item: pytest.Item) -> bool:
+    """Pilot tests are coroutines and snapshots ask for snap_compare: both run the app,
+    which takes seconds a test, so they leave the fast tier by construction rather than by
+    each author remembering a marker."""
+    function = getattr(item, "function", None)
+    fixtures = set(getattr(item, "fixturenames", ()))
+    return inspect.iscoroutinefunction(function) or bool(SNAPSHOT_FIXTURES & fixtures)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("tui") is None and _drives_the_app(item):
+            item.add_marker(pytest.mark.tui)
     unmarked = [
         item.nodeid
         for item in items

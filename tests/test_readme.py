@@ -11,7 +11,7 @@ TEST_COMMAND = (
     "python3 -m pip install -e '.[test]' && python3 -m ruff check . && lint-imports"
     " && python3 -m pytest"
 )
-FAST_COMMAND = 'python3 -m pytest -m "not model and not server and not browser"'
+FAST_COMMAND = 'python3 -m pytest -m "not model and not server and not browser and not tui"'
 RUN_COMMAND = "python3 -m pip install -e . && specdiff"
 
 

@@ -83,7 +83,7 @@ def test_every_schema_version_written_still_loads() -> None:
 
 
 @settings(
-    max_examples=2000,
+    max_examples=1000,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

@@ -24,11 +24,14 @@ import pytest
 
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("tmux") is None,
-    reason="tmux is not installed (apt-get install tmux; .ci/run does): "
-    "the real-terminal check needs it",
-)
+pytestmark = [
+    pytest.mark.tui,
+    pytest.mark.skipif(
+        shutil.which("tmux") is None,
+        reason="tmux is not installed (apt-get install tmux; .ci/run does): "
+        "the real-terminal check needs it",
+    ),
+]
 
 SESSION = Path(__file__).parent / "data" / "ubatch-roman-empire.jsonl"
 CLIPBOARD = "\x1b]52;c;aGk=\x07"
