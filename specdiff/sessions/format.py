@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specdiff import __version__
+from specdiff.chat import Conversation, parse_messages
 from specdiff.compare import (
     DEFAULT_NEAR_TIE,
     FORK_CLASSES,
@@ -24,7 +25,6 @@ from specdiff.compare import (
     run_fork_index,
     run_fork_verdict,
 )
-from specdiff.chat import Conversation, parse_messages
 from specdiff.lanes import Lane, Pair, lane_from_dict
 from specdiff.steps import Candidate, Probe, TokenStep
 
