@@ -133,20 +133,7 @@ def command_suite(args: argparse.Namespace) -> int:
         check_resume(read_suite_file(report_dir), None, prompts, report_dir)
     write_settings(report_dir, settings, prompts)
     status = Status(sys.stderr, not args.quiet)
-    for problem in skipped:
-        status.message(f"skipped: {problem}")
-    variants = settings.variants()
-    status.message(
-        f"suite: {len(prompts)} prompts x {len(variants)} pair"
-        f"{'s' if len(variants) > 1 else ''} ({', '.join(v[0] for v in variants)}), up to "
-        f"{settings.max_tokens} tokens per lane -> {report_dir}"
-    )
-    if settings.executes_code(prompts):
-        from specdiff.grading.sandbox import current_confinement
-
-        status.message(
-            f"grading runs model-written code: each program in {current_confinement().describe()}"
-        )
+    announce(status, settings, prompts, skipped, report_dir)
 
     def on_progress(progress: Progress) -> None:
         status.update(progress_line(progress))
@@ -178,6 +165,32 @@ def command_suite(args: argparse.Namespace) -> int:
         return Exit.DIFFERENT
     failed = sum(pair["summary"]["failed"] + pair["summary"]["crashed"] for pair in data["pairs"])
     return Exit.DIFFERENT if failed or outcome.unloaded else Exit.SAME
+
+
+def announce(
+    status: Status,
+    settings: SuiteSettings,
+    prompts: list[SuitePrompt],
+    skipped: list[str],
+    report_dir: Path,
+) -> None:
+    """What the suite will do, before the first run: skipped lines, the size of the work,
+    and that model-written code runs where it does."""
+    for problem in skipped:
+        status.message(f"skipped: {problem}")
+    variants = settings.variants()
+    status.message(
+        f"suite: {len(prompts)} prompts x {len(variants)} pair"
+        f"{'s' if len(variants) > 1 else ''} ({', '.join(v[0] for v in variants)}), up to "
+        f"{settings.max_tokens} tokens per lane -> {report_dir}"
+    )
+    if settings.executes_code(prompts):
+        # deferred: the sandbox module loads only for a graded suite
+        from specdiff.grading.sandbox import current_confinement
+
+        status.message(
+            f"grading runs model-written code: each program in {current_confinement().describe()}"
+        )
 
 
 def given_suite(
