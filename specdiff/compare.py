@@ -456,8 +456,9 @@ class _Sides:
             else "no more than that gap: the pick did not follow the logits"
         )
         return (
-            f"{head}; {self.forced}{other_name} moved them by {_number(move_ref, True)} / "
-            f"{_number(move_other, True)}, {_number(shift)} relative, {compared}"
+            f"{head}; {self.forced}{other_name} moved them by {_number(move_ref, True)} "
+            f"and {_number(move_other, True)}: a net {_number(shift)} toward "
+            f"{quoted_piece(other_piece)}, {compared}"
         )
 
 

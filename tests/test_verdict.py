@@ -79,8 +79,8 @@ def test_a_close_call_gives_the_gap_and_each_picks_move(gap: float, b_first: flo
     sentence = _sentence(a, b)
     assert f"were {gap:.2f} apart in lane a" in sentence
     moved_a, moved_b = -0.02, 10.0 + b_first - (10.0 - gap)
-    assert f"by {moved_a:+.2f} / {moved_b:+.2f}" in sentence
-    assert f"{moved_b - moved_a:.2f} relative, more than that gap" in sentence
+    assert f"moved them by {moved_a:+.2f} and {moved_b:+.2f}" in sentence
+    assert f"a net {moved_b - moved_a:.2f} toward ' empire', more than that gap" in sentence
 
 
 def test_a_pick_missing_from_the_other_lane_says_its_move_is_unknown() -> None:
