@@ -21,6 +21,7 @@ from specdiff.compare import (
     AMBIGUOUS,
     LARGE_MARGIN_SPLIT,
     NEAR_TIE,
+    compare,
     fork_between,
     fork_sentence,
     fork_verdict,
@@ -244,3 +245,42 @@ def test_the_run_printers_put_the_verdict_under_the_fork(path: Path) -> None:
     lines = format_result(result).splitlines()
     why = lines.index(f"why: {data['verdict']}")
     assert lines[why + 1].startswith("fork class: ") and lines[why - 1].startswith("  lane b:")
+
+
+def teacher_forced_from(result: PairResult, flip: bool) -> PairResult:
+    """The run as if lane b had been fed lane a's tokens: b emits a's token at each step
+    and keeps its own candidates (where it flips, its own argmax is another token), or
+    with `flip` False lane a's candidates too (no flip)."""
+    a_steps, b_steps = result.a.steps, result.b.steps
+    forced = [
+        dataclasses.replace(
+            a_step, lane="b", top=(b_step if flip else a_step).top, probes=(), logsumexp=None
+        )
+        for a_step, b_step in zip(a_steps, b_steps)
+    ]
+    b = dataclasses.replace(result.b, steps=forced)
+    comparison = compare(a_steps[: len(forced)], forced)
+    return dataclasses.replace(result, b=b, comparison=comparison, teacher_forced=True)
+
+
+@pytest.mark.parametrize("flip", [True, False], ids=["flips", "no-flip"])
+@pytest.mark.parametrize("path", DEMOS, ids=lambda p: p.name.split("-", 1)[1])
+def test_a_teacher_forced_run_prints_why_its_first_flip_happened(path: Path, flip: bool) -> None:
+    """The text printer says what the JSON's verdict says, under the first flip (the ids
+    agree by construction, so the flip is the run's fork), and nothing where b never
+    flipped."""
+    result = teacher_forced_from(result_of(path), flip)
+    data = result_json(result)
+    lines = format_result(result).splitlines()
+    why = [line for line in lines if line.startswith("why: ")]
+    if not flip:
+        assert data["verdict"] is None and why == []
+        assert any(line.startswith("NO FLIP: fed lane a's") for line in lines)
+        return
+    index = run_fork(result.a.steps, result.b.steps, teacher_forced=True).index
+    assert data["verdict"] is not None and why == [f"why: {data['verdict']}"]
+    assert "fed lane a's tokens" in data["verdict"]
+    head = next(line for line in lines if line.startswith("FLIPPED at token "))
+    assert head.startswith(f"FLIPPED at token {index} of ")
+    assert lines[lines.index(why[0]) + 1].startswith("fork class: ")
+    assert not any(line.startswith(("IDENTICAL", "DIVERGED")) for line in lines)

@@ -16,12 +16,15 @@ from typing import Any
 from specdiff.chat import Conversation
 from specdiff.compare import (
     DEFAULT_SPLIT_THRESHOLD,
+    Comparison,
     Fork,
     LaneAtFork,
     PickView,
     fork_sentence,
+    run_fork,
     run_fork_sentence,
     run_fork_verdict,
+    teacher_flips,
 )
 from specdiff.lanes import Lane, differences
 from specdiff.safe_text import terminal_text, visible
@@ -91,7 +94,10 @@ def format_result(result: PairResult) -> str:
     if result.crashed:
         out.append(f"CRASHED: {visible(result.error_lines()[0])}")
         out.append("what follows covers the tokens produced before the crash")
-    out.extend(_no_fork_lines(result) if fork is None else _fork_lines(result, fork))
+    if result.teacher_forced:
+        out.extend(_teacher_forced_lines(result))
+    else:
+        out.extend(_no_fork_lines(result) if fork is None else _fork_lines(result, fork))
     out.append("")
     out.extend(_executed_lines(result))
     return "\n".join(out)
@@ -113,12 +119,14 @@ def _no_fork_lines(result: PairResult) -> list[str]:
             f"b after {comparison.length_b} ({visible(str(a.stop_reason or a.error))} / "
             f"{visible(str(b.stop_reason or b.error))})."
         )
-    return [
-        verdict,
-        _indent(text_of(a.steps)),
+    return [verdict, _indent(text_of(a.steps)), _near_ties(comparison)]
+
+
+def _near_ties(comparison: Comparison) -> str:
+    return (
         f"near ties (margin < {comparison.near_tie_threshold}): "
-        f"{len(comparison.near_ties_a)} in lane a, {len(comparison.near_ties_b)} in lane b",
-    ]
+        f"{len(comparison.near_ties_a)} in lane a, {len(comparison.near_ties_b)} in lane b"
+    )
 
 
 def _executed_lines(result: PairResult) -> list[str]:
@@ -172,7 +180,6 @@ def _offload_note(executed: dict[str, Any]) -> str:
 def _fork_lines(result: PairResult, fork: Fork) -> list[str]:
     comparison = result.comparison
     a, b = result.a, result.b
-    pieces = {fork.token_a: fork.piece_a, fork.token_b: fork.piece_b}
     length = max(comparison.length_a, comparison.length_b)
     lines = [
         f"DIVERGED at token {fork.index} of {length} generated "
@@ -180,14 +187,7 @@ def _fork_lines(result: PairResult, fork: Fork) -> list[str]:
         "shared text:",
         _indent(text_of(a.steps[: fork.index])),
     ]
-    for lane_id, view, outcome in (("a", fork.a, a), ("b", fork.b, b)):
-        lines.append(_fork_view(lane_id, view, pieces) + rescored_note(outcome.steps, fork.index))
-    verdict = run_fork_verdict(
-        a.steps, b.steps, result.teacher_forced, comparison.near_tie_threshold
-    )
-    if verdict is not None:
-        lines.append(f"why: {fork_sentence(fork, verdict)}")
-        lines.append(f"fork class: {verdict.describe()}")
+    lines.extend(_why_lines(result, fork))
     lines.append(
         f"near ties before the fork (margin < {comparison.near_tie_threshold}): "
         f"lane a {len(comparison.near_ties_a)}, lane b {len(comparison.near_ties_b)}"
@@ -200,6 +200,46 @@ def _fork_lines(result: PairResult, fork: Fork) -> list[str]:
         lines.append(f"lane {outcome.lane_id} continues:")
         lines.append(_indent(text_of(outcome.steps[fork.index :])))
     return lines
+
+
+def _why_lines(result: PairResult, fork: Fork) -> list[str]:
+    """Both lanes at the fork, why they forked and its class."""
+    a, b = result.a, result.b
+    pieces = {fork.token_a: fork.piece_a, fork.token_b: fork.piece_b}
+    lines = [
+        _fork_view(lane_id, view, pieces) + rescored_note(outcome.steps, fork.index)
+        for lane_id, view, outcome in (("a", fork.a, a), ("b", fork.b, b))
+    ]
+    verdict = run_fork_verdict(
+        a.steps, b.steps, result.teacher_forced, result.comparison.near_tie_threshold
+    )
+    if verdict is not None:
+        lines.append(f"why: {fork_sentence(fork, verdict, teacher_forced=result.teacher_forced)}")
+        lines.append(f"fork class: {verdict.describe()}")
+    return lines
+
+
+def _teacher_forced_lines(result: PairResult) -> list[str]:
+    """A teacher-forced run: lane b was fed lane a's tokens, so the two agree token for
+    token by construction; what tells is the first flip, where b's own argmax differs."""
+    a, b = result.a, result.b
+    forced = min(len(a.steps), len(b.steps))
+    flips = teacher_flips(a.steps, b.steps)
+    fork = run_fork(a.steps, b.steps, teacher_forced=True)
+    if fork is None:
+        head = f"NO FLIP: fed lane a's {forced} tokens, lane b's own argmax agreed at each."
+        return [head, _indent(text_of(a.steps)), _near_ties(result.comparison)]
+    return [
+        f"FLIPPED at token {fork.index} of {forced} teacher-forced: fed lane a's tokens, lane "
+        f"b's own argmax was {piece_text(fork.piece_b)} where a picked "
+        f"{piece_text(fork.piece_a)}; {len(flips)} flip(s) in all ({len(flips) / forced:.1%}).",
+        "shared text:",
+        _indent(text_of(a.steps[: fork.index])),
+        *_why_lines(result, fork),
+        _near_ties(result.comparison),
+        "lane a continues (lane b fed it):",
+        _indent(text_of(a.steps[fork.index :])),
+    ]
 
 
 def rescored_note(steps: Sequence[TokenStep], index: int) -> str:
