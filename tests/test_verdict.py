@@ -201,12 +201,14 @@ def test_a_drift_is_explained_between_the_recording_and_the_rerun(path: Path, la
 
 
 @pytest.mark.model
-def test_run_prints_the_verdict_beside_the_fork() -> None:
-    """`specdiff run` in a real process: the text says why it forked under the fork,
-    the JSON carries the same sentence beside the fork record (both None without one)."""
+@pytest.mark.parametrize("forcing", [[], ["--teacher-forced"]], ids=["free", "teacher-forced"])
+def test_run_prints_the_verdict_beside_the_fork(forcing: list[str]) -> None:
+    """`specdiff run` in a real process: the text says why it forked under the fork (a
+    teacher-forced run's fork is its first flip), the JSON carries the same sentence
+    beside the fork record (both None without one)."""
     prompt = "The history of the Roman Empire"
     command = [sys.executable, "-m", "specdiff", "run", "--pair", "ubatch", "--prompt", prompt]
-    command += ["--max-tokens", "16"]
+    command += ["--max-tokens", "16", *forcing]
     printed = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=300)
     assert printed.returncode in (0, 1), printed.stderr
     data = json.loads(printed.stdout)

@@ -324,7 +324,12 @@ def result_json(result: PairResult) -> dict[str, Any]:
         "max_tokens": result.max_tokens,
         "stop": result.stop,
         "teacher_forced": result.teacher_forced,
-        "fork": fork_json(comparison.fork),
+        # teacher-forced, the ids agree by construction: the fork is the first flip
+        "fork": fork_json(
+            run_fork(result.a.steps, result.b.steps, True)
+            if result.teacher_forced
+            else comparison.fork
+        ),
         "verdict": run_fork_sentence(
             result.a.steps, result.b.steps, result.teacher_forced, comparison.near_tie_threshold
         ),
