@@ -193,6 +193,14 @@ def typed_prompt(text: str) -> str:
         raise ChatError(str(error)) from None
 
 
+def shown_prompt(prompt: str) -> str:
+    """What the TUI's prompt box shows for a prompt: a conversation as its JSON messages
+    list, which the box reads back as one (`typed_prompt`), plain text as it is."""
+    if isinstance(prompt, Conversation):
+        return json.dumps(prompt.to_json(), ensure_ascii=False)
+    return prompt
+
+
 def chat_lane(lane: Any) -> bool:
     """Whether a lane formats the conversation with a chat template: an in-process lane
     with `chat` set, or a server lane on the chat API (whose server applies its own)."""

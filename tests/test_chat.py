@@ -270,8 +270,12 @@ def specdiff(*args: str, stdin: str | None = None) -> subprocess.CompletedProces
         (["--both", "chat=gema"], "did you mean 'gemma'"),
     ],
 )
-def test_run_refuses_a_bad_conversation_in_one_line(args: list[str], fragment: str) -> None:
-    completed = specdiff("run", *args, "--max-tokens", "4", stdin="")
+@pytest.mark.parametrize("command", ["run", "live"])
+def test_run_and_live_refuse_a_bad_conversation_in_one_line(
+    command: str, args: list[str], fragment: str
+) -> None:
+    # live refuses before its screen opens: nothing is drawn over the message
+    completed = specdiff(command, *args, "--max-tokens", "4", stdin="")
     assert completed.returncode == 2, completed.stderr
     lines = [line for line in completed.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("specdiff: error: "), completed.stderr
@@ -285,6 +289,43 @@ def test_run_reads_messages_from_stdin_and_refuses_a_broken_file(tmp_path: Path)
     assert completed.returncode == 2 and "is not UTF-8 text" in completed.stderr
     completed = specdiff("run", "--messages", "-", "--max-tokens", "4", stdin="[]")
     assert completed.returncode == 2 and "--messages on stdin is empty" in completed.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["--messages", json.dumps(CONVERSATIONS["several turns"])],
+            CONVERSATIONS["several turns"],
+        ),
+        (["--system", SYSTEM["content"], "--prompt", USER["content"]], [SYSTEM, USER]),
+        (
+            ["--system", SYSTEM["content"], "--messages", json.dumps([USER])],
+            [SYSTEM, USER],
+        ),
+    ],
+    ids=["messages", "system and prompt", "system and messages"],
+)
+async def test_live_opens_with_the_conversation_in_the_prompt_box(
+    args: list[str], expected: list[dict[str, str]]
+) -> None:
+    """`specdiff live --system/--messages`: the box shows the conversation as the JSON
+    list it reads back, and a run sends that conversation, edited or not."""
+    from textual.widgets import Input
+
+    from specdiff.cli import build_parser
+    from specdiff.cli.live import live_app
+
+    app = live_app(build_parser().parse_args(["live", "--no-start", *args]))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        box = app.query_one("#prompt", Input)
+        assert json.loads(box.value) == expected
+        _, prompt, _ = app.resolve_pair()
+        assert isinstance(prompt, Conversation) and prompt.to_json() == expected
+        box.value = json.dumps(expected[-1:])  # edited: the box's own list is sent
+        _, prompt, _ = app.resolve_pair()
+        assert isinstance(prompt, Conversation) and prompt.to_json() == expected[-1:]
 
 
 # --- the model -------------------------------------------------------------------------

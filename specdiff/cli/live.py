@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from specdiff.cli import options
 from specdiff.cli.common import Exit, Subcommands, add_command, config_theme, read_request
+from specdiff.cli.run import chat_request
+
+if TYPE_CHECKING:
+    from specdiff.tui.app import SpecdiffApp
 
 
 def add_parser(commands: Subcommands) -> None:
@@ -16,18 +21,27 @@ def add_parser(commands: Subcommands) -> None:
         command_live,
     )
     options.add_request_options(live)
+    options.add_chat_options(live)
     live.add_argument("--theme", help="theme name (default: config file, else specdiff-dark)")
     live.add_argument("--sessions-dir", help="where `s` saves sessions")
     live.add_argument("--no-start", action="store_true", help="open without starting a run")
 
 
 def command_live(args: argparse.Namespace) -> int:
+    live_app(args).run()
+    return Exit.SAME
+
+
+def live_app(args: argparse.Namespace) -> SpecdiffApp:
+    """The app the command line asks for, its prompt box holding the prompt, or with
+    --messages / --system the conversation; bad input is refused before Textual loads."""
     known, pair, prompt = read_request(args)
+    prompt = chat_request(args, prompt)
     known[pair.name] = pair
     # deferred: Textual loads only for the commands that open a screen
     from specdiff.tui.app import make_app
 
-    app = make_app(
+    return make_app(
         known,
         pair.name,
         prompt,
@@ -37,5 +51,3 @@ def command_live(args: argparse.Namespace) -> int:
         autostart=not args.no_start,
         sessions_dir=args.sessions_dir,
     )
-    app.run()
-    return Exit.SAME
