@@ -28,6 +28,7 @@ from specdiff.chat import (
     typed_prompt,
 )
 from specdiff.engine.server.dialects import Chat
+from specdiff.engine.server.lane import SERVER_TEMPLATE
 from specdiff.errors import LaneConfigError
 from specdiff.lanes import Lane, Pair
 from specdiff.sessions.format import SessionHeader
@@ -434,6 +435,13 @@ def test_llama_server_and_an_in_process_chat_lane_decode_the_same_prompt(
                 assert result.a.error is None and result.b.error is None
                 local = result.b.executed["chat_prompt"]
                 assert server_ids(server.url, items) == local["token_ids"]
+                # the server lane records the prompt its server formatted, and being
+                # lane a, its ids are the session's prompt ids
+                served = result.a.executed["chat_prompt"]
+                assert served == local and list(result.prompt_tokens) == local["token_ids"]
+                saved = SessionHeader.from_json(json.loads(json.dumps(result.header().to_json())))
+                assert saved.lane_prompts == {"a": served, "b": local}
+                assert saved.executed["a"]["chat_template"] == SERVER_TEMPLATE
                 # what the lane itself sends: the server counts as many prompt tokens
                 body = {**Chat().body(prompt, 1, 2, False), "stream": False}
                 usage = httpx.post(f"{server.url}/v1/chat/completions", json=body).json()

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing
 from typing import Any
 
+from specdiff.chat import Message, messages_of
 from specdiff.engine.base import Cancelled, Generation, Prompt
 from specdiff.engine.llama.context import ModelPool, repack_choice
 from specdiff.engine.models import Progress, resolve_model
@@ -32,6 +33,7 @@ from specdiff.engine.server.rescore import RESCORED_BY, RescoreCost, Rescorer, n
 from specdiff.engine.server.vocab import Vocabulary
 from specdiff.errors import LaneConfigError, PromptError, SpecdiffError
 from specdiff.lanes import Lane, without_credentials
+from specdiff.safe_text import first_surrogate
 from specdiff.steps import Candidate, Probe, TokenStep
 
 Arrival = TokenStep | BaseException | None
@@ -42,6 +44,15 @@ EVENTS_AFTER_BUDGET = 8
 request with its timings; a server that sends more is not listened to."""
 MAX_COUNT = 1 << 24
 """The most drafts a server may claim for one request (the session's bound on an index)."""
+TEMPLATE_CHARS_PER_MESSAGE = 256
+"""What a chat template may add around each message (role markers, turn tokens) before a
+formatted prompt a server reports counts as padded: a session header keeps it whole."""
+TEMPLATE_CHARS = 4096
+"""What a template may add once (a default system prompt, the assistant's opening)."""
+SERVER_TEMPLATE = "the server's own, as its /apply-template and /tokenize report it"
+UNKNOWN_TEMPLATE = (
+    "the server's own, not known here ({why}); the session's prompt ids are the raw text's"
+)
 
 
 def _quiet(_: str) -> None:
@@ -88,13 +99,69 @@ class ServerLane:
         """llama-server's own timings of the last request (predicted_per_second, ...)."""
         self.rescoring = RescoreCost()
         """What rescoring the last request's accepted drafts took."""
+        self.chat_prompt: dict[str, Any] | None = None
+        """On the chat API: the prompt as the server formatted it, text and token ids."""
+        self.chat_template = ""
+        """On the chat API: whose template formatted the prompt, and whether it is known."""
+        self._formatted: dict[tuple[Message, ...], dict[str, Any] | None] = {}
 
     # -- what PairRun asks of a lane -------------------------------------------------
     def vocab_digest(self) -> str:
         return self.model.info.vocab_digest
 
     def tokenize(self, text: str) -> list[int]:
-        return self.model.tokenize(text)
+        """The prompt's token ids; on the chat API those of the prompt as the server
+        formats it, where it says (llama-server), else the raw text's."""
+        if self.lane.api != "chat":
+            return self.model.tokenize(text)
+        messages = messages_of(text)
+        if messages not in self._formatted:
+            self._formatted = {messages: self._served_prompt(messages)}
+        self.chat_prompt = self._formatted[messages]
+        if self.chat_prompt is None:
+            return self.model.tokenize(text)
+        return list(self.chat_prompt["token_ids"])
+
+    def _served_prompt(self, messages: tuple[Message, ...]) -> dict[str, Any] | None:
+        """The conversation as the server formats it, from llama-server's /apply-template
+        and /tokenize; None (and why, in `chat_template`) where the server does not say
+        or says what no session may keep. Only a server whose /props answered is asked:
+        llama-server's."""
+        if "build_info" not in self.identity:
+            self.chat_template = UNKNOWN_TEMPLATE.format(why="no llama-server /props")
+            return None
+        try:
+            text = self._template_text(messages)
+            ids = self._rescorer().prompt_ids(text)
+            if len(ids) > len(text.encode("utf-8")) + 8:
+                raise self.client.fail(f"/tokenize gave {len(ids)} ids for a shorter text")
+            ids = [self.vocab.checked(token_id) for token_id in ids]
+        except ServerError as error:
+            self.chat_template = UNKNOWN_TEMPLATE.format(why=str(error))
+            return None
+        self.chat_template = SERVER_TEMPLATE
+        return {"text": text, "token_ids": ids}
+
+    def _template_text(self, messages: tuple[Message, ...]) -> str:
+        """llama-server's /apply-template answer: the formatted text, checked to be text a
+        session holds (no lone surrogate, no secret, no longer than a template makes it)."""
+        longest = sum(len(m.content) for m in messages)
+        longest += TEMPLATE_CHARS_PER_MESSAGE * len(messages) + TEMPLATE_CHARS
+        body = {"messages": [message.to_json() for message in messages]}
+        # a character is at most 6 bytes as JSON escapes it
+        answer = self.client.request("POST", "/apply-template", 6 * longest + 64, json=body)
+        self.client.check_status(answer)
+        data = answer.json()
+        text = data.get("prompt") if isinstance(data, dict) else None
+        if not isinstance(text, str) or not text:
+            raise self.client.fail("/apply-template answered without a formatted prompt")
+        if len(text) > longest:
+            raise self.client.fail(f"/apply-template gave {len(text)} characters, over {longest}")
+        if first_surrogate(text) is not None:
+            raise self.client.fail("/apply-template gave text with a lone surrogate")
+        if any(secret in text for secret in self.client.secrets):
+            raise self.client.fail("/apply-template's text holds the API key or the password")
+        return text
 
     def check(self, tokens: Sequence[int], max_tokens: int) -> None:
         """Only the budget: the server knows its context, and a cached prefix is checked
@@ -133,7 +200,18 @@ class ServerLane:
             "request": self.extra,
             "rescore": self.lane.rescore,
             "server_flags": self.lane.server_flags,
+            **self._chat_record(),
         }
+
+    def _chat_record(self) -> dict[str, Any]:
+        """On the chat API: whose template formatted the prompt and, where the server
+        said, the prompt it formatted (the session keeps it in `lane_prompts`)."""
+        if self.lane.api != "chat" or not self.chat_template:
+            return {}
+        record: dict[str, Any] = {"chat_template": self.chat_template}
+        if self.chat_prompt is not None:
+            record["chat_prompt"] = dict(self.chat_prompt)
+        return record
 
     def close(self) -> None:
         for reader in self._readers:
@@ -162,7 +240,8 @@ class ServerLane:
             text, count = prompt, len(self.tokenize(prompt))
         else:
             text = prompt.text if isinstance(prompt, Prompt) else self.vocab.detokenize(prompt)
-            count = len(prompt)
+            # the ids given are another lane's: a chat lane's server formats its own
+            count = len(self.tokenize(text)) if self.lane.api == "chat" else len(prompt)
         self.generation = Generation(prompt_tokens=count)
         self.timings = {}
         if self.lane.prefix == "cached":
@@ -235,7 +314,7 @@ class ServerLane:
         self, text: str, steps: list[TokenStep], stopped: threading.Event
     ) -> list[TokenStep]:
         """The steps with their accepted drafts scored again on the same server."""
-        rescorer = Rescorer(self.client, max(self.lane.top_k, 2), self.vocab.piece, self.extra)
+        rescorer = self._rescorer()
         rescored = rescorer.rescore(
             text,
             steps,
@@ -244,6 +323,9 @@ class ServerLane:
         )
         self.rescoring = rescorer.cost
         return rescored
+
+    def _rescorer(self) -> Rescorer:
+        return Rescorer(self.client, max(self.lane.top_k, 2), self.vocab.piece, self.extra)
 
     def _rescored_step(self, step: TokenStep, token: Token, top: list[Token]) -> TokenStep | None:
         """`step` with the teacher-forced candidates; None where they do not hold its
