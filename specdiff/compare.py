@@ -32,7 +32,11 @@ split threshold is set against, shown beside it where a suite measured none itse
 NEAR_TIE = "near tie"
 AMBIGUOUS = "ambiguous"
 LARGE_MARGIN_SPLIT = "large-margin split"
-FORK_CLASSES = (NEAR_TIE, AMBIGUOUS, LARGE_MARGIN_SPLIT)
+UNSCORED = "unscored"
+"""A fork where a lane's step holds its own pick alone (an accepted draft a server
+reported without probabilities, never rescored): with no second candidate there is no
+margin to read, so the fork is no kind of split, tie or otherwise."""
+FORK_CLASSES = (NEAR_TIE, AMBIGUOUS, LARGE_MARGIN_SPLIT, UNSCORED)
 """What a fork is, from the reference lane's margin and the other pick's rank there."""
 
 MARGIN_DISPLAY_CAP = 4.0
@@ -237,9 +241,22 @@ class ForkVerdict:
     """The split threshold the class was read against."""
     not_greedy: str | None = None
     """The lane ("a" or "b") that emitted a token below its own argmax, if one did."""
+    unscored: tuple[tuple[str, bool], ...] = ()
+    """(lane, drafted) for each lane whose step held fewer than two candidates: the
+    class is then UNSCORED."""
+
+    def unscored_reason(self, names: tuple[str, str] = ("lane a", "lane b")) -> str:
+        """Which steps had no logits to read, and why they could have none."""
+        steps = []
+        for lane, drafted in self.unscored:
+            what = "an accepted draft without probabilities" if drafted else "its pick alone"
+            steps.append(f"{names[0] if lane == 'a' else names[1]}'s step ({what})")
+        return f"no logits were recorded for {' or '.join(steps)}"
 
     def describe(self, names: tuple[str, str] = ("lane a", "lane b")) -> str:
         """One line; `names` calls the two sides (two lanes, or a recording and a re-run)."""
+        if self.unscored:
+            return f"{self.kind} ({self.unscored_reason(names)} to class the fork)"
         reference = names[0] if self.reference == "a" else names[1]
         rank = (
             "outside its top-k"
@@ -270,7 +287,13 @@ def fork_verdict(
     first, so its margin says nothing about the token it took): then B is. A lane that
     emitted a token below its own argmax did not decode greedily, which no rounding
     explains: that fork is a large-margin split whatever the margin. In a teacher-forced
-    run B's token is A's by construction, and B's pick is its own argmax."""
+    run B's token is A's by construction, and B's pick is its own argmax. A step with
+    fewer than two candidates has no margin: that fork is UNSCORED."""
+    unscored = tuple(
+        (lane, step.drafted) for lane, step in (("a", step_a), ("b", step_b)) if len(step.top) < 2
+    )
+    if unscored:
+        return ForkVerdict(UNSCORED, "a", step_a.margin, None, None, split, unscored=unscored)
     pick_a = step_a.token_id
     pick_b = step_b.top[0].token_id if teacher_forced and step_b.top else step_b.token_id
     off_a, off_b = _below_its_argmax(step_a, pick_a), _below_its_argmax(step_b, pick_b)
@@ -369,38 +392,52 @@ def fork_sentence(
 
     `names` calls the two sides (two lanes, or a recording and its re-run). Token
     pieces come from sessions and servers, so they are quoted and escaped."""
-    if verdict is None or (fork.a.own.logit is None and fork.b.own.logit is None):
+    no_logits = fork.a.own.logit is None and fork.b.own.logit is None
+    if verdict is None or no_logits or verdict.unscored:
+        missing = (
+            verdict.unscored_reason(names)
+            if verdict is not None and verdict.unscored
+            else "no logits were recorded"
+        )
         return (
             f"forked: {names[0]} picked {quoted_piece(fork.piece_a)}, {names[1]} "
-            f"{quoted_piece(fork.piece_b)}; no logits were recorded to say why"
+            f"{quoted_piece(fork.piece_b)}; {missing} to say why"
         )
-    side = _Sides(fork, verdict, names, teacher_forced)
     if verdict.not_greedy is not None:
-        return side.not_greedy_sentence()
+        return _not_greedy_sentence(fork, verdict.not_greedy, names)
+    side = _Sides(fork, verdict, names, teacher_forced)
     if verdict.kind == LARGE_MARGIN_SPLIT:
         return side.split_sentence()
     return side.close_call_sentence()
 
 
+def _not_greedy_sentence(fork: Fork, lane: str, names: tuple[str, str]) -> str:
+    """A fork where `lane` emitted a token below its own argmax."""
+    name, view, piece = (
+        (names[0], fork.a, fork.piece_a) if lane == "a" else (names[1], fork.b, fork.piece_b)
+    )
+    rank = f"its #{view.own.rank}" if view.own.rank is not None else "a token"
+    return (
+        f"large-margin split: {name} emitted {quoted_piece(piece)}, {rank}, below its "
+        "own argmax: it did not decode greedily here, which no rounding explains"
+    )
+
+
 @dataclass(frozen=True)
 class _Sides:
-    """A fork read from its reference lane ("ref") and the other side ("other")."""
+    """A fork between two greedy lanes, read from lane a, the reference (a verdict names
+    lane b the reference only where lane a did not decode greedily, and that fork is told
+    by `_not_greedy_sentence`)."""
 
     fork: Fork
     verdict: ForkVerdict
     names: tuple[str, str]
     teacher_forced: bool
 
-    def _lane(self, is_reference: bool) -> tuple[str, LaneAtFork, bytes]:
-        on_a = (self.verdict.reference == "a") == is_reference
-        if on_a:
-            return self.names[0], self.fork.a, self.fork.piece_a
-        return self.names[1], self.fork.b, self.fork.piece_b
-
     @property
     def picked(self) -> str:
-        """What the other side's pick is called: its emitted token, or, fed the
-        reference's tokens, its own best."""
+        """What lane b's pick is called: its emitted token, or, fed lane a's tokens, its
+        own best."""
         return "own best" if self.teacher_forced else "pick"
 
     @property
@@ -408,8 +445,7 @@ class _Sides:
         return f"fed {self.names[0]}'s tokens, " if self.teacher_forced else ""
 
     def split_sentence(self) -> str:
-        ref_name, ref, _ = self._lane(True)
-        other_name, _, other_piece = self._lane(False)
+        ref_name, other_name = self.names
         gap = self.verdict.other_gap
         where = (
             f"outside {ref_name}'s top-k"
@@ -418,30 +454,18 @@ class _Sides:
         )
         return (
             f"large-margin split: {self.forced}{other_name}'s {self.picked} "
-            f"{quoted_piece(other_piece)} was {where}: not a rounding effect, "
+            f"{quoted_piece(self.fork.piece_b)} was {where}: not a rounding effect, "
             f"{other_name} changed the computation"
         )
 
-    def not_greedy_sentence(self) -> str:
-        lane = self.verdict.not_greedy
-        name, view, piece = (
-            (self.names[0], self.fork.a, self.fork.piece_a)
-            if lane == "a"
-            else (self.names[1], self.fork.b, self.fork.piece_b)
-        )
-        rank = f"its #{view.own.rank}" if view.own.rank is not None else "a token"
-        return (
-            f"large-margin split: {name} emitted {quoted_piece(piece)}, {rank}, below its "
-            "own argmax: it did not decode greedily here, which no rounding explains"
-        )
-
     def close_call_sentence(self) -> str:
-        ref_name, ref, ref_piece = self._lane(True)
-        other_name, other, other_piece = self._lane(False)
+        ref_name, other_name = self.names
+        ref, other = self.fork.a, self.fork.b
         label = "near tie flipped" if self.verdict.kind == NEAR_TIE else "ambiguous"
         gap = _difference(ref.own.logit, ref.other.logit)
         apart = "" if gap is None else f" were {_number(gap)} apart in {ref_name}"
-        head = f"{label}: {quoted_piece(ref_piece)} vs {quoted_piece(other_piece)}{apart}"
+        pieces = f"{quoted_piece(self.fork.piece_a)} vs {quoted_piece(self.fork.piece_b)}"
+        head = f"{label}: {pieces}{apart}"
         if self.verdict.kind == AMBIGUOUS:
             head += f" (beyond a near tie, under the {self.verdict.split:g} split)"
         move_ref = _difference(other.other.logit, ref.own.logit)
@@ -458,7 +482,7 @@ class _Sides:
         return (
             f"{head}; {self.forced}{other_name} moved them by {_number(move_ref, True)} "
             f"and {_number(move_other, True)}: a net {_number(shift)} toward "
-            f"{quoted_piece(other_piece)}, {compared}"
+            f"{quoted_piece(self.fork.piece_b)}, {compared}"
         )
 
 

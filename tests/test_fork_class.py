@@ -22,6 +22,7 @@ from specdiff.compare import (
     FORK_CLASSES,
     LARGE_MARGIN_SPLIT,
     NEAR_TIE,
+    UNSCORED,
     classify_fork,
     fork_class_at,
     fork_verdict,
@@ -150,6 +151,47 @@ def test_a_teacher_forced_flip_is_classed_by_b_s_own_pick(
     summary = RunSummary.of_steps([a], [b], teacher_forced=True)
     assert summary.fork_class == expected
     assert RunSummary.of_steps([a], [b]).fork_class is None
+
+
+def _alone(lane: str, token: int, drafted: bool) -> TokenStep:
+    """A step holding its own pick alone: a server's accepted draft, never rescored."""
+    return TokenStep(lane, 0, token, b"x", (Candidate(token, 0.0),), drafted, 2, 0.0)
+
+
+# steps with a margin, each of another class against a scored partner: a near tie,
+# a pick far below the best, a lane off its argmax
+SCORED = [
+    _step("a", 1, CLOSE),
+    _step("a", 1, {1: 9.0, 2: 1.0}),
+    _step("a", 2, CLOSE),
+    _step("b", 2, {2: 5.0, 1: 4.95}),
+    _step("b", 3, {3: 5.0, 1: 4.0}),
+]
+
+
+@pytest.mark.parametrize("teacher_forced", [False, True])
+@pytest.mark.parametrize("drafted", [True, False], ids=["drafted", "not-drafted"])
+@pytest.mark.parametrize(
+    "scored", [*SCORED, None], ids=[*(f"{s.lane}{i}-scored" for i, s in enumerate(SCORED)), "none"]
+)
+def test_a_step_without_a_second_candidate_is_unscored(
+    scored: TokenStep | None, drafted: bool, teacher_forced: bool
+) -> None:
+    """Whatever the other lane's logits say, a step with only its own pick has no
+    margin: the fork is no class read from logits, and it travels as such through the
+    run summary."""
+    step_a = scored if scored is not None and scored.lane == "a" else _alone("a", 7, drafted)
+    step_b = scored if scored is not None and scored.lane == "b" else _alone("b", 8, drafted)
+    verdict = fork_verdict(step_a, step_b, teacher_forced)
+    assert verdict.kind == UNSCORED and verdict.not_greedy is None
+    unscored = tuple(lane for lane in "ab" if scored is None or scored.lane != lane)
+    assert tuple(lane for lane, _ in verdict.unscored) == unscored
+    described = verdict.describe()
+    assert described.startswith("unscored (no logits were recorded for lane")
+    assert ("an accepted draft without probabilities" in described) == drafted
+    summary = RunSummary.of_steps([step_a], [step_b], teacher_forced=teacher_forced)
+    assert summary.fork_index == 0 and summary.fork_class == UNSCORED
+    assert RunSummary.from_json(summary.to_json()).fork_class == UNSCORED
 
 
 def _fixture_records() -> list[dict]:
@@ -285,7 +327,12 @@ def test_a_drift_in_length_has_no_class() -> None:
 
 @pytest.mark.parametrize(
     ("b_logits", "badge"),
-    [({2: 5.0, 1: 4.95}, "near tie"), ({2: 5.0, 1: 4.0}, "ambiguous"), ({3: 5.0}, "SPLIT")],
+    [
+        ({2: 5.0, 1: 4.95}, "near tie"),
+        ({2: 5.0, 1: 4.0}, "ambiguous"),
+        ({3: 5.0, 1: 1.0}, "SPLIT"),
+        ({3: 5.0}, "unscored"),
+    ],
 )
 def test_the_fork_panel_carries_a_class_badge(b_logits: dict[int, float], badge: str) -> None:
     from specdiff.compare import fork_at
@@ -297,3 +344,16 @@ def test_the_fork_panel_carries_a_class_badge(b_logits: dict[int, float], badge:
     assert fork is not None
     header = render_panel(0, a, b, fork, None, 1).renderables[0].plain
     assert f"FORK at token 0 of 1  {badge} " in header
+
+
+@pytest.mark.parametrize("unscored", [0, 3])
+def test_suite_tables_count_unscored_forks_only_where_there_are_some(unscored: int) -> None:
+    from specdiff.reports.suite import _class_counts_cell, paired_line
+
+    counts = {NEAR_TIE: 4, AMBIGUOUS: 1, LARGE_MARGIN_SPLIT: 2, UNSCORED: unscored}
+    summary = {"identical_rate": {"count": 1, "of": 11, "interval": None}}
+    line = paired_line(summary | {"fork_classes": counts | {"unclassified": 0}})
+    shown = "near tie 4, ambiguous 1, large-margin split 2"
+    assert line.endswith(f"forks: {shown}, unscored 3" if unscored else f"forks: {shown}")
+    cell = _class_counts_cell({"fork_classes": counts})
+    assert cell == ("4 / 1 / 2 (+3 unscored)" if unscored else "4 / 1 / 2")

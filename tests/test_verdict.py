@@ -118,6 +118,33 @@ def test_a_run_without_logits_says_so() -> None:
     assert "no logits were recorded" in fork_sentence(fork, None)
 
 
+def _accepted_draft(lane: str, token: int) -> TokenStep:
+    """A server's accepted draft reported without probabilities: its pick alone."""
+    return TokenStep(
+        lane, 0, token, PIECES[token], (Candidate(token, 0.0, PIECES[token]),), True, 3, 0.0
+    )
+
+
+# the scored side's logits: a near tie, a pick far below, the other pick outside top-k
+SCORED_LOGITS = [{1: 10.0, 2: 9.95}, {1: 10.0, 9: 9.0, 2: 6.0}, {1: 10.0, 9: 9.0}]
+
+
+@pytest.mark.parametrize("teacher_forced", [False, True], ids=["free", "forced"])
+@pytest.mark.parametrize("logits", SCORED_LOGITS, ids=["tie", "far", "outside"])
+@pytest.mark.parametrize("alone", ["a", "b", "ab"])
+def test_an_unscored_step_is_never_called_a_split(alone: str, logits, teacher_forced) -> None:
+    """An accepted draft without probabilities holds only its own pick: the sentence
+    says which step had no logits, whatever the other lane's logits would suggest."""
+    a = _accepted_draft("a", 1) if "a" in alone else _step("a", 1, logits)
+    b = _accepted_draft("b", 2) if "b" in alone else _step("b", 2, {2: 10.0, 1: 9.0})
+    sentence = _sentence(a, b, teacher_forced)
+    named = " or ".join(f"lane {lane}'s step" for lane in alone)
+    reason = named.replace("'s step", "'s step (an accepted draft without probabilities)")
+    assert sentence.startswith("forked: lane a picked ' and', lane b ")
+    assert sentence.endswith(f"no logits were recorded for {reason} to say why")
+    assert "split" not in sentence and "near tie" not in sentence
+
+
 def test_identical_runs_have_no_sentence() -> None:
     a = _step("a", 1, {1: 10.0, 2: 9.95})
     assert run_fork_sentence([a], [_step("b", 1, {1: 10.0, 2: 9.95})]) is None

@@ -18,7 +18,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from specdiff.compare import DEFAULT_SPLIT_THRESHOLD, FORK_CLASSES, MEASURED_NOISE_P99
+from specdiff.compare import (
+    DEFAULT_SPLIT_THRESHOLD,
+    FORK_CLASSES,
+    MEASURED_NOISE_P99,
+    UNSCORED,
+)
 from specdiff.files import write_text_atomic
 from specdiff.reports._markup import finite, html_table, md_table, page_head
 from specdiff.reports.svg import LANE_COLORS, Rule, Series, histogram, line_chart
@@ -160,9 +165,10 @@ def _class_counts_text(summary: dict[str, Any]) -> str:
 
 
 def _shown_classes(summary: dict[str, Any]) -> list[tuple[str, int]]:
-    """Each fork class and its count; `unclassified` only when some fork has no class."""
+    """Each fork class and its count; `unclassified` only when some fork has no class,
+    `unscored` only when some fork had no logits to class it by."""
     counts = summary.get("fork_classes") or {}
-    return [(name, n) for name, n in counts.items() if n or name != "unclassified"]
+    return [(name, n) for name, n in counts.items() if n or name not in ("unclassified", UNSCORED)]
 
 
 def paired_line(summary: dict[str, Any]) -> str:
@@ -267,8 +273,11 @@ def _solved_cell(summary: dict[str, Any]) -> str:
 
 
 def _class_counts_cell(summary: dict[str, Any]) -> str:
+    """The classes read from logits; forks with none to read are added only where some were."""
     counts = summary.get("fork_classes") or {}
-    return " / ".join(str(counts.get(name, 0)) for name in FORK_CLASSES)
+    cell = " / ".join(str(counts.get(name, 0)) for name in FORK_CLASSES if name != UNSCORED)
+    unscored = counts.get(UNSCORED, 0)
+    return f"{cell} (+{unscored} unscored)" if unscored else cell
 
 
 SUMMARY_HEADER = (

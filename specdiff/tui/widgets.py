@@ -36,6 +36,7 @@ from specdiff.compare import (
     DEFAULT_NEAR_TIE,
     LARGE_MARGIN_SPLIT,
     NEAR_TIE,
+    UNSCORED,
     Fork,
     PickView,
     fork_sentence,
@@ -712,7 +713,12 @@ def _candidate_rows(step: TokenStep | None) -> list[tuple[str, str, str]]:
     return rows
 
 
-CLASS_BADGES = {NEAR_TIE: "near tie", AMBIGUOUS: "ambiguous", LARGE_MARGIN_SPLIT: "SPLIT"}
+CLASS_BADGES = {
+    NEAR_TIE: "near tie",
+    AMBIGUOUS: "ambiguous",
+    LARGE_MARGIN_SPLIT: "SPLIT",
+    UNSCORED: "unscored",
+}
 """The fork class badge: a split is not a rounding effect, so it stands out."""
 
 
@@ -722,12 +728,18 @@ def _class_badge(
     if a is None or b is None:
         return ("", Style())
     kind = fork_verdict(a, b, near_tie=near_tie).kind
-    colours = {NEAR_TIE: "#5fd787", AMBIGUOUS: "#ffd75f", LARGE_MARGIN_SPLIT: "#d70000"}
+    colours = {
+        NEAR_TIE: "#5fd787",
+        AMBIGUOUS: "#ffd75f",
+        LARGE_MARGIN_SPLIT: "#d70000",
+        UNSCORED: "#808080",
+    }
     if palette is not None:
         colours = {
             NEAR_TIE: palette.insert,
             AMBIGUOUS: palette.tie_bar,
             LARGE_MARGIN_SPLIT: palette.fork,
+            UNSCORED: palette.muted,
         }
     background = colours[kind]
     return (
