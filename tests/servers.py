@@ -135,6 +135,34 @@ def _event(
     return f"data: {json.dumps({'choices': [choice]})}\n\n".encode()
 
 
+WRONG_PROPS: dict[str, object] = {
+    "props-list": [1, "n_ctx"],
+    "props-text": "n_ctx n_batch cache_prompt params speculative",
+    "props-int": -7,
+    "props-nested": json.loads('{"a":' * 400 + "1" + "}" * 400),
+    "props-huge": 10**400,
+    "props-long": "x" * (1 << 20),
+}
+"""The props-* modes: the one wrong value every field of /props and /slots holds."""
+
+
+def _wrong_props(value: object, path: str, shape: int) -> object:
+    """/props or /slots with `value` in every field a lane reads, in one of three shapes:
+    at the top (the settings object and the slot list are `value` themselves), inside
+    the settings (their params are `value`), inside the settings' params."""
+    if path == "/slots":
+        return value if shape == 0 else [{"id": value, "n_ctx": value, "speculative": value}]
+    if shape == 0:
+        names = ("build_info", "model_path", "total_slots", "default_generation_settings")
+        return dict.fromkeys(names, value)
+    names = ("n_ctx", "n_batch", "n_ubatch", "cache_prompt")
+    params = {"speculative.n_max": value, "n_batch": value, "cache_prompt": value}
+    if shape == 2:
+        return {"default_generation_settings": {"params": params}}
+    settings = {**dict.fromkeys(names, value), "params": value}
+    return {"default_generation_settings": settings}
+
+
 def _secret(authorization: str) -> str:
     """What the client authenticated with: the bearer key, or a basic-auth password."""
     kind, _, value = authorization.partition(" ")
@@ -155,9 +183,11 @@ class _Faulty(BaseHTTPRequestHandler):
     inside an event of the wrong shape; echo-finish: the secret as the finish reason;
     echo-basic: an HTTP 500 quoting the Authorization header (basic auth: base64);
     trickle: an event line that grows by a byte every half second; redirect-control: a
-    307 whose Location holds an escape sequence."""
+    307 whose Location holds an escape sequence; props-*: a /props and /slots whose every
+    field holds the wrong value WRONG_PROPS names."""
 
     mode = "ok"
+    props_asked = 0
 
     def log_message(self, *_: object) -> None:
         return None
@@ -185,6 +215,12 @@ class _Faulty(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         secret = _secret(self.headers.get("Authorization", ""))
+        if self.mode in WRONG_PROPS and self.path in ("/props", "/slots"):
+            # each lane that asks gets the next shape: the wrong value at another level
+            _Faulty.props_asked += self.path == "/props"
+            shape = (_Faulty.props_asked - 1) % 3
+            self._json(200, _wrong_props(WRONG_PROPS[self.mode], self.path, shape))
+            return
         if self.mode == "echo-key" and self.path == "/props":
             self._json(200, {"build_info": f"b1 {secret}", "model_path": f"/m/{secret}.gguf"})
             return

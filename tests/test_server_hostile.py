@@ -40,7 +40,7 @@ from specdiff.lanes import Lane, Pair, has_masked_credentials, presets, without_
 from specdiff.sessions.store import load_session
 from specdiff.steps import Candidate, TokenStep
 from tests.conftest import wait_for
-from tests.servers import PASSWORD, fault_server
+from tests.servers import PASSWORD, WRONG_PROPS, fault_server
 
 KEY = "sk-specdiff-hostile-0123456789abcdef"
 """The API key lane a sends: the echo-key server sends it back everywhere it can."""
@@ -149,6 +149,50 @@ def test_the_lane_ends_in_one_line_or_at_the_budget(hostile: tuple[str, str], mo
     }[mode]
     assert expected in message and len(message) <= MESSAGE_CHARS, message
     assert_clean(message.encode(), identity.encode())
+
+
+def assert_typed(identity: dict) -> None:
+    """A server's identity as a header keeps it: short texts, counts, switches."""
+    for key, value in identity.items():
+        if key == "models":
+            assert all(isinstance(model, str) for model in value)
+        elif key == "slots":
+            for slot in value:
+                assert all(type(v) is bool or _count(v) for v in slot.values()), slot
+        elif key == "speculative":
+            assert all(isinstance(v, (str, int, float, bool)) for v in value.values()), value
+        else:
+            assert isinstance(value, (str, bool)) or _count(value), (key, value)
+    assert len(json.dumps(identity)) < 4000
+
+
+def _count(value: object) -> bool:
+    return type(value) is int and 0 <= value <= 1 << 31
+
+
+@pytest.mark.server
+@pytest.mark.model
+@pytest.mark.parametrize("hostile", list(WRONG_PROPS), indirect=True)
+def test_props_and_slots_of_the_wrong_type_are_left_out(
+    hostile: tuple[str, str], tmp_path: Path
+) -> None:
+    mode, url = hostile
+    lane = ServerLane(Lane(backend="server", endpoint=url, api="llama-server", timeout=3))
+    try:
+        assert_typed(lane.identity)
+    finally:
+        lane.close()
+    # both lanes on the server: each is answered with another shape of wrong /props
+    done = specdiff(
+        "run", "--pair", "servers", "--lane-a", f"endpoint={url}", "--lane-b",
+        f"endpoint={url}", "--max-tokens", str(BUDGET), "--save", "--sessions-dir",
+        str(tmp_path),
+    )  # fmt: skip
+    assert_clean(done.stdout, done.stderr)
+    assert done.returncode in (0, 1), done.stderr
+    (saved,) = tmp_path.glob("*.jsonl")
+    for executed in load_session(saved).header.executed.values():
+        assert_typed(executed["server"])
 
 
 SECRET_DISGUISES = {

@@ -15,6 +15,7 @@ received is a limit on the bytes held.
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import math
 import os
@@ -115,12 +116,14 @@ class Answer:
             return None
 
 
-def read_bounded(chunks: Iterable[bytes], limit: int) -> bytes:
-    """At most `limit` bytes of a body; the rest is never read."""
+def read_bounded(chunks: Iterable[bytes], limit: int, patience: float = math.inf) -> bytes:
+    """At most `limit` bytes of a body, and what arrived within `patience` seconds: the
+    rest is never read (a server sending a byte at a time resets every read timeout)."""
     data = bytearray()
+    began = time.monotonic()
     for chunk in chunks:
         data += chunk
-        if len(data) >= limit:
+        if len(data) >= limit or time.monotonic() - began > patience:
             break
     return bytes(data[:limit])
 
@@ -210,7 +213,7 @@ class ServerClient:
     def answer(self, response: Any, limit: int = MAX_BODY_BYTES) -> Answer:
         return Answer(
             response.status_code,
-            read_bounded(response.iter_raw(), limit),
+            read_bounded(response.iter_raw(), limit, self.lane.timeout),
             response.headers.get("location", ""),
         )
 
@@ -311,12 +314,14 @@ class ServerClient:
         raise self.fail(f"HTTP {status}: {self.quote(message) or 'no details'}")
 
     def identity(self) -> dict[str, Any]:
-        """What the server says it runs: its models, and llama-server's /props; only
-        short texts and whole numbers, masked, since the session header keeps them.
-        "identity_truncated" says an answer ran past MAX_IDENTITY_BYTES, so that what
-        it held is missing here."""
+        """What the server says it runs: its models, and llama-server's /props and /slots;
+        only short texts, whole numbers and switches, masked, since the session header
+        keeps them. A field of the wrong type or out of bounds is left out, as if the
+        server had not sent it. "identity_truncated" says an answer ran past
+        MAX_IDENTITY_BYTES, so that what it held is missing here."""
         identity: dict[str, Any] = {}
         answer = self.request("GET", "/v1/models", MAX_IDENTITY_BYTES)
+        answers = [answer]
         if answer.status == 200:
             data = answer.json()
             listed = data.get("data") if isinstance(data, dict) else None
@@ -329,12 +334,14 @@ class ServerClient:
         elif answer.status in (401, 403):
             self.check_status(answer)
         props = self.request("GET", "/props", MAX_IDENTITY_BYTES)
+        answers.append(props)
         if props.status == 200:
             identity.update(self._props(props.json()))
             slots = self.request("GET", "/slots", MAX_IDENTITY_BYTES)
+            answers.append(slots)
             if slots.status == 200:
                 identity.update(self._slots(slots.json()))
-        if any(len(a.body) >= MAX_IDENTITY_BYTES for a in (answer, props) if a.status == 200):
+        if any(len(a.body) >= MAX_IDENTITY_BYTES for a in answers if a.status == 200):
             identity["identity_truncated"] = True
         return identity
 
@@ -343,31 +350,34 @@ class ServerClient:
         kept: dict[str, Any] = {}
         if not isinstance(data, dict):
             return kept
-        settings = data.get("default_generation_settings")
-        if isinstance(settings, dict) and "n_ctx" in settings:
-            data = {**data, "n_ctx": settings["n_ctx"]}
+        settings = _mapping(data.get("default_generation_settings"))
+        params = _mapping(settings.get("params"))
         for key in ("build_info", "model_path"):
             if isinstance(data.get(key), str):
                 kept[key] = self.quote(data[key])
-        for key in ("total_slots", "n_ctx"):
-            if _whole(data.get(key)):
-                kept[key] = data[key]
-        # what decides whether two requests decode alike: the batch sizes, the prompt
-        # cache's default, and the speculation, where this build shows them
-        params = settings.get("params") if isinstance(settings, dict) else None
-        params = params if isinstance(params, dict) else {}
-        for key in ("n_batch", "n_ubatch", "cache_prompt"):
-            value = next((t[key] for t in (data, settings or {}, params) if key in t), None)
-            if _whole(value) or isinstance(value, bool):
+        # what decides whether two requests decode alike: the context, the batch sizes,
+        # the prompt cache's default, and the speculation, where this build shows them;
+        # each from the first place that holds a usable value
+        for key in ("total_slots", "n_ctx", "n_batch", "n_ubatch", "cache_prompt"):
+            switch = key == "cache_prompt"
+            value = next(
+                (
+                    place[key]
+                    for place in (data, settings, params)
+                    if _whole(place.get(key)) or (switch and isinstance(place.get(key), bool))
+                ),
+                None,
+            )
+            if value is not None:
                 kept[key] = value
         speculative = {
-            key: self._setting(value)
-            for key, value in list(params.items())[:MAX_SETTINGS]
+            self.quote(key): self._setting(value)
+            for key, value in itertools.islice(params.items(), MAX_SETTINGS)
             if isinstance(key, str) and key.startswith("speculative")
         }
         speculative = {key: value for key, value in speculative.items() if value is not None}
         if speculative:
-            kept["speculative"] = {self.quote(key): value for key, value in speculative.items()}
+            kept["speculative"] = speculative
         return kept
 
     def _slots(self, data: Any) -> dict[str, Any]:
@@ -394,6 +404,12 @@ class ServerClient:
 
     def close(self) -> None:
         self.client.close()
+
+
+def _mapping(value: object) -> dict[Any, Any]:
+    """`value` where it is a JSON object, else an empty one: a server's field of the wrong
+    type counts as absent."""
+    return value if isinstance(value, dict) else {}
 
 
 def _whole(value: object) -> bool:
