@@ -291,6 +291,9 @@ def _structure_cases() -> list[Case]:
         ),
         "footer-fork-class-unknown": with_footer(setting("fork_class", value=ESCAPES)),
         "footer-fork-class-list": with_footer(setting("fork_class", value=["near tie"])),
+        "footer-near-tie-text": with_footer(setting("near_tie", value="0.5")),
+        "footer-near-tie-negative": with_footer(setting("near_tie", value=-1)),
+        "footer-near-tie-huge": with_footer(setting("near_tie", value=1e300)),
     }
     ok = {
         "bom": lambda: b"\xef\xbb\xbf" + whole(),
@@ -303,6 +306,8 @@ def _structure_cases() -> list[Case]:
         "footer-lies-identical": with_footer(setting("identical", value=True)),
         "huge-speeds": with_footer(setting("tokens_per_second", value=[1e300, 1e-300])),
         "lane-keys-extra": with_header(setting("lanes", "c", value={"backend": 5})),
+        "footer-near-tie": with_footer(setting("near_tie", value=0.9)),
+        "footer-fork-class-unscored": with_footer(setting("fork_class", value="unscored")),
     }
     return [Case(f"file-{name}", make, "bad") for name, make in bad.items()] + [
         Case(f"file-{name}", make, "ok") for name, make in ok.items()

@@ -26,10 +26,15 @@ def add_parser(commands: Subcommands) -> None:
 def command_verify(args: argparse.Namespace) -> int:
     """Exit 0 when every recorded token comes out again, 1 at the first that does not."""
     # deferred: the engine, session and report modules load only for the command that runs
-    from specdiff.compare import run_fork_sentence
     from specdiff.engine.worker import PairWorker
     from specdiff.sessions.store import load_session
-    from specdiff.sessions.verify import drift_lines, environment_changes, first_drift, likely_cause
+    from specdiff.sessions.verify import (
+        drift_lines,
+        environment_changes,
+        first_drift,
+        likely_cause,
+        recorded_fork_lines,
+    )
 
     session = load_session(args.session)
     header = session.header
@@ -59,11 +64,8 @@ def command_verify(args: argparse.Namespace) -> int:
     if drift is None:
         total = len(session.steps["a"]) + len(session.steps["b"])
         print(f"verified: all {total} recorded steps came out again ({name})")
-        recorded = session.summary()
-        if recorded.fork_index is not None:
-            print(f"  recorded fork at token {recorded.fork_index}: {recorded.fork_class}")
-            why = run_fork_sentence(session.steps["a"], session.steps["b"], header.teacher_forced)
-            print(f"  why: {why}")
+        for line in recorded_fork_lines(session):
+            print(f"  {line}")
         for change in changes:
             print(f"  note: {change}")
         return Exit.SAME
@@ -73,7 +75,7 @@ def command_verify(args: argparse.Namespace) -> int:
         "what changed since the recording: "
         + ("; ".join(changes) if changes else "nothing in build, system info or model hashes")
     )
-    cause = likely_cause(header.build, result.build)
+    cause = likely_cause(header.build, result.build, header.executed, executed)
     if cause is not None:
         print(f"likely cause: {visible(cause)}")
     return Exit.DIFFERENT

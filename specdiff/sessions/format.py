@@ -54,9 +54,11 @@ MAX_ITEMS = 1024
 GRADERS = ("tests", "answer", "regex")
 """How a lane's text is graded: a prompt's tests executed, an exact answer, a pattern."""
 MAX_GRADE_REASON = 500
+"""A grade's reason is one short line (an exception's name, a timeout, a signal)."""
 MAX_SOURCE_CHARS = 200
 """A step's `source` ("rescored by llama-server /completion") is one short phrase."""
-"""A grade's reason is one short line (an exception's name, a timeout, a signal)."""
+MAX_NEAR_TIE = 1e6
+"""A near-tie threshold beyond any margin a model gives (logits run to tens)."""
 
 
 # --- in-memory result of a pair run ---------------------------------------------------
@@ -549,6 +551,9 @@ class RunSummary:
     """Each lane's grade when the run was graded; None for a lane left ungraded."""
     fork_class: str | None = None
     """One of compare.FORK_CLASSES where the lanes forked; None without a fork."""
+    near_tie: float | None = None
+    """The near-tie threshold `fork_class` was read at (the run's --near-tie); None in
+    files written before it was recorded."""
 
     @property
     def generation_seconds(self) -> float:
@@ -578,7 +583,8 @@ class RunSummary:
         # a run cut short by a crash is not identical, whatever it held so far
         identical = fork_index is None and len(a) == len(b) and CRASHED not in stop_reasons
         margins = None if fork_index is None else (a[fork_index].margin, b[fork_index].margin)
-        verdict = run_fork_verdict(a, b, teacher_forced, measured.pop("near_tie", DEFAULT_NEAR_TIE))
+        near_tie = measured.pop("near_tie", DEFAULT_NEAR_TIE)
+        verdict = run_fork_verdict(a, b, teacher_forced, near_tie)
         return cls(
             identical=identical,
             fork_index=fork_index,
@@ -590,6 +596,7 @@ class RunSummary:
             errors=measured.pop("errors", (None, None)),
             cancelled=measured.pop("cancelled", False),
             fork_class=None if verdict is None else verdict.kind,
+            near_tie=None if verdict is None else near_tie,
             **measured,
         )
 
@@ -619,6 +626,8 @@ class RunSummary:
             record["grades"] = [None if g is None else g.to_json() for g in self.grades]
         if self.fork_class is not None:
             record["fork_class"] = self.fork_class
+        if self.near_tie is not None:
+            record["near_tie"] = self.near_tie
         return record
 
     @classmethod
@@ -640,6 +649,7 @@ class RunSummary:
             first_token_seconds=_optional_two(record, "first_token_seconds", _duration),
             grades=_optional_two(record, "grades", _grade),
             fork_class=_optional(record.get("fork_class"), _fork_class),
+            near_tie=_optional(record.get("near_tie"), _near_tie),
         )
 
 
@@ -652,6 +662,13 @@ def _fork_class(value: object) -> str:
         known = ", ".join(FORK_CLASSES)
         raise ValueError(f"fork_class must be one of {known}, got {value!r:.60}")
     return check_text(value, "fork_class")
+
+
+def _near_tie(value: object) -> float:
+    threshold = check_float(value, "near_tie")
+    if not 0 <= threshold <= MAX_NEAR_TIE:
+        raise ValueError(f"near_tie must be from 0 to {MAX_NEAR_TIE:g}, got {threshold:g}")
+    return threshold
 
 
 def _fork_index(value: object) -> int:

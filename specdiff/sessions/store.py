@@ -204,6 +204,15 @@ class Session:
         )
         if self.footer is None:
             return derived
+        # the footer's class used the run's own near-tie threshold, so it stands where it
+        # classes the fork the steps show; a file written before classes were recorded,
+        # or whose footer names another fork, gets one from its steps
+        keeps_class = (
+            self.footer.fork_class is not None
+            and derived.fork_index is not None
+            and self.footer.fork_index == derived.fork_index
+        )
+        kept = self.footer if keeps_class else derived
         return replace(
             self.footer,
             identical=derived.identical,
@@ -211,14 +220,8 @@ class Session:
             fork_margins=derived.fork_margins,
             generated=derived.generated,
             output_sha256=derived.output_sha256,
-            # the footer's class used the run's own near-tie threshold, so it stands
-            # where it classes the fork the steps show; a file written before classes
-            # were recorded, or whose footer names another fork, gets one from its steps
-            fork_class=self.footer.fork_class
-            if self.footer.fork_class is not None
-            and derived.fork_index is not None
-            and self.footer.fork_index == derived.fork_index
-            else derived.fork_class,
+            fork_class=kept.fork_class,
+            near_tie=kept.near_tie,
         )
 
     @property

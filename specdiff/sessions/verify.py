@@ -1,7 +1,7 @@
 """Checking a session against a re-run of its lanes: the first step whose token came out
 differently and its class (a drift is a fork between the recording and the re-run), what
-changed in the build, the system and the lanes since the recording, and the likely cause
-of a drift."""
+changed in the build, the system and the lanes since the recording (the CPU, and where
+llama.cpp put the layers), and the likely cause of a drift."""
 
 from __future__ import annotations
 
@@ -10,7 +10,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specdiff.compare import ForkVerdict, fork_between, fork_sentence, fork_verdict
+from specdiff.compare import (
+    DEFAULT_NEAR_TIE,
+    ForkVerdict,
+    fork_between,
+    fork_sentence,
+    fork_verdict,
+    run_fork,
+)
 from specdiff.safe_text import visible
 from specdiff.sessions.format import SessionHeader
 from specdiff.sessions.store import Session
@@ -18,8 +25,15 @@ from specdiff.steps import TokenStep
 
 BUILD_KEYS = ("llama_cpp_build", "llama_cpp_python", "system_info", "cpu", "specdiff")
 """What in the build and the machine can change a greedy decode."""
-EXECUTED_KEYS = ("model_sha256", "threads", "n_batch", "n_ubatch", "repack")
+PLACEMENT_KEYS = ("gpu_layers", "layers_offloaded", "split_mode", "main_gpu")
+"""Where llama.cpp put a lane's layers: layers on another device run other kernels."""
+EXECUTED_KEYS = ("model_sha256", "threads", "n_batch", "n_ubatch", "repack", *PLACEMENT_KEYS)
 """What in a lane, as llama.cpp applied it, can change a greedy decode."""
+DEVICE_KEYS = ("name", "description")
+"""What names a device llama.cpp registered; its free memory changes between any two
+runs on the same machine, so it is no part of what changed."""
+DEVICES_SHOWN = 160
+"""Characters of a device list a line shows: names come from a file that may be shared."""
 CPU_KEYS = ("system_info", "cpu")
 """What names the machine: another CPU, or another instruction set, picks other kernels."""
 FEATURE = re.compile(r"([A-Za-z0-9_]+) = 1\b")
@@ -112,9 +126,38 @@ def environment_changes(
         old = header.executed.get(lane_id, {})
         new = executed.get(lane_id, {})
         for key in EXECUTED_KEYS:
-            if old.get(key) != new.get(key):
+            if _changed(old, new, key):
                 changes.append(f"lane {lane_id} {key}: {old.get(key)!r} -> {new.get(key)!r}")
+        if _changed(old, new, "devices"):
+            changes.append(f"lane {lane_id} devices: {_devices_text(old)} -> {_devices_text(new)}")
     return changes
+
+
+def _changed(old: Mapping[str, Any], new: Mapping[str, Any], key: str) -> bool:
+    """A lane setting differs from the recording. A recording made before placement was
+    kept says nothing about it: its absence is no change."""
+    if key == "devices":
+        return key in old and device_names(old) != device_names(new)
+    if key in PLACEMENT_KEYS and key not in old:
+        return False
+    return old.get(key) != new.get(key)
+
+
+def device_names(executed: Mapping[str, Any]) -> list[str]:
+    """The devices a lane's llama.cpp registered, as `name (description)`."""
+    devices = executed.get("devices")
+    if not isinstance(devices, list):
+        return []
+    names = []
+    for device in devices:
+        if isinstance(device, Mapping):
+            name, description = (str(device.get(key) or "") for key in DEVICE_KEYS)
+            names.append(f"{name} ({description})" if description else name)
+    return names
+
+
+def _devices_text(executed: Mapping[str, Any]) -> str:
+    return visible(", ".join(device_names(executed)) or "none", limit=DEVICES_SHOWN)
 
 
 def cpu_features(system_info: str) -> list[str]:
@@ -131,10 +174,49 @@ def _machine(name: str, features: Sequence[str], others: Sequence[str]) -> str:
     return ", ".join(part for part in (name, " ".join(own)) if part) or "unknown"
 
 
-def likely_cause(recorded: Mapping[str, Any], build: Mapping[str, Any]) -> str | None:
-    """Why a re-run drifted when the recording comes from another CPU, or None when the
-    CPU and llama.cpp's view of it are the same: the same weights and settings on other
-    instructions add in another order, and a near tie can then fall the other way."""
+def likely_cause(
+    recorded: Mapping[str, Any],
+    build: Mapping[str, Any],
+    recorded_lanes: Mapping[str, Mapping[str, Any]] | None = None,
+    lanes: Mapping[str, Mapping[str, Any]] | None = None,
+) -> str | None:
+    """Why a re-run drifted: the recording comes from another CPU, from another GPU, or
+    with the layers placed otherwise (`recorded_lanes` and `lanes` are the executed
+    tables); None when none of these changed. The same weights and settings on other
+    kernels add in another order, and a near tie can then fall the other way."""
+    causes = [_cpu_cause(recorded, build), _placement_cause(recorded_lanes or {}, lanes or {})]
+    return "; ".join(cause for cause in causes if cause) or None
+
+
+def _placement_cause(
+    recorded: Mapping[str, Mapping[str, Any]], lanes: Mapping[str, Mapping[str, Any]]
+) -> str | None:
+    """Another GPU (the devices llama.cpp registered differ), or other offload (a lane's
+    layers placed otherwise), or None."""
+    moved = []
+    for lane_id in ("a", "b"):
+        old, new = recorded.get(lane_id, {}), lanes.get(lane_id, {})
+        if _changed(old, new, "devices"):
+            return (
+                f"recorded on another GPU ({_devices_text(old)} -> {_devices_text(new)}): "
+                "kernels that round differently change near ties"
+            )
+        moved += [
+            f"lane {lane_id} {key} {old.get(key)!r} -> {new.get(key)!r}"
+            for key in PLACEMENT_KEYS
+            if _changed(old, new, key)
+        ]
+    if not moved:
+        return None
+    # the recorded values come from a file that may have been shared
+    return (
+        f"recorded with other offload ({visible(', '.join(moved), limit=DEVICES_SHOWN)}): "
+        "layers on another device run kernels that round differently"
+    )
+
+
+def _cpu_cause(recorded: Mapping[str, Any], build: Mapping[str, Any]) -> str | None:
+    """Another CPU, or llama.cpp's view of it: None when both are the same."""
     if all(recorded.get(key) == build.get(key) for key in CPU_KEYS):
         return None
     old = cpu_features(str(recorded.get("system_info") or ""))
@@ -146,3 +228,21 @@ def likely_cause(recorded: Mapping[str, Any], build: Mapping[str, Any]) -> str |
         f"recorded on another CPU ({then} -> {now}): "
         "kernels that round differently change near ties"
     )
+
+
+def recorded_fork_lines(session: Session) -> list[str]:
+    """The recorded fork's class and why it happened, both from one verdict at one
+    near-tie threshold: the one the class was recorded at (the run's --near-tie), the
+    default for files written before it was kept. Empty where the lanes did not fork."""
+    a, b = session.steps["a"], session.steps["b"]
+    forced = session.header.teacher_forced
+    fork = run_fork(a, b, forced)
+    if fork is None:
+        return []
+    recorded = session.summary().near_tie
+    near_tie = DEFAULT_NEAR_TIE if recorded is None else recorded
+    verdict = fork_verdict(a[fork.index], b[fork.index], forced, near_tie)
+    return [
+        f"recorded fork at token {fork.index}: {verdict.kind}",
+        f"why: {fork_sentence(fork, verdict, teacher_forced=forced)}",
+    ]
