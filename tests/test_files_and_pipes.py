@@ -283,3 +283,45 @@ def test_suite_report_on_a_full_disk_leaves_no_temporary_file(tmp_path: Path) ->
     assert leftovers(report) == []
     written = {path.name for path in report.iterdir()}
     assert "suite.json" in written and "report.html" not in written
+
+
+NOT_SESSIONS = {
+    "fifo": ("a named pipe (FIFO)", lambda path: os.mkfifo(path)),
+    "device": ("a character device", None),
+    "folder": ("a folder", lambda path: path.mkdir()),
+}
+
+
+@pytest.mark.parametrize("command", ["export", "verify", "replay"])
+@pytest.mark.parametrize("kind", sorted(NOT_SESSIONS))
+def test_a_session_path_that_is_no_regular_file_is_one_line_not_a_hang(
+    tmp_path: Path, command: str, kind: str
+) -> None:
+    """Opening a named pipe waits for a writer that never comes and a device never ends:
+    each is refused when opened, before a byte is read."""
+    named, make = NOT_SESSIONS[kind]
+    path = Path("/dev/zero") if make is None else tmp_path / "shared.jsonl"
+    if make is not None:
+        make(path)
+    extra = ["-o", "-"] if command == "export" else []
+    completed = subprocess.run(
+        [sys.executable, "-m", "specdiff", command, str(path), *extra],
+        capture_output=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    one_line(completed, 2, f"is {named}, not a session file")
+
+
+def test_export_keeps_a_dangling_link_without_force(tmp_path: Path) -> None:
+    """A link whose target is missing is still something the user put there: replacing
+    it needs --force like any existing file."""
+    link = tmp_path / "report.md"
+    link.symlink_to(tmp_path / "missing-target.md")
+    session = Path(__file__).parent / "data" / "ubatch-roman-empire.jsonl"
+    command = [sys.executable, "-m", "specdiff", "export", str(session), "-o", str(link)]
+    one_line(subprocess.run(command, capture_output=True, timeout=60), 2, "--force")
+    assert link.is_symlink() and not link.exists()
+    forced = subprocess.run([*command, "--force"], capture_output=True, timeout=60)
+    assert forced.returncode == 0, forced.stderr
+    assert link.read_text(encoding="utf-8").startswith("# specdiff")

@@ -745,7 +745,8 @@ def check_output(path: Path, force: bool) -> None:
     """Refuse, before any work, an output that cannot or must not be written."""
     if path.is_dir():
         raise ExportError(f"{path} is a folder; give --output a file name")
-    if path.exists() and not force:
+    # a dangling link counts: writing would replace the link a user put there
+    if (path.exists() or path.is_symlink()) and not force:
         raise ExportError(f"{path} already exists; pass --force to overwrite it")
     parent = path.parent
     if not parent.is_dir():

@@ -18,11 +18,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, BinaryIO
 
 from specdiff.compare import DEFAULT_NEAR_TIE, Comparison, compare
 from specdiff.errors import SpecdiffError
-from specdiff.files import naming
+from specdiff.files import kind_of, naming
 from specdiff.lanes import Pair
 from specdiff.sessions.format import (
     PairResult,
@@ -299,6 +299,24 @@ def load_session(path: str | Path) -> Session:
         return stream.session
 
 
+def open_regular(path: Path) -> BinaryIO:
+    """The session file opened for reading, refused unless it is a regular file: a named
+    pipe would block the open until some writer came, and a device never ends."""
+    try:
+        # non-blocking, so that opening a FIFO returns at once instead of waiting
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise SessionError(f"session file not found: {path}") from None
+    except OSError as error:
+        raise SessionError(f"cannot read session file {path}: {error.strerror}") from None
+    kind = kind_of(os.fstat(descriptor).st_mode)
+    if kind is not None:
+        os.close(descriptor)
+        raise SessionError(f"{path} is {kind}, not a session file; name a .jsonl session file")
+    os.set_blocking(descriptor, True)
+    return os.fdopen(descriptor, "rb")
+
+
 class SessionStream:
     """Reads a session in pieces: the header at once, then steps as they are asked for.
 
@@ -308,12 +326,7 @@ class SessionStream:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        try:
-            self.handle = self.path.open("rb")
-        except FileNotFoundError:
-            raise SessionError(f"session file not found: {self.path}") from None
-        except OSError as error:
-            raise SessionError(f"cannot read session file {self.path}: {error.strerror}") from None
+        self.handle = open_regular(self.path)
         self.number = 0
         self.done = False
         self.cut_line: int | None = None
