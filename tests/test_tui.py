@@ -587,6 +587,12 @@ async def test_an_unknown_override_key_gets_a_did_you_mean(typo, meant) -> None:
         ("lane a's model (a.gguf) and lane b's (b.gguf) have different vocabularies", "b", None),
         ("llama_model_load failed", "a", "a"),
         ("the prompt is empty", None, None),
+        # "lane a" only as words: "a lane asks", "lane and" name no lane
+        ("a lane asks for gpu_layers=1, but this build has no GPU offload", None, None),
+        ("a lane asks for gpu_layers=1, but this build has no GPU offload", "b", "b"),
+        ("each lane and its draft must share a vocabulary", None, None),
+        ("lane b: a lane asks for gpu_layers=1", None, "b"),
+        ("lane a: the prompt overflows n_ctx", None, "a"),
     ],
 )
 def test_a_failure_belongs_to_the_lane_it_names(error, loading, lane) -> None:

@@ -7,6 +7,7 @@ TokenSteps; the fork, near ties and alignment come from ``compare.py``.
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import time
@@ -1203,11 +1204,15 @@ class SpecdiffApp(App[int]):
         yield SystemCommand("Help", "Every key binding", self.action_help)
 
 
+LANE_NAMED = re.compile(r"\blane ([ab])\b")
+"""A lane named in an error: "lane a" or "lane b" as words, not "a lane asks" or "lane and"."""
+
+
 def failed_lane(pair: Pair, error: str, loading: str | None) -> str | None:
     """Whose failure `error` is: the lane it names (as "lane a", or by its model file:
     models are checked before either lane loads), else the lane being loaded; None when
     it names both lanes (vocabularies that differ) or neither and no lane was loading."""
-    named = {lane_id for lane_id in ("a", "b") if f"lane {lane_id}" in error}
+    named = set(LANE_NAMED.findall(error))
     if not named:
         lanes = (("a", pair.a), ("b", pair.b))
         named = {
