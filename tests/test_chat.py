@@ -34,6 +34,7 @@ from specdiff.lanes import Lane, Pair
 from specdiff.sessions.format import SessionHeader
 from specdiff.suite import SuiteError
 from specdiff.suite.prompts import load_suite_prompts
+from tests.llama_server_faults import FORMATTED, PROMPT_IDS, TEMPLATE_FAULTS, llama_server_faults
 
 USER = {"role": "user", "content": "Name a colour."}
 SYSTEM = {"role": "system", "content": "Answer in one word."}
@@ -492,3 +493,37 @@ async def test_the_prompt_box_refuses_a_broken_conversation_and_takes_a_good_one
         app.query_one("#prompt", Input).value = json.dumps(good)
         _, prompt, _ = app.resolve_pair()
         assert isinstance(prompt, Conversation) and prompt.to_json() == good
+
+
+# --- a chat server's formatted prompt, whatever the server answers ------------------------
+
+
+@pytest.mark.model
+@pytest.mark.server
+@pytest.mark.parametrize("mode", ["ok", "no-props", *TEMPLATE_FAULTS])
+def test_a_chat_server_lane_keeps_only_a_formatted_prompt_it_can_trust(mode: str) -> None:
+    """llama-server's /apply-template and /tokenize answers are kept only when they are
+    text and ids of the vocabulary, no longer than a template makes a conversation;
+    otherwise (or on a server without /props) the lane says the formatted prompt is
+    unknown, in one printable line, and its prompt ids are the raw text's."""
+    from specdiff.engine.server.lane import ServerLane  # deferred: it loads llama_cpp
+    from tests.servers import fault_server
+
+    serving = fault_server("ok") if mode == "no-props" else llama_server_faults(mode)
+    prompt = Conversation(parse_messages(CONVERSATIONS["one user message"]))
+    with serving as url:
+        lane = ServerLane(Lane(backend="server", api="chat", endpoint=url, timeout=5), "a")
+        try:
+            ids = lane.tokenize(prompt)
+            raw = lane.model.tokenize(str(prompt))
+            executed = lane.executed()
+        finally:
+            lane.close()
+    template = executed["chat_template"]
+    if mode == "ok":
+        assert template == SERVER_TEMPLATE and ids == PROMPT_IDS
+        assert executed["chat_prompt"] == {"text": FORMATTED, "token_ids": PROMPT_IDS}
+        return
+    assert "chat_prompt" not in executed and ids == raw
+    assert template.startswith("the server's own, not known here (") and template.isprintable()
+    assert "prompt ids are the raw text's" in template and len(template) < 600

@@ -191,7 +191,7 @@ class LlamaServer:
         return body
 
     def parse(self, data: dict[str, Any]) -> Event:
-        probabilities = list(data.get("completion_probabilities") or [])
+        probabilities = _objects(data.get("completion_probabilities"), "completion_probabilities")
         ids = [t for t in data.get("tokens") or [] if type(t) is int]
         if not probabilities and data.get("content") and (not ids or not self.seen_probs):
             raise MissingLogprobs
@@ -337,8 +337,18 @@ def _token(entry: dict[str, Any]) -> Token:
 
 def _candidates(entry: dict[str, Any]) -> list[Token]:
     """An entry's top candidates, no more than any lane records."""
-    top = entry.get("top_logprobs") or []
+    top = _objects(entry.get("top_logprobs"), "top_logprobs")
     return [_token(candidate) for candidate in top[:MAX_CANDIDATES]]
+
+
+def _objects(value: object, field: str) -> list[dict[str, Any]]:
+    """A list of JSON objects (absent: none); TypeError naming `field` for anything else,
+    which every reader of an answer takes as an answer of the wrong shape."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+        raise TypeError(f"{field} must be a list of objects")
+    return list(value)
 
 
 def _timings(value: object) -> dict[str, float] | None:
