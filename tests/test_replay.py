@@ -92,8 +92,9 @@ def test_bad_speeds_are_refused(speed: float) -> None:
 @pytest.mark.parametrize(
     "arguments, message",
     [
-        (["--speed", "0"], "--speed: must be a finite number above 0"),
-        (["--speed", "fast"], "--speed: must be a finite number above 0"),
+        (["--speed", "0"], "--speed: must be a finite number of at least 0.01"),
+        (["--speed", "1e-320"], "--speed: must be a finite number of at least 0.01"),
+        (["--speed", "fast"], "--speed: must be a finite number of at least 0.01"),
         (["--speed", "2", "--instant"], "not allowed with"),
     ],
 )

@@ -192,9 +192,10 @@ def add_replay_options(parser: argparse.ArgumentParser) -> None:
     pace = parser.add_mutually_exclusive_group()
     pace.add_argument(
         "--speed",
-        type=finite_number(0.0, above=True),
+        # below a hundredth of the recorded pace a replay only looks frozen
+        type=finite_number(0.01),
         default=1.0,
-        help="play at this multiple of the recorded pace (default 1)",
+        help="play at this multiple of the recorded pace, 0.01 or more (default 1)",
     )
     pace.add_argument("--instant", action="store_true", help="show the whole session at once")
     parser.add_argument(
