@@ -67,20 +67,27 @@ class PairRun(StreamsARun):
         self.result: PairResult | None = None
         self.outcomes: dict[str, LaneOutcome] = {}
         """The current run's outcomes, filled in while it streams."""
+        self.lane_tokens: dict[str, list[int]] = {}
+        """Each lane's token ids of the prompt last tokenized."""
 
     def tokenize(self, prompt: str) -> list[int]:
+        """Lane a's token ids of the prompt. Each lane formats it its own way (a chat lane
+        with its template), so each lane's own ids are kept for `check`."""
         if not prompt.strip():
             raise PromptError("the prompt is empty; give some text (--prompt or --prompt-file)")
-        # each lane formats the prompt its own way (a chat lane with its template)
-        tokens = [local.tokenize(prompt) for local in self.lanes.values()]
-        return tokens[0]
+        self.lane_tokens = {lane_id: lane.tokenize(prompt) for lane_id, lane in self.lanes.items()}
+        return self.lane_tokens["a"]
 
     def check(self, tokens: Sequence[int], max_tokens: int) -> None:
-        """Bad input found before any lane decodes: limits, context room, cached prefix."""
+        """Bad input found before any lane decodes: limits, context room, cached prefix.
+        `tokens` are lane a's; every other lane is checked with its own ids of the prompt
+        they came from, so a chat lane whose template overflows its n_ctx is refused
+        before lane a starts."""
         if max_tokens < 1:
             raise PromptError(f"--max-tokens must be at least 1, got {max_tokens}")
-        for local in self.lanes.values():
-            local.check(tokens, max_tokens)
+        own = self.lane_tokens if self.lane_tokens.get("a") == list(tokens) else {}
+        for lane_id, local in self.lanes.items():
+            local.check(own.get(lane_id, tokens), max_tokens)
 
     def stream(
         self,
