@@ -368,6 +368,11 @@ def quoted_piece(piece: bytes, limit: int = PIECE_SHOWN) -> str:
     return visible(repr(text))
 
 
+def counted(number: int, noun: str) -> str:
+    """'1 token', '2 tokens': a count with its noun in the right number."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
 def _number(value: float, signed: bool = False) -> str:
     """Two decimals for logits (their differences run 0.01..20), the exponent form for
     the huge values only a damaged file holds, so the sentence stays one short line."""
