@@ -68,7 +68,7 @@ def rescoring_cost(binary: Path, max_tokens: int) -> None:
             lane.close()
     drafted = sum(step.drafted for step in steps)
     if not cost.steps:
-        print(f"no draft was rescored ({drafted} drafted of {len(steps)}): {cost.skipped}")
+        print(f"no draft was rescored ({drafted} drafted of {len(steps)}): {cost.reasons}")
         return
     print(
         f"rescoring: {cost.steps} of {len(steps)} tokens were accepted drafts, "

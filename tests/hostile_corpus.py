@@ -141,6 +141,10 @@ def _escape_cases() -> list[Case]:
         ("device", setting("executed", "a", "devices", value=[{"name": ESCAPES, "type": ESCAPES}])),
         ("split-mode", setting("executed", "b", "split_mode", value=ESCAPES)),
         ("server-props", setting("executed", "a", "server", value=SERVER_PROPS)),
+        (
+            "rescoring-reasons",
+            setting("executed", "a", "rescoring", value={"skipped": 2, "reasons": [ESCAPES]}),
+        ),
         ("cpu", setting("build", "cpu", value=ESCAPES)),
         ("system-info", setting("build", "system_info", value=ESCAPES + " AVX2 = 1 |")),
         ("build-extra", setting("build", ESCAPES, value=ESCAPES)),
@@ -265,6 +269,15 @@ def _structure_cases() -> list[Case]:
         ),
         "executed-offloaded-negative": with_header(
             setting("executed", "a", "layers_offloaded", value=-1)
+        ),
+        "executed-rescoring-text": with_header(
+            setting("executed", "a", "rescoring", value="2 skipped")
+        ),
+        "executed-rescoring-skipped-negative": with_header(
+            setting("executed", "b", "rescoring", value={"skipped": -1})
+        ),
+        "executed-rescoring-reasons-number": with_header(
+            setting("executed", "a", "rescoring", value={"reasons": [7]})
         ),
         "build-system-info-object": with_header(setting("build", "system_info", value={"a": 1})),
         "lane-bad-backend": with_header(setting("lanes", "a", "backend", value=ESCAPES)),

@@ -22,7 +22,7 @@ from specdiff.engine.server.process import (
     usable_option,
 )
 from specdiff.engine.server.rescore import RESCORED_BY, needs_rescoring
-from specdiff.lanes import Lane
+from specdiff.lanes import Lane, Pair
 from specdiff.prompts import load as load_prompts
 from specdiff.sessions.format import step_from, step_record
 from specdiff.steps import Candidate, TokenStep
@@ -201,3 +201,69 @@ def test_reports_say_where_a_forks_numbers_came_from_and_each_servers_setup(
     assert f"Lane a at the fork: an accepted draft · {RESCORED_BY}" in done.stdout
     assert "server launched with: --spec-type draft-simple" in done.stdout
     assert "temperature 0 alone does not make a server deterministic" in done.stdout
+
+
+@pytest.mark.model
+@pytest.mark.server
+def test_lanes_on_one_server_rescore_only_once_both_streams_have_ended(draft_server: str) -> None:
+    """Both lanes on one server: no rescoring request is sent before the other lane's
+    last token has arrived, and each lane's executed table counts what it rescored."""
+    from specdiff.engine.pairrun import PairRun  # deferred: it loads llama_cpp
+
+    lane = Lane(backend="server", api="llama-server", endpoint=draft_server, top_k=4)
+    with PairRun(Pair("one-server", lane, lane)) as runner:
+        list(runner.stream(PROMPTS[0], MAX_TOKENS))
+        costs = {lane_id: runner.lanes[lane_id].rescoring for lane_id in ("a", "b")}
+        result = runner.result
+    assert result is not None
+    outcomes = {"a": result.a, "b": result.b}
+    assert any(cost.steps for cost in costs.values()), "no accepted draft was rescored"
+    for lane_id, other in (("a", "b"), ("b", "a")):
+        cost = costs[lane_id]
+        if cost.began is not None:
+            assert cost.began >= max(step.timestamp for step in outcomes[other].steps)
+        record = outcomes[lane_id].executed.get("rescoring", {})
+        assert record.get("rescored", 0) == cost.steps
+        assert record.get("skipped", 0) == cost.skipped == 0
+
+
+@pytest.mark.parametrize("fmt", ["md", "html"])
+@pytest.mark.parametrize(
+    ("rescoring", "note"),
+    [
+        ({"rescored": 1, "skipped": 2, "reasons": ["HTTP 500: \x1b]0;busy\x07"]}, "2 of 3"),
+        ({"rescored": 0, "skipped": 1}, "1 of 1"),
+        ({"rescored": 3, "skipped": 0}, None),
+        (None, None),
+    ],
+    ids=["some-skipped", "skipped-without-reason", "all-rescored", "not-recorded"],
+)
+def test_an_export_says_when_accepted_drafts_were_left_unrescored(
+    fmt: str, rescoring: dict | None, note: str | None, tmp_path: Path
+) -> None:
+    import copy
+    import subprocess
+    import sys
+
+    from tests.hostile_corpus import FOOTER, HEADER, STEPS, dump
+
+    header = copy.deepcopy(HEADER)
+    header["lanes"]["a"] |= {"backend": "server", "endpoint": "http://127.0.0.1:9"}
+    if rescoring is not None:
+        header["executed"]["a"]["rescoring"] = rescoring
+    path = tmp_path / "session.jsonl"
+    path.write_bytes(dump([header, *STEPS, FOOTER]))
+    done = subprocess.run(
+        [sys.executable, "-m", "specdiff", "export", str(path), "--format", fmt],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stdout
+    said = [line for line in done.stdout.splitlines() if "accepted drafts not rescored" in line]
+    if note is None:
+        assert not said
+    else:
+        assert len(said) == 1 and note in said[0] and "Lane a" in said[0]

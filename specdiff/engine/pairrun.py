@@ -5,6 +5,10 @@ both as they stream, and so that at the first differing step both lanes still ho
 that step's logits: the runner then looks up each lane's logit and rank for the
 other lane's pick (``TokenStep.probes``), even when it lies outside the top-k.
 Each lane is timed only while its own generator runs.
+
+A server lane rescores its accepted drafts only once both lanes' streams have ended: two
+lanes may share one server, and a rescoring request beside the other lane's stream
+would share the server's batches with it and change what that lane measures.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from specdiff.engine.backends import open_lane
 from specdiff.engine.base import Cancelled, Generation, LaneBackend, Prompt, StreamsARun
 from specdiff.engine.llama.context import ModelPool
 from specdiff.engine.runtime import build_info
+from specdiff.engine.server.lane import ServerLane
+from specdiff.engine.server.rescore import StreamGate
 from specdiff.errors import PromptError, SpecdiffError
 from specdiff.lanes import Pair, headline
 from specdiff.sessions.format import LaneOutcome, PairResult
@@ -69,6 +75,8 @@ class PairRun(StreamsARun):
         """The current run's outcomes, filled in while it streams."""
         self.lane_tokens: dict[str, list[int]] = {}
         """Each lane's token ids of the prompt last tokenized."""
+        self.streams = StreamGate()
+        """The current run's server streams, which rescoring waits for."""
 
     def tokenize(self, prompt: str) -> list[int]:
         """Lane a's token ids of the prompt. Each lane formats it its own way (a chat lane
@@ -120,6 +128,7 @@ class PairRun(StreamsARun):
             for lane_id, local in self.lanes.items()
             if not (teacher_forced and lane_id == "b")
         }
+        self._gate_streams()
 
         def forced_b(forced: list[int]) -> Iterator[TokenStep]:
             return self.lanes["b"].generate(ids, max_tokens, stop_bytes, forced=forced)
@@ -171,6 +180,7 @@ class PairRun(StreamsARun):
                     fresh[lane_id] = step
                     continue
                 del live[lane_id]
+                self.streams.ended(lane_id)  # also a lane that failed before it streamed
                 if lane_id == "a" and forced_b is not None and self.outcomes["a"].error is None:
                     live["b"] = generators["b"] = forced_b(self.outcomes["a"].token_ids)
             if not forked and len(fresh) == 2 and fresh["a"].token_id != fresh["b"].token_id:
@@ -179,6 +189,15 @@ class PairRun(StreamsARun):
             yield from fresh.values()
             cancelled = cancelled or self.cancel.is_set()
         return cancelled, set(live) if cancelled else set()
+
+    def _gate_streams(self) -> None:
+        """Give this run's server lanes one StreamGate: each one's rescoring then waits
+        for the other's stream to end. An in-process lane takes no part: it steps only
+        when this thread asks, and this thread may be waiting on the rescoring lane."""
+        self.streams = StreamGate()
+        for local in self.lanes.values():
+            if isinstance(local, ServerLane):
+                local.streams = self.streams
 
     def _advance(self, lane_id: str, generator: Iterator[TokenStep]) -> TokenStep | None:
         """A lane's next step, its time added to the lane's; None once the lane has

@@ -49,6 +49,7 @@ from specdiff.reports.text import (
     pick_text,
     piece_text,
     rescored_note,
+    unrescored_note,
 )
 from specdiff.safe_text import json_text, pictured, terminal_text
 from specdiff.sessions.format import MEASURED_FIELDS
@@ -256,6 +257,9 @@ def _lane_notes(report: _Report) -> list[str]:
             notes.append(f"Lane {lane_id} at the fork: an accepted draft{rescored}.")
         if lane.backend == "server":
             notes.append(f"Lane {lane_id}: {determinism_note(lane)}.")
+        unrescored = unrescored_note(report.session.header.executed[lane_id])
+        if unrescored:
+            notes.append(f"Lane {lane_id}: {unrescored}.")
     return notes
 
 

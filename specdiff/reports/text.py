@@ -147,6 +147,8 @@ def _executed_lines(result: PairResult) -> list[str]:
                 f"  lane {outcome.lane_id}: server {ex.get('endpoint')} ({ex.get('api')} API)"
                 f" · {name}{build_info} · {determinism_note(outcome.lane)}"
             )
+            if unrescored_note(ex):
+                out.append(f"  lane {outcome.lane_id}: {unrescored_note(ex)}")
             continue
         out.append(
             f"  lane {outcome.lane_id}: {ex.get('quantization')} {ex.get('model_path')} "
@@ -248,6 +250,21 @@ def rescored_note(steps: Sequence[TokenStep], index: int) -> str:
     probabilities)."""
     source = steps[index].source if index < len(steps) else ""
     return f" · {visible(source, 200)}" if source else ""
+
+
+def unrescored_note(executed: dict[str, Any]) -> str:
+    """Where a server lane's accepted drafts were left without margins (a rescoring
+    request failed, a draft fell outside the top-k): how many, and why; "" otherwise."""
+    rescoring = executed.get("rescoring") or {}
+    skipped = rescoring.get("skipped") or 0
+    if not skipped:
+        return ""
+    total = skipped + (rescoring.get("rescored") or 0)
+    reasons = "; ".join(rescoring.get("reasons") or []) or "no reason recorded"
+    return visible(
+        f"{skipped} of {total} accepted drafts not rescored, their margins unknown: {reasons}",
+        400,
+    )
 
 
 def determinism_note(lane: Lane) -> str:

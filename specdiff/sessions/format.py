@@ -286,6 +286,24 @@ def _devices_or_none(value: object, what: str) -> list[dict[str, Any]] | None:
     return [_checked_table(item, f"{what}[{i}]", DEVICE_FIELDS) for i, item in enumerate(items)]
 
 
+def _reasons(value: object, what: str) -> list[str]:
+    items = check_list(value, what)
+    return [check_text(item, f"{what}[{i}]") for i, item in enumerate(items[:MAX_ITEMS])]
+
+
+RESCORING_FIELDS: dict[str, Any] = {
+    **dict.fromkeys(("rescored", "skipped"), _size_or_none),
+    "seconds": lambda value, what: None if value is None else check_float(value, what),
+    "reasons": lambda value, what: None if value is None else _reasons(value, what),
+}
+"""A server lane's rescoring of its accepted drafts: how many were rescored, how many
+left without margins, what it took, and why any were left."""
+
+
+def _rescoring_or_none(value: object, what: str) -> dict[str, Any] | None:
+    return None if value is None else _checked_table(value, what, RESCORING_FIELDS)
+
+
 EXECUTED_FIELDS: dict[str, Any] = {
     **dict.fromkeys(
         (
@@ -330,6 +348,7 @@ EXECUTED_FIELDS: dict[str, Any] = {
     "repack": _repack_or_none,
     "server": _object_or_none,
     "request": _object_or_none,
+    "rescoring": _rescoring_or_none,
 }
 """What a lane's executed table may hold, as the readers use it (verify's environment
 diff, the reports' tables); other keys are kept as plain values."""

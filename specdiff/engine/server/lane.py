@@ -29,7 +29,13 @@ from specdiff.engine.llama.context import ModelPool, repack_choice
 from specdiff.engine.models import Progress, resolve_model
 from specdiff.engine.server.client import ServerClient, ServerError, finite, read_api_key
 from specdiff.engine.server.dialects import Event, Token, dialect_for, read_events, request_body
-from specdiff.engine.server.rescore import RESCORED_BY, RescoreCost, Rescorer, needs_rescoring
+from specdiff.engine.server.rescore import (
+    RESCORED_BY,
+    RescoreCost,
+    Rescorer,
+    StreamGate,
+    needs_rescoring,
+)
 from specdiff.engine.server.vocab import Vocabulary
 from specdiff.errors import LaneConfigError, PromptError, SpecdiffError
 from specdiff.lanes import Lane, without_credentials
@@ -99,6 +105,8 @@ class ServerLane:
         """llama-server's own timings of the last request (predicted_per_second, ...)."""
         self.rescoring = RescoreCost()
         """What rescoring the last request's accepted drafts took."""
+        self.streams = StreamGate()
+        """The run's streams that must end before this lane rescores (PairRun's)."""
         self.chat_prompt: dict[str, Any] | None = None
         """On the chat API: the prompt as the server formatted it, text and token ids."""
         self.chat_template = ""
@@ -200,6 +208,7 @@ class ServerLane:
             "request": self.extra,
             "rescore": self.lane.rescore,
             "server_flags": self.lane.server_flags,
+            **self.rescoring.as_record(),
             **self._chat_record(),
         }
 
@@ -244,6 +253,7 @@ class ServerLane:
             count = len(self.tokenize(text)) if self.lane.api == "chat" else len(prompt)
         self.generation = Generation(prompt_tokens=count)
         self.timings = {}
+        self.streams.begin(self.lane_id)  # after another lane's rescoring, never beside it
         if self.lane.prefix == "cached":
             self._prime(text)
         arrived: queue.Queue[Arrival] = queue.Queue()
@@ -283,6 +293,7 @@ class ServerLane:
                 if passed == len(steps) - 1 and not self._holds(step):
                     arrived.put(step)
                     passed += 1
+            self.streams.ended(self.lane_id)
             if passed < len(steps):
                 steps = self._rescored(text, steps, stopped)
             for step in steps[passed:]:
@@ -300,6 +311,8 @@ class ServerLane:
                     f"unexpected {type(error).__name__}: {self.client.quote(str(error))}"
                 )
             )
+        finally:
+            self.streams.ended(self.lane_id)  # a failed stream holds no other lane back
 
     def _holds(self, step: TokenStep) -> bool:
         """Whether a step waits to be rescored: an accepted draft without probabilities
@@ -325,7 +338,9 @@ class ServerLane:
         return rescored
 
     def _rescorer(self) -> Rescorer:
-        return Rescorer(self.client, max(self.lane.top_k, 2), self.vocab.piece, self.extra)
+        return Rescorer(
+            self.client, max(self.lane.top_k, 2), self.vocab.piece, self.extra, self.streams
+        )
 
     def _rescored_step(self, step: TokenStep, token: Token, top: list[Token]) -> TokenStep | None:
         """`step` with the teacher-forced candidates; None where they do not hold its

@@ -8,14 +8,18 @@ tokens generated before the step, `n_predict` 1 and `n_probs` the lane's top-k, 
 position per request, the prompt cache on so that each request decodes only the tokens
 added since the last one.
 
-After the stream, not beside it: a second request running while the lane streams would
-share the server's batches with it and change the very numbers the lane measures.
+After the streams, not beside them: a second request running while a lane streams would
+share the server's batches with it and change the very numbers the lane measures. Two
+lanes may share one server (a prompt cache against a fresh prompt), so a lane's drafts
+wait for both lanes' streams to end, and the lanes rescore one at a time (StreamGate).
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +34,9 @@ MAX_PROMPT_IDS = 1 << 20
 
 Scored = Callable[[TokenStep, Token, list[Token]], TokenStep | None]
 """Builds the rescored step from the step and the server's token and candidates; None
-where they cannot stand for it (another token came out on top)."""
+where they cannot stand for it (the accepted draft is not among the top-k candidates)."""
+MAX_REASONS = 4
+"""Why steps were left unrescored: the distinct reasons a record keeps at most."""
 
 
 def needs_rescoring(step: TokenStep) -> bool:
@@ -40,19 +46,83 @@ def needs_rescoring(step: TokenStep) -> bool:
 
 @dataclass
 class RescoreCost:
-    """What rescoring one generation took."""
+    """What rescoring one generation took, and what it left as the server reported it."""
 
     steps: int = 0
+    """Accepted drafts rescored."""
     seconds: float = 0.0
-    skipped: list[str] = field(default_factory=list)
-    """Why steps were left as the server reported them (a failed request, a pick that
-    differed), at most a few."""
+    skipped: int = 0
+    """Accepted drafts left without probabilities: a failed request, a draft outside the
+    teacher-forced top-k, a run stopped first."""
+    reasons: list[str] = field(default_factory=list)
+    """Why, at most MAX_REASONS distinct reasons."""
+    began: float | None = None
+    """time.perf_counter() when the first rescoring request was sent (a step's clock)."""
 
-    def as_dict(self) -> dict[str, Any]:
-        record: dict[str, Any] = {"steps": self.steps, "seconds": round(self.seconds, 4)}
-        if self.skipped:
-            record["skipped"] = self.skipped[:4]
-        return record
+    def skip(self, count: int, why: str) -> None:
+        self.skipped += count
+        if why not in self.reasons and len(self.reasons) < MAX_REASONS:
+            self.reasons.append(why)
+
+    def as_record(self) -> dict[str, Any]:
+        """{"rescoring": ...} for a lane's executed table; {} where no step needed it."""
+        if not (self.steps or self.skipped):
+            return {}
+        record: dict[str, Any] = {
+            "rescored": self.steps,
+            "skipped": self.skipped,
+            "seconds": round(self.seconds, 4),
+        }
+        if self.reasons:
+            record["reasons"] = list(self.reasons)
+        return {"rescoring": record}
+
+
+class StreamGate:
+    """The server streams of one run, and the rescoring that must not run beside them:
+    a lane's rescoring starts only while no stream runs, and no stream begins while a
+    lane rescores; lanes rescore one at a time. A lone lane waits for nothing."""
+
+    def __init__(self) -> None:
+        self._streaming: set[str] = set()
+        self._changed = threading.Condition()
+        self._turn = threading.Lock()
+        """Held while one lane rescores, and for a moment by a stream that begins."""
+
+    def begin(self, lane_id: str) -> None:
+        """Lane `lane_id` is about to send its requests; waits while a lane rescores."""
+        with self._turn, self._changed:
+            self._streaming.add(lane_id)
+
+    def ended(self, lane_id: str) -> None:
+        """Lane `lane_id` streams no more (saying it twice, or unbegun, is harmless)."""
+        with self._changed:
+            self._streaming.discard(lane_id)
+            self._changed.notify_all()
+
+    @contextlib.contextmanager
+    def quiet(self, stopped: Callable[[], bool]) -> Iterator[bool]:
+        """True, and the turn held for the block, once no stream runs; False (and no
+        turn) once `stopped()` says so first."""
+        held = self._take_turn(stopped)
+        try:
+            yield held
+        finally:
+            if held:
+                self._turn.release()
+
+    def _take_turn(self, stopped: Callable[[], bool]) -> bool:
+        while True:
+            with self._changed:
+                while self._streaming:
+                    if stopped():
+                        return False
+                    self._changed.wait(0.1)
+            self._turn.acquire()
+            with self._changed:
+                if not self._streaming:
+                    return True
+            self._turn.release()  # a stream began in between: wait for it too
 
 
 class Rescorer:
@@ -64,6 +134,7 @@ class Rescorer:
         top_k: int,
         piece: Callable[[int], bytes],
         extra: dict[str, Any],
+        streams: StreamGate | None = None,
     ) -> None:
         self.client = client
         self.top_k = top_k
@@ -71,6 +142,8 @@ class Rescorer:
         self.extra = extra
         """The lane's request fields: what a server needs (a model name) it needs here too."""
         self.cost = RescoreCost()
+        self.streams = streams or StreamGate()
+        """What must end before the first rescoring request."""
 
     def prompt_ids(self, text: str) -> list[int]:
         """The prompt's token ids as the server tokenizes it (special tokens included):
@@ -86,6 +159,8 @@ class Rescorer:
             or not all(type(t) is int and t >= 0 for t in tokens)
         ):
             raise self.client.fail("/tokenize answered without a list of token ids")
+        for token_id in tokens:
+            self.piece(token_id)  # one outside the vocabulary fails here, not on the server
         return tokens
 
     def rescore(
@@ -96,32 +171,50 @@ class Rescorer:
         stopped: Callable[[], bool],
     ) -> list[TokenStep]:
         """`steps` (the whole generation of `prompt`, in order) with every step that
-        needs it rescored; a failed request leaves it and the rest as they were, and
-        says why in the cost's `skipped`: the steps themselves are never lost."""
-        started = time.perf_counter()
+        needs it rescored, once every stream of the run has ended; a failed request
+        leaves it and the rest as they were, and the cost counts them and says why: the
+        steps themselves are never lost."""
         result = list(steps)
+        waiting = [position for position, step in enumerate(steps) if needs_rescoring(step)]
+        if not waiting:
+            return result
+        with self.streams.quiet(stopped) as quiet:
+            if not quiet:
+                self.cost.skip(len(waiting), "the run stopped before the drafts were rescored")
+                return result
+            self._rescore_waiting(prompt, steps, waiting, scored, stopped, result)
+        return result
+
+    def _rescore_waiting(
+        self,
+        prompt: str,
+        steps: Sequence[TokenStep],
+        waiting: list[int],
+        scored: Scored,
+        stopped: Callable[[], bool],
+        result: list[TokenStep],
+    ) -> None:
+        """Rescore the steps at the positions `waiting` into `result`, in order."""
+        started = time.perf_counter()
+        self.cost.began = started
+        done = 0
         try:
             prompt_ids = self.prompt_ids(prompt)
-            for position, step in enumerate(steps):
-                if not needs_rescoring(step):
-                    continue
+            for done, position in enumerate(waiting):
                 if stopped():
+                    self.cost.skip(len(waiting) - done, "the run stopped while rescoring")
                     break
                 history = [*prompt_ids, *(earlier.token_id for earlier in steps[:position])]
-                token, top = self._score(history)
-                rescored = scored(step, token, top)
+                rescored = scored(steps[position], *self._score(history))
                 if rescored is None:
-                    self.cost.skipped.append(
-                        f"step {step.index}: the accepted draft was not in the teacher-forced top-k"
-                    )
+                    self.cost.skip(1, "an accepted draft was not in the teacher-forced top-k")
                     continue
                 result[position] = rescored
                 self.cost.steps += 1
         except ServerError as error:
-            self.cost.skipped.append(str(error))
+            self.cost.skip(len(waiting) - done, str(error))
         finally:
             self.cost.seconds += time.perf_counter() - started
-        return result
 
     def _score(self, history: list[int]) -> tuple[Token, list[Token]]:
         """One teacher-forced position: the server's pick after `history` and its top-k."""
