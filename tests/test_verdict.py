@@ -28,6 +28,7 @@ from specdiff.compare import (
     quoted_piece,
     run_fork,
     run_fork_sentence,
+    teacher_flips,
 )
 from specdiff.reports.text import format_result, result_json
 from specdiff.sessions.format import LaneOutcome, PairResult
@@ -313,3 +314,26 @@ def test_a_teacher_forced_run_prints_why_its_first_flip_happened(path: Path, fli
     assert head.startswith(f"FLIPPED at token {index} of ")
     assert lines[lines.index(why[0]) + 1].startswith("fork class: ")
     assert not any(line.startswith(("IDENTICAL", "DIVERGED")) for line in lines)
+
+
+@pytest.mark.parametrize("kept", [1, 2, 12, 13])
+@pytest.mark.parametrize("flip", [True, False], ids=["flips", "no-flip"])
+def test_a_teacher_forced_run_counts_in_words(kept: int, flip: bool) -> None:
+    """'1 token', '1 flip', '2 flips': counts read as words in the text printer (the
+    ubatch demo, forced, first flips at 11 and 12: 12 steps hold one, 13 two)."""
+    result = result_of(next(path for path in DEMOS if "ubatch" in path.name))
+    cut = dataclasses.replace(
+        result,
+        a=dataclasses.replace(result.a, steps=result.a.steps[:kept]),
+        b=dataclasses.replace(result.b, steps=result.b.steps[:kept]),
+    )
+    forced = teacher_forced_from(cut, flip)
+    flips = teacher_flips(forced.a.steps, forced.b.steps)
+    lines = format_result(forced).splitlines()
+    if not flips:
+        noun = "token" if kept == 1 else "tokens"
+        assert f"NO FLIP: fed lane a's {kept} {noun}, lane b's" in "\n".join(lines)
+        return
+    head = next(line for line in lines if line.startswith("FLIPPED at token "))
+    noun = "flip" if len(flips) == 1 else "flips"
+    assert f"; {len(flips)} {noun} in all (" in head and "(s)" not in head

@@ -20,6 +20,7 @@ from specdiff.compare import (
     Fork,
     LaneAtFork,
     PickView,
+    counted,
     fork_sentence,
     run_fork,
     run_fork_sentence,
@@ -229,12 +230,14 @@ def _teacher_forced_lines(result: PairResult) -> list[str]:
     flips = teacher_flips(a.steps, b.steps)
     fork = run_fork(a.steps, b.steps, teacher_forced=True)
     if fork is None:
-        head = f"NO FLIP: fed lane a's {forced} tokens, lane b's own argmax agreed at each."
+        fed = counted(forced, "token")
+        head = f"NO FLIP: fed lane a's {fed}, lane b's own argmax agreed at each."
         return [head, _indent(text_of(a.steps)), _near_ties(result.comparison)]
     return [
         f"FLIPPED at token {fork.index} of {forced} teacher-forced: fed lane a's tokens, lane "
         f"b's own argmax was {piece_text(fork.piece_b)} where a picked "
-        f"{piece_text(fork.piece_a)}; {len(flips)} flip(s) in all ({len(flips) / forced:.1%}).",
+        f"{piece_text(fork.piece_a)}; {counted(len(flips), 'flip')} in all "
+        f"({len(flips) / forced:.1%}).",
         "shared text:",
         _indent(text_of(a.steps[: fork.index])),
         *_why_lines(result, fork),
