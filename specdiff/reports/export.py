@@ -689,6 +689,8 @@ def _json_summary(report: _Report) -> dict[str, Any]:
     after = comparison.after_fork
     summary = report.session.summary().to_json()
     del summary["type"]
+    # the class below is read at this report's threshold, not the run's recorded one
+    summary.pop("near_tie", None)
     if report.session.partial:
         # no footer: what only the run itself measured is unknown
         summary.update({key: [None, None] for key in MEASURED_FIELDS})
@@ -699,7 +701,7 @@ def _json_summary(report: _Report) -> dict[str, Any]:
         "fork_reference_lane": None if verdict is None else verdict.reference,
         "split_threshold": DEFAULT_SPLIT_THRESHOLD,
         "fork": fork_json(fork),
-        "verdict": report.why,
+        "why": report.why,
         "near_tie_threshold": comparison.near_tie_threshold,
         "near_ties": {"a": list(comparison.near_ties_a), "b": list(comparison.near_ties_b)},
         "near_ties_are_before_fork": fork is not None,
