@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from specdiff.lanes import Lane, Pair
 from specdiff.prompts import load as load_prompts
 from specdiff.sessions.format import step_from, step_record
 from specdiff.steps import Candidate, TokenStep
+from tests.llama_server_faults import DRAFTED, FIRST, RESCORING_FAULTS, llama_server_faults
 
 PROMPTS = [entry["prompt"] for entry in load_prompts("repetitive")[:2]]
 MAX_TOKENS = 24
@@ -201,6 +203,50 @@ def test_reports_say_where_a_forks_numbers_came_from_and_each_servers_setup(
     assert f"Lane a at the fork: an accepted draft · {RESCORED_BY}" in done.stdout
     assert "server launched with: --spec-type draft-simple" in done.stdout
     assert "temperature 0 alone does not make a server deterministic" in done.stdout
+
+
+@pytest.mark.model
+@pytest.mark.server
+@pytest.mark.parametrize("mode", ["ok", *RESCORING_FAULTS])
+def test_hostile_rescoring_answers_leave_the_drafts_as_the_stream_sent_them(mode: str) -> None:
+    """A server whose stream is good but whose rescoring answers are NaN, of the wrong
+    types, out of the vocabulary, another pick, giant, silent or trickling: the lane ends
+    with every step, the drafts as streamed (no margin, no source) and the reason kept,
+    in bounded time. `ok` rescores both drafts: the faults are what leave them."""
+    from specdiff.engine.server.lane import ServerLane  # deferred: it loads llama_cpp
+
+    lane_timeout = 2
+    with llama_server_faults(mode) as url:
+        lane = ServerLane(
+            Lane(
+                backend="server",
+                api="llama-server",
+                endpoint=url,
+                top_k=2,
+                timeout=lane_timeout,
+                retries=0,
+            ),
+            "a",
+        )
+        try:
+            began = time.monotonic()
+            steps = list(lane.generate("Name a colour.", 3))
+            took = time.monotonic() - began
+        finally:
+            lane.close()
+    assert [step.token_id for step in steps] == [FIRST, *DRAFTED]
+    drafts = steps[1:]
+    assert all(step.drafted for step in drafts)
+    if mode == "ok":
+        assert all(step.source == RESCORED_BY and len(step.top) == 2 for step in drafts)
+        assert lane.rescoring.steps == 2 and not lane.rescoring.skipped
+    else:
+        assert all(not step.source and len(step.top) == 1 for step in drafts)
+        assert (lane.rescoring.steps, lane.rescoring.skipped) == (0, 2)
+        reasons = lane.rescoring.reasons
+        assert reasons and all(reason.isprintable() for reason in reasons), reasons
+    # one silent request is one lane timeout, then the drafts are left as they are
+    assert took < 4 * lane_timeout + 5
 
 
 @pytest.mark.model

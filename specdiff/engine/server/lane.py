@@ -328,14 +328,19 @@ class ServerLane:
     ) -> list[TokenStep]:
         """The steps with their accepted drafts scored again on the same server."""
         rescorer = self._rescorer()
-        rescored = rescorer.rescore(
-            text,
-            steps,
-            self._rescored_step,
-            lambda: stopped.is_set() or self.cancel.is_set(),
-        )
         self.rescoring = rescorer.cost
-        return rescored
+        try:
+            return rescorer.rescore(
+                text,
+                steps,
+                self._rescored_step,
+                lambda: stopped.is_set() or self.cancel.is_set(),
+            )
+        except Exception as error:  # whatever a server's answer did: the steps stand
+            reason = f"unexpected {type(error).__name__}: {self.client.quote(str(error))}"
+            rescorer.cost.steps = 0
+            rescorer.cost.skip(sum(1 for step in steps if needs_rescoring(step)), reason)
+            return steps
 
     def _rescorer(self) -> Rescorer:
         return Rescorer(
