@@ -52,3 +52,22 @@ def test_a_chat_lane_that_overflows_its_n_ctx_is_refused_by_name(
     assert f"lane {chat_lane}'s n_ctx ({n_ctx})" in errors[0]
     assert f"lane {raw_lane}" not in errors[0] and f"({formatted} tokens)" in errors[0]
     assert list(tmp_path.rglob("*.jsonl")) == []
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("setting", ["no-such-template", "{{ messages }}", "chatml2"])
+def test_a_template_llama_cpp_does_not_know_is_refused_in_one_plain_line(setting: str) -> None:
+    """The lane keys only let built-in names through; a template text llama.cpp's
+    formatter cannot read is refused naming what was asked for, read as a sentence."""
+    from specdiff.engine.llama.templates import ChatTemplate
+    from specdiff.errors import LaneConfigError
+
+    with PairRun(Pair("raw", Lane(n_ctx=512), Lane(n_ctx=512))) as run:
+        pointer = run.lanes["b"].model.pointer
+        with pytest.raises(LaneConfigError) as refused:
+            ChatTemplate(pointer, setting, "b")
+    message = str(refused.value)
+    assert message == (
+        f"lane b: llama.cpp's chat formatter does not recognise the template chat={setting} "
+        "names; name a built-in one instead, e.g. chat=chatml"
+    )

@@ -21,12 +21,18 @@ class ChatTemplate:
     """One lane's template: the GGUF's own (`chat=true`) or one llama.cpp builds in."""
 
     def __init__(self, model_pointer: Any, setting: str, lane_id: str) -> None:
+        asked = f"the template chat={setting} names"
         if setting in MODEL_TEMPLATE:
             own = llama().llama_model_chat_template(model_pointer, None)
             self.template: bytes | None = own or None
             # llama.cpp formats a model without a template as chatml, llama-server too
             self.name = (
                 "the model's own" if own else f"{FALLBACK_TEMPLATE} (no template in the model)"
+            )
+            asked = (
+                f"the model's own template (chat={setting})"
+                if own
+                else f"{FALLBACK_TEMPLATE}, which it applies to a model without a template"
             )
         else:
             self.template = setting.encode()
@@ -35,8 +41,8 @@ class ChatTemplate:
             self.render((Message("user", "hello"),))
         except ValueError:
             raise LaneConfigError(
-                f"lane {lane_id}: llama.cpp's chat formatter does not recognise "
-                f"{self.name} template; name a built-in one instead, e.g. chat=chatml"
+                f"lane {lane_id}: llama.cpp's chat formatter does not recognise {asked}; "
+                "name a built-in one instead, e.g. chat=chatml"
             ) from None
 
     def render(self, messages: Sequence[Message]) -> str:
