@@ -220,3 +220,128 @@ def test_the_header_keeps_props_settings_bounded_masked_and_typed(
     assert SECRET not in shown and "\x1b" not in shown and len(shown) < 600
     for value in [*settings.get("speculative", {}).values(), *settings.values()]:
         assert isinstance(value, (str, int, float, bool, dict))
+
+
+@pytest.mark.parametrize(
+    ("arguments", "kept"),
+    [
+        (["--api-key", "sk-a1"], ["--api-key", "***"]),
+        (["--api-key=sk-a1", "--threads", "2"], ["--api-key=***", "--threads", "2"]),
+        (["--hf-token", "hf_x", "--no-warmup"], ["--hf-token", "***", "--no-warmup"]),
+        (["--MY-SECRET", "s", "--db-password=p"], ["--MY-SECRET", "***", "--db-password=***"]),
+        (["--api-key-file", "/k.txt"], ["--api-key-file", "/k.txt"]),
+        (["--ssl-key-file", "/k.pem", "--ssl-cert-file", "/c.pem"], None),
+        (["--api-key", "--threads", "2"], None),  # a flag, not a value, follows
+        (["--spec-type", "ngram-mod", "--ctx-size", "64"], None),
+    ],
+    ids=["separate", "joined", "hf-token", "secret-password", "key-file", "ssl-paths",
+         "flag-follows", "nothing-secret"],
+)  # fmt: skip
+def test_server_flags_keep_no_secret_value(arguments: list[str], kept: list[str] | None) -> None:
+    from specdiff.cli.serve_pair import masked_arguments
+
+    assert masked_arguments(arguments) == (arguments if kept is None else kept)
+
+
+SERVER_SECRETS = ("sk-serve-pair-0123456789", "hf_serve_pair_9876543210")
+
+
+@pytest.mark.model
+@pytest.mark.server
+def test_no_server_secret_reaches_the_session_or_its_report(tmp_path: Path) -> None:
+    import os
+
+    key, token = SERVER_SECRETS
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "specdiff", "serve-pair", "--threads", "1",
+            "--server-arg-a=--api-key", f"--server-arg-a={key}",
+            "--server-arg-b=--hf-token", f"--server-arg-b={token}",
+            "run", "--lane-a", "api_key_env=SPECDIFF_SERVE_KEY", "--prompt", "Hello",
+            "--max-tokens", "4", "--save", "--sessions-dir", str(tmp_path),
+        ],
+        capture_output=True, text=True, timeout=240, check=False,
+        env=dict(os.environ, SPECDIFF_SERVE_KEY=key),
+    )  # fmt: skip
+    assert done.returncode in (0, 1), done.stderr
+    [session] = tmp_path.glob("*.jsonl")
+    report = specdiff("export", str(session), "--format", "md")
+    assert report.returncode == 0, report.stderr
+    header = json.loads(session.read_text(encoding="utf-8").splitlines()[0])
+    assert header["lanes"]["a"]["server_flags"].count("--api-key ***") == 1
+    assert header["lanes"]["b"]["server_flags"].count("--hf-token ***") == 1
+    for shown in (session.read_text(encoding="utf-8"), report.stdout, done.stdout, done.stderr):
+        assert not any(secret in shown for secret in SERVER_SECRETS)
+
+
+def _llama_server_processes(port: int) -> list[str]:
+    """The running processes whose command line names `port` after --port."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            words = cmdline.read_bytes().decode("utf-8", "replace").split("\0")
+        except OSError:  # the process ended meanwhile
+            continue
+        if "--port" in words and str(port) in words:
+            found.append(" ".join(words))
+    return found
+
+
+@pytest.mark.model
+@pytest.mark.server
+@pytest.mark.parametrize("where", ["a-folder", "missing-folder", "under-a-file"])
+def test_an_unwritable_log_is_one_line_and_leaves_no_server(
+    where: str, tmp_path: Path, model_path: Path
+) -> None:
+    from specdiff.engine.server.process import LlamaServer, ServerProcessError
+
+    (tmp_path / "file").write_text("", encoding="utf-8")
+    log = {
+        "a-folder": tmp_path,
+        "missing-folder": tmp_path / "no" / "such" / "server.log",
+        "under-a-file": tmp_path / "file" / "server.log",
+    }[where]
+    server = LlamaServer(find_llama_server(), model_path, ["--threads", "1"], log=log)
+    try:
+        with pytest.raises(ServerProcessError) as caught:
+            server.start(wait_seconds=60)
+    finally:
+        server.stop()
+    message = str(caught.value)
+    assert str(log) in message and "writable" in message and "\n" not in message
+    assert server.process is None and not _llama_server_processes(server.port)
+
+
+CRASH_THEN_REFUSE = """\
+#!/bin/sh
+case "$*" in
+  *--no-repack*) echo "second start"; echo "error: no such model"; exit 1 ;;
+esac
+echo "first start"
+# a child that keeps the output open and writes after the server has died
+( sleep 0.5; echo "late from the first start" ) &
+kill -SEGV $$
+"""
+
+
+def test_a_restart_with_no_repack_keeps_apart_the_first_starts_output(tmp_path: Path) -> None:
+    """A server killed by a signal at start is started again with --no-repack; the first
+    start's output, even what comes late, stays out of the second's reason, the log
+    holds each line once, and the refusal says it happened also with --no-repack."""
+    from specdiff.engine.server.process import LlamaServer, ServerProcessError
+
+    binary = tmp_path / "llama-server"
+    binary.write_text(CRASH_THEN_REFUSE, encoding="utf-8")
+    binary.chmod(0o755)
+    log = tmp_path / "server.log"
+    said: list[str] = []
+    server = LlamaServer(binary, tmp_path / "model.gguf", log=log, say=said.append)
+    with pytest.raises(ServerProcessError) as caught:
+        server.start(wait_seconds=30)
+    message = str(caught.value)
+    assert "also with --no-repack" in message and "no such model" in message, message
+    assert len(said) == 1 and "--no-repack" in said[0]
+    assert not any("first start" in line for line in server.output), list(server.output)
+    lines = log.read_text(encoding="utf-8").splitlines()
+    assert lines == ["first start", "late from the first start", "second start",
+                     "error: no such model"]  # fmt: skip

@@ -237,7 +237,7 @@ class LlamaServer:
             if self._drain is not None:
                 self._drain.join(timeout=5)  # its last lines hold the reason
             raise ServerProcessError(
-                f"llama-server refused to start ({exit_description(code)}): "
+                f"llama-server refused to start ({exit_description(code)}{also}): "
                 f"{refusal_reason(self.output)}{where}"
             )
         raise ServerProcessError(
@@ -255,7 +255,12 @@ class LlamaServer:
             "--port", str(self.port),
             *self.arguments,
         ]  # fmt: skip
+        if self._drain is not None:
+            # the last start's reader: done once its process's output closes, and it
+            # must neither add that output to this start's nor write the log beside it
+            self._drain.join(timeout=STOP_GRACE_SECONDS)
         self.output.clear()
+        log = self._open_log(append)
         try:
             # its own session: the Ctrl+C that asks specdiff to stop a run must not also
             # shut the server down under the running lane
@@ -267,10 +272,11 @@ class LlamaServer:
                 start_new_session=True,
             )
         except OSError as error:
+            if log is not None:
+                log.close()
             raise ServerProcessError(
                 f"cannot start {self.binary}: {error.strerror or error}"
             ) from None
-        log = self.log.open("ab" if append else "wb") if self.log else None
         self._drain = threading.Thread(
             target=self._keep_output,
             args=(self.process.stdout, log),
@@ -293,6 +299,19 @@ class LlamaServer:
         raise ServerProcessError(
             f"llama-server on port {self.port} was not healthy after {wait_seconds:.0f} s"
         )
+
+    def _open_log(self, append: bool) -> IO[bytes] | None:
+        """The log file, opened before the server starts: a log that cannot be written
+        must not leave a server running that nothing stops."""
+        if self.log is None:
+            return None
+        try:
+            return self.log.open("ab" if append else "wb")
+        except OSError as error:
+            raise ServerProcessError(
+                f"cannot write llama-server's log {visible(str(self.log), 160)}: "
+                f"{error.strerror or error}; give a writable path"
+            ) from None
 
     def _keep_output(self, stream: IO[bytes] | None, log: IO[bytes] | None) -> None:
         """Drains the server's output (a full pipe would stall it): the last lines kept
