@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -27,6 +28,11 @@ if TYPE_CHECKING:
 SERVE_PAIR_COMMANDS = ("run", "live", "suite")
 MAX_DRAFT = 256
 """The most tokens --draft-max may ask a server to draft per step."""
+SECRET_OPTION = re.compile(r"key|token|secret|passw", re.IGNORECASE)
+"""A server option whose value a session must not keep: --api-key, --hf-token, ..."""
+PATH_OPTIONS = frozenset({"--api-key-file", "--ssl-key-file", "--ssl-cert-file"})
+"""Secret-bearing options whose value is a file's path, kept: the file is not read."""
+MASK = "***"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 """Signals that end serve-pair as Ctrl+C does; the exit status is 128 + the signal."""
 
@@ -163,6 +169,28 @@ def speculation_arguments(args: argparse.Namespace, binary: Path) -> list[str]:
     return arguments
 
 
+def masked_arguments(arguments: list[str]) -> list[str]:
+    """A server's arguments as a session may keep them: the value after (or joined by
+    `=` to) an option whose name speaks of a key, token, secret or password is ***,
+    except where it is a file's path (PATH_OPTIONS)."""
+    masked: list[str] = []
+    hide_next = False
+    for argument in arguments:
+        if hide_next and not argument.startswith("-"):
+            masked.append(MASK)
+            hide_next = False
+            continue
+        name, joined, _ = argument.partition("=")
+        secret = (
+            argument.startswith("-")
+            and name not in PATH_OPTIONS
+            and SECRET_OPTION.search(name) is not None
+        )
+        masked.append(f"{name}={MASK}" if secret and joined else argument)
+        hide_next = secret and not joined
+    return masked
+
+
 def command_serve_pair(args: argparse.Namespace) -> int:
     """Start server a (speculative) and server b (plain) on loopback, run the command with
     `--pair servers` pointed at them, and stop both whatever happens."""
@@ -223,6 +251,6 @@ def _serve(
         if not server.repack:  # started with --no-repack: the header records it
             lanes += [f"--lane-{lane_id}", "repack=false"]
         # the launch line, which no server reports of itself, beside the result
-        launched = visible(" ".join(server.arguments), MAX_SERVER_FLAGS)
+        launched = visible(" ".join(masked_arguments(list(server.arguments))), MAX_SERVER_FLAGS)
         lanes += [f"--lane-{lane_id}", f"server_flags={launched}"]
     return main([command[0], *lanes, *command[1:]])
