@@ -6,8 +6,8 @@ import argparse
 from typing import TYPE_CHECKING
 
 from specdiff.cli import options
-from specdiff.cli.common import Exit, Subcommands, add_command, config_theme, read_request
-from specdiff.cli.run import chat_request
+from specdiff.cli.common import Exit, Subcommands, add_command, config_theme
+from specdiff.cli.run import read_chat_request
 
 if TYPE_CHECKING:
     from specdiff.tui.app import SpecdiffApp
@@ -35,8 +35,7 @@ def command_live(args: argparse.Namespace) -> int:
 def live_app(args: argparse.Namespace) -> SpecdiffApp:
     """The app the command line asks for, its prompt box holding the prompt, or with
     --messages / --system the conversation; bad input is refused before Textual loads."""
-    known, pair, prompt = read_request(args)
-    prompt = chat_request(args, prompt)
+    known, pair, prompt = read_chat_request(args)
     known[pair.name] = pair
     # deferred: Textual loads only for the commands that open a screen
     from specdiff.tui.app import make_app

@@ -106,7 +106,7 @@ def add_prompt_options(
 
 
 def add_chat_options(parser: argparse.ArgumentParser) -> None:
-    """--system and --messages, as `run.chat_request` reads them: the prompt as a
+    """--system and --messages, as `run.read_chat_request` reads them: the prompt as a
     conversation, which chat lanes (lane key chat, or a server's api=chat) format."""
     parser.add_argument(
         "--system",

@@ -48,8 +48,7 @@ def command_run(args: argparse.Namespace) -> int:
     from specdiff.engine.worker import PairWorker
     from specdiff.reports.text import format_result, result_json
 
-    _, pair, prompt = read_request(args)
-    prompt = chat_request(args, prompt)
+    _, pair, prompt = read_chat_request(args)
     note = mixed_note(pair.a, pair.b)
     if note is not None:
         print(f"specdiff: note: {note}", file=sys.stderr)
@@ -92,14 +91,16 @@ def command_run(args: argparse.Namespace) -> int:
     return exit_code(result)
 
 
-def chat_request(args: argparse.Namespace, prompt: str) -> str:
-    """The prompt as --messages and --system make it: a conversation, or the prompt
-    read as it is."""
+def read_chat_request(args: argparse.Namespace) -> tuple[dict[str, Pair], Pair, str]:
+    """`read_request`, with the prompt as --messages and --system make it: a
+    conversation, or the prompt read as it is. Two sources of the prompt are refused
+    before either is read: stdin can be read once, and a terminal's would wait for it."""
+    if args.messages is not None and (args.prompt is not None or args.prompt_file):
+        raise ChatError("give the prompt once: --messages, or --prompt / --prompt-file")
+    known, pair, prompt = read_request(args)
     if args.messages is not None:
-        if args.prompt is not None or args.prompt_file:
-            raise ChatError("give the prompt once: --messages, or --prompt / --prompt-file")
         prompt = read_messages(*_messages_source(args.messages))
-    return conversation(prompt, args.system)
+    return known, pair, conversation(prompt, args.system)
 
 
 def _messages_source(value: str) -> tuple[str, str]:
