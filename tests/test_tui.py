@@ -145,6 +145,9 @@ async def test_bad_inputs_keep_the_app_usable(tmp_path: Path) -> None:
         # the failure is lane a's: its pane says so, lane b's does not
         assert "model file not found" in (app.lanes["a"].error or "")
         assert app.lanes["b"].error is None
+        # lane b, which never ran, says why it has nothing (and no rate for no tokens)
+        assert app.stats_line("b").startswith("stopped: lane a failed · 0 tokens")
+        assert "tok/s" not in app.stats_line("b")
         app.query_one("#lane-a-overrides").value = "n_ubatch=0"
         app.action_run()
         await pilot.pause()
@@ -617,3 +620,183 @@ def test_every_pair_in_the_picker_fits_one_line_and_leads_with_its_name() -> Non
         row = pair_option(name, pair)
         assert row.plain.startswith(f"{name}  ") and cell_len(row.plain) <= PAIR_OPTION_WIDTH
         assert row.no_wrap
+
+
+# -- what a new user found under tmux at 80x24 -------------------------------------------
+
+
+def cut_session(path: Path, target: Path, steps: int) -> Path:
+    """The session with each lane's first `steps` steps only (and no footer)."""
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        if record["type"] == "header" or (record["type"] == "step" and record["index"] < steps):
+            kept.append(line)
+    target.write_text("\n".join(kept) + "\n", encoding="utf-8")
+    return target
+
+
+@pytest.mark.parametrize(
+    ("speed", "other_key"),
+    [(None, "right"), (1000.0, "n"), (None, "t"), (1000.0, "question_mark")],
+)
+async def test_any_other_key_disarms_a_pending_r(speed, other_key) -> None:
+    """Shown whole and played: a navigation key, a theme key, a modal in between."""
+    app = session_app(speed=speed)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(0.2)
+        before = app.query_one("#status").plain
+        await pilot.press("r")
+        assert "press r again" in app.query_one("#status").plain
+        await pilot.press(other_key)
+        if other_key == "question_mark":
+            await pilot.press("escape")
+        await pilot.pause()
+        status = app.query_one("#status").plain
+        assert "press r again" not in status
+        assert status.split(" · ")[-1] == before.split(" · ")[-1]  # the replay's own status
+        await pilot.press("r")  # asks again: the replay is still there
+        assert app.session is not None and not app.running
+        assert "press r again" in app.query_one("#status").plain
+
+
+async def test_a_pending_r_is_disarmed_after_a_while(monkeypatch) -> None:
+    import specdiff.tui.app as app_module
+
+    monkeypatch.setattr(app_module, "CONFIRM_SECONDS", 0.2)
+    app = session_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("r")
+        await pilot.pause(0.5)
+        assert "press r again" not in app.query_one("#status").plain
+        await pilot.press("r")
+        assert app.session is not None and "press r again" in app.query_one("#status").plain
+
+
+def panel_lines(app: SpecdiffApp) -> str:
+    return " ".join(str(item) for item in app.query_one("#panel").render().renderables)
+
+
+@pytest.mark.parametrize("path", DEMO_SESSIONS[:2])
+async def test_the_fork_header_counts_the_tokens_shown_as_they_grow(path) -> None:
+    """A replay past its fork: the panel's count follows the lanes, and reads as a count
+    beside the fork's index, never as "index of count"."""
+    app = session_app(path, speed=1000.0)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.playback is not None and app.playback.finished, 30)
+        await pilot.pause(0.4)
+        shown = max(len(state.steps) for state in app.lanes.values())
+        assert app.fork is not None and app.cursor == app.fork.index
+        assert f"FORK at token {app.fork.index} · {shown} tokens shown" in panel_lines(app)
+        assert " of " not in panel_lines(app).split("FORK", 1)[1].split("·", 1)[0]
+
+
+@pytest.mark.parametrize("speed", [None, 1000.0])
+async def test_the_cursor_is_on_the_fork_once_the_view_goes_there(speed) -> None:
+    app = session_app(speed=speed)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.playback is None or app.playback.finished, 30)
+        await pilot.pause(0.1)
+        fork = app.fork.index
+        assert app.cursor == fork
+        await pilot.press("right")
+        assert app.cursor == fork + 1  # → goes on from the fork, not from token 0
+        await pilot.press("left", "left")
+        assert app.cursor == fork - 1
+
+
+@pytest.mark.parametrize("modal", ["question_mark", "ctrl+p"])
+async def test_closing_a_modal_lights_the_current_lane_again(modal) -> None:
+    app = session_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.press("l")
+        await pilot.press(modal)
+        await pilot.pause()
+        assert app.screen is not app.screen_stack[0]
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.focused is app.query_one("#lanes")
+        assert app.query_one("#lane-b").has_class("focused")
+        assert not app.query_one("#lane-a").has_class("focused")
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_routine_notes_go_to_the_status_and_toasts_cover_no_text(size) -> None:
+    from textual.widgets._toast import Toast
+
+    app = session_app(pause_at_fork=True, speed=1000.0)
+    async with app.run_test(size=size, notifications=True) as pilot:
+        await wait_for(pilot, lambda: app.playback.paused, 30)
+        await pilot.press("t")
+        await pilot.pause()
+        assert app.query_one("#status").plain.startswith(f"theme {app.theme} · ")
+        assert not list(app.screen.query(Toast))  # the fork found and the theme: no toast
+        app.notify("an error " + "with a long text " * 12, severity="error")
+        await pilot.pause(0.3)
+        await pilot.pause(0.3)
+        covered = [app.query_one("#panel").region]
+        covered += [view.region for view in app.query(TokenView)]
+        toasts = list(app.screen.query(Toast))
+        assert toasts
+        for toast in toasts:
+            for region in covered:
+                assert not toast.region.overlaps(region), (toast.region, region)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (99, 30), (120, 40)])
+async def test_the_footer_shows_only_whole_keys(size) -> None:
+    from rich.cells import cell_len
+
+    app = session_app()
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        keys = footer_keys(app)
+        palette = keys["ctrl+p"].region
+        assert palette.right <= size[0]
+        for key in keys.values():
+            if key is keys["ctrl+p"]:
+                continue
+            wanted = cell_len(key.key_display) + 1 + cell_len(key.description)
+            assert key.region.right <= palette.x and key.region.width >= wanted, key.key
+        assert "question_mark" in keys and "q" in keys
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_status_lines_lead_with_the_keys(size) -> None:
+    app = session_app()
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        assert app.query_one("#status").plain.startswith("d jumps to the fork · ")
+
+
+async def test_d_is_offered_only_where_there_is_a_fork(tmp_path) -> None:
+    app = session_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert "d" in footer_keys(app)
+        app.show_session(load_session(cut_before_the_fork(SESSION, tmp_path / "same.jsonl")))
+        await pilot.pause()
+        assert app.fork is None and "d" not in footer_keys(app)
+
+
+async def test_overrides_from_the_command_line_show_in_their_fields() -> None:
+    from specdiff.cli import build_parser
+    from specdiff.cli.live import live_app
+
+    args = build_parser().parse_args(
+        ["live", "--no-start", "--pair", "ubatch", "--both", "threads=2", "--lane-a", "n_ctx=512"]
+    )
+    app = live_app(args)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        fields = {lane: app.query_one(f"#lane-{lane}-overrides").value for lane in "ab"}
+        assert fields == {"a": "threads=2 n_ctx=512", "b": "threads=2"}
+        labels = [str(label.render()) for label in app.query(".field-label")]
+        assert labels == ["lane a overrides", "lane b overrides"]
+        pair, _prompt, _max = app.resolve_pair()  # the fields run what the command line asked
+        assert (pair.a.n_ctx, pair.a.threads, pair.b.threads) == (512, 2, 2)
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause()
+        app.show_config()
+        assert "a: threads=2 n_ctx=512 · b: threads=2" in app.query_one("#config-bar").plain

@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 from textual.color import Color
 
-from specdiff.compare import fork_at
+from specdiff.compare import fork_at, fork_sentence, fork_verdict, quoted_piece
 from specdiff.lanes import presets
 from specdiff.sessions.store import load_session
 from specdiff.steps import Candidate, TokenStep
@@ -37,6 +37,7 @@ from specdiff.tui.widgets import (
     panel_renderable,
     shade,
     shade_level,
+    strip_cell_style,
     strip_columns,
     strip_height,
 )
@@ -139,7 +140,11 @@ def test_one_mark_per_token(theme: str, lane: str) -> None:
     assert marks.look(lane, 10, near_tie) == Look(FORK)
     only = ONLY_A if lane == "a" else ONLY_B
     assert marks.look(lane, 12, near_tie) == Look(only)
-    assert marks.look(lane, 14, near_tie) == Look(SHARED_AFTER, drafted=True)
+    # greyed shared text after the fork is marked already: no draft underline on it
+    assert marks.look(lane, 14, near_tie) == Look(SHARED_AFTER)
+    for index in (10, 12, 14):
+        style = look_style(palette, marks.look(lane, index, clear))
+        assert not style.underline, index
     styles = {
         role: look_style(palette, Look(role)) for role in (FORK, ONLY_A, ONLY_B, SHARED_AFTER)
     }
@@ -204,6 +209,33 @@ def test_legend_fits_its_width(theme: str, width: int) -> None:
             )
 
 
+@pytest.mark.parametrize("theme", THEME_NAMES)
+@pytest.mark.parametrize("width", [78, 118])
+def test_the_legend_names_the_strip_marks_and_the_shade_strength(theme: str, width: int) -> None:
+    """At 80 and 120 columns: the strip's near tie over its band, the fork's cell and a
+    dimmed cell after it, each in the strip's own style; a near tie's shade goes from
+    strongest to weakest across its name."""
+    palette = palette_of(theme)
+    text = legend_text(palette, width)
+    console = Console()
+    fork_marks = marks_for(palette, fork=0)
+    expected = {
+        "▃tie": strip_cell_style(marks_for(palette, fork=None), 0, 0, True, True),
+        "█fork": strip_cell_style(fork_marks, 0, 0, False, False),
+        "▆after": strip_cell_style(fork_marks, 1, 1, False, False),
+    }
+    for label, style in expected.items():
+        assert text.get_style_at_offset(console, text.plain.index(label)) == style, label
+    tie = next(entry for entry in LEGEND if entry.look.shade is not None)
+    label = tie.long if tie.long in text.plain else tie.short
+    start = text.plain.index(label)
+    shades = [
+        text.get_style_at_offset(console, start + offset).bgcolor.triplet.hex
+        for offset in (0, len(label) - 1)
+    ]
+    assert shades == [shade(palette, SHADE_LEVELS - 1).lower(), shade(palette, 0).lower()]
+
+
 # -- panel -----------------------------------------------------------------------------
 def forked_steps() -> tuple[list[TokenStep], list[TokenStep]]:
     a = [step("a", 0, {1: 5.0, 2: 3.0}), step("a", 1, {4: 5.0, 5: 4.9, 6: 1.0})]
@@ -227,10 +259,26 @@ def test_the_fork_panel_names_both_picks_and_says_why(width: int, height: int) -
     view = PanelView(1, a[1], b[1], fork, 0.5, len(a), 0.5, ((1, 0.1),), ("n_ubatch 512 / 2",))
     lines = panel_text(view, width, height)
     assert len(lines) <= height and all(len(line) <= width for line in lines)
-    assert lines[0].startswith(f"FORK at token 1 of {len(a)}  near tie  a ' t4' vs b ' t5'")
+    # the fork's index beside the count of tokens shown: never "1 of 6", which reads
+    # as a 1-based position
+    assert lines[0].startswith(f"FORK at token 1 · {len(a)} tokens shown  near tie  a ' t4'")
     assert lines[1].startswith("why: near tie flipped")
+    why = f"why: {fork_sentence(fork, fork_verdict(a[1], b[1], near_tie=0.5), ('a', 'b'))}"
+    margins_at = next(n for n, line in enumerate(lines) if line.startswith("margins a"))
+    # the verdict whole, on one line or two, no character dropped or repeated at the wrap
+    assert " ".join(line.strip() for line in lines[1:margins_at]) == why
     assert any("a token" in line for line in lines)  # at least the candidates' header
     assert ("lanes differ in n_ubatch 512 / 2" in "\n".join(lines)) == (width >= 100)
+
+
+@pytest.mark.parametrize("index", [0, 2, 5])
+@pytest.mark.parametrize("width", [78, 118])
+def test_away_from_the_fork_the_panel_names_each_lanes_pick(index: int, width: int) -> None:
+    a, b = forked_steps()
+    view = PanelView(index, a[index], b[index], fork_at(a, b), None, len(a))
+    header = panel_text(view, width, 6)[0]
+    picks = f"a {quoted_piece(a[index].piece)} · b {quoted_piece(b[index].piece)}"
+    assert header.startswith(f"token {index}: {picks}   margins a ")
 
 
 @pytest.mark.parametrize("has_fork", [True, False])
@@ -311,17 +359,23 @@ def assert_drawn_in(app: SpecdiffApp, theme: str, old: str) -> None:
     assert not drawn & (palette_colours(palette_of(old)) - palette_colours(palette_of(theme)))
 
 
-async def test_aligned_view_collapses_the_prefix_and_stacks_the_branches() -> None:
+@pytest.mark.parametrize("size", [(80, 24), (100, 30)])
+async def test_aligned_view_collapses_the_prefix_and_stacks_the_branches(size) -> None:
     app = session_app("specdiff-dark", speed=None)
-    async with app.run_test(size=(100, 30)) as pilot:
+    async with app.run_test(size=size) as pilot:
         await pilot.pause()
         assert app.fork is not None
         await pilot.press("a")
+        await pilot.pause()
         aligned = app.query_one("#aligned", AlignedView)
         assert aligned.display and not app.query_one("#lanes").display
-        text = str(aligned.query_one(".aligned-text").render())
-        assert f"… {app.fork.index - 8} shared tokens …" in text
-        assert text.index("\na ▸ ") < text.index("\nb ▸ ")
+        top = aligned.query_one(".aligned-text")
+        branch_b = aligned.query_one(".aligned-branch-b")
+        assert f"… {app.fork.index - 8} shared tokens …" in str(top.render())
+        assert "\na ▸ " in str(top.render()) and str(branch_b.render()).startswith("b ▸ ")
+        # lane a's branch takes at most half the view: b's begins on screen below it
+        assert aligned.region.contains_point(branch_b.region.offset)
+        assert branch_b.region.y > top.parent.region.y
         await pilot.press("escape")
         assert not aligned.display and app.query_one("#lanes").display
         await pilot.press("a", "a")

@@ -40,6 +40,9 @@ def live_app(args: argparse.Namespace) -> SpecdiffApp:
     # deferred: Textual loads only for the commands that open a screen
     from specdiff.tui.app import make_app
 
+    # what the command line changed, shown in the TUI's overrides fields (later words win)
+    both = [*([f"model={args.model}"] if args.model else []), *args.both]
+    overrides = {"a": " ".join([*both, *args.lane_a]), "b": " ".join([*both, *args.lane_b])}
     return make_app(
         known,
         pair.name,
@@ -49,4 +52,5 @@ def live_app(args: argparse.Namespace) -> SpecdiffApp:
         theme_name=args.theme or config_theme(),
         autostart=not args.no_start,
         sessions_dir=args.sessions_dir,
+        overrides=overrides,
     )

@@ -60,6 +60,7 @@ from specdiff.tui.messages import (
 from specdiff.tui.themes import APP_VARIABLES, DEFAULT_THEME, load_themes
 from specdiff.tui.widgets import (
     AlignedView,
+    FittedFooter,
     LanePane,
     LaneState,
     Legend,
@@ -69,6 +70,7 @@ from specdiff.tui.widgets import (
     PanelView,
     TokenMarks,
     WithoutControls,
+    counted,
     lane_differences,
     near_ties_before,
 )
@@ -81,6 +83,9 @@ REPLAY_TICK = 1 / 30
 SWITCH_INTERVAL = 0.0005
 ALIGN_COST_SHARE = 0.05
 """The most of the UI thread's time the alignment after the fork takes while streaming."""
+PANEL_SECONDS = 0.25
+"""While lanes stream or a replay plays, the panel (its token count) is redrawn at
+most this often."""
 BATCH_SECONDS = 0.25
 """The worker posts steps at most this often: smooth to the eye, cheap for the UI (which
 shares the CPU with the lanes)."""
@@ -90,19 +95,12 @@ NARROW_COLUMNS = 100
 """Below this width the input rows fold into a one-line config bar that `c` opens."""
 CONFIRM_SECONDS = 5.0
 """How long a first `r` over a replay waits for the second that loads the model."""
-TOAST_SECONDS = 3.0
-"""Notes leave quickly: they sit over the lanes' top rows."""
 PAIR_OPTION_WIDTH = 58
 """The pair picker's rows: the name, then what the pair compares, cut to fit."""
 
 
 class Lanes(Horizontal, can_focus=True):
     """The two panes; focusable so that the app's keys reach it instead of an input."""
-
-
-def counted(number: int, noun: str) -> str:
-    """'1 token', '2 tokens': a count with its noun in the right number."""
-    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 def fitted(parts: Sequence[str], width: int) -> str:
@@ -173,19 +171,23 @@ class SpecdiffApp(App[int]):
         session_stream: SessionStream | None = None,
         refused_pairs: dict[str, str] | None = None,
         pause_at_fork: bool = False,
+        overrides: dict[str, str] | None = None,
     ) -> None:
         """`session` opens a recorded run: at once when `replay_speed` is None, else
         played at the recorded pace times `replay_speed`; `session_stream`, when given,
         holds the rest of the session's file, read while the replay plays.
         `refused_pairs`: pairs shown but never run, each with the reason (a shared
         session's server lanes, which the user has not allowed). `pause_at_fork`: a
-        played replay pauses once both lanes show the fork's token."""
+        played replay pauses once both lanes show the fork's token. `overrides`: each
+        lane's overrides from the command line, as "key=value" words, shown (and
+        applied again, to the same effect) in its overrides field."""
         super().__init__()
         self.pairs = pairs
         self.refused_pairs = refused_pairs or {}
         self.pair_name = pair_name
         self.initial_prompt = prompt
         self.initial_max_tokens = max_tokens
+        self.initial_overrides = overrides or {}
         self.near_tie = near_tie
         self.requested_theme = theme_name
         self.autostart = autostart
@@ -195,7 +197,12 @@ class SpecdiffApp(App[int]):
         self.lanes = {"a": LaneState("a"), "b": LaneState("b")}
         self.pair: Pair = pairs[pair_name]
         self.fork: Fork | None = None
+        self.stopped_by: str | None = None
+        """The lane whose failure stopped the run: the other lane's pane says so."""
         self._next_alignment = 0.0
+        self._next_panel = 0.0
+        self._status = ""
+        """The status line's text without the note shown before it."""
         self.changed: dict[str, set[int]] = {"a": set(), "b": set()}
         self.similarity: float | None = None
         self.result: PairResult | None = None
@@ -251,8 +258,14 @@ class SpecdiffApp(App[int]):
             yield Button("Run", id="run", variant="primary")
             yield Button("Stop", id="stop", variant="error")
         with Horizontal(id="overrides"):
-            yield Input(placeholder="lane a overrides: key=value …", id="lane-a-overrides")
-            yield Input(placeholder="lane b overrides: key=value …", id="lane-b-overrides")
+            for lane_id in ("a", "b"):
+                # a label of its own: a placeholder is gone once the field has a value
+                yield Static(f"lane {lane_id} overrides", classes="field-label")
+                yield Input(
+                    visible(self.initial_overrides.get(lane_id, "")),
+                    placeholder="key=value …",
+                    id=f"lane-{lane_id}-overrides",
+                )
         with Lanes(id="lanes"):
             yield LanePane("a")
             yield LanePane("b")
@@ -260,7 +273,7 @@ class SpecdiffApp(App[int]):
         yield Panel(id="panel")
         yield Legend(id="legend")
         yield Line(id="status")
-        yield Footer()
+        yield FittedFooter()
 
     def get_line_filters(self) -> Sequence[LineFilter]:
         # the last guard: whatever a widget forgot to escape never reaches the terminal
@@ -315,6 +328,24 @@ class SpecdiffApp(App[int]):
             self.action_run()
         self.query_one("#lanes").focus()
         self.mark_current_lane()
+        self.screen_change_signal.subscribe(self, self.screen_changed)
+
+    def screen_changed(self, screen: Screen) -> None:
+        """Back on the main screen from help or the palette: the lanes take the keys
+        and the current one is lit again (its focus was never handed back to it)."""
+        if screen is not self.screen_stack[0]:
+            return
+        if screen.focused is None or screen.focused.id in ("lanes", "help-box"):
+            self.query_one("#lanes").focus()
+        self.mark_current_lane()
+        self.refresh_bindings()
+
+    async def on_event(self, event: events.Event) -> None:
+        # before any binding acts: a key other than r disarms a pending r over a replay,
+        # so a later r asks again instead of closing the replay
+        if isinstance(event, events.Key) and event.key != "r" and self._confirm_timer:
+            self.disarm_run()
+        await super().on_event(event)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # space belongs to replays, escape to inputs, c to narrow screens: each is
@@ -329,6 +360,9 @@ class SpecdiffApp(App[int]):
             return self.has_class("narrow")
         if action == "stop":
             return None if self.replaying else True
+        if action == "fork":
+            recorded = self.playback is not None and self._replay_fork is not None
+            return self.fork is not None or recorded
         return True
 
     def on_resize(self, event: events.Resize) -> None:
@@ -347,7 +381,8 @@ class SpecdiffApp(App[int]):
     # -- focus ----------------------------------------------------------------------
     @property
     def panes_focused(self) -> bool:
-        return self.focused is None or self.focused.id == "lanes"
+        # the aligned view stands in for the panes: the same keys act there
+        return self.focused is None or self.focused.id in ("lanes", "aligned")
 
     @property
     def replaying(self) -> bool:
@@ -392,9 +427,13 @@ class SpecdiffApp(App[int]):
         prompt = " ".join(self.query_one("#prompt", Input).value.split())
         pair = self.query_one("#pair", Select).value
         max_tokens = self.query_one("#max-tokens", Input).value
-        self.query_one("#config-bar", Line).set(
-            f"c config · {pair} · max {max_tokens} · {visible(prompt)}"
-        )
+        overrides = [
+            f"{lane_id}: {value}"
+            for lane_id in ("a", "b")
+            if (value := self.query_one(f"#lane-{lane_id}-overrides", Input).value.strip())
+        ]
+        parts = ["c config", str(pair), f"max {max_tokens}", *overrides, prompt]
+        self.query_one("#config-bar", Line).set(visible(" · ".join(parts)))
 
     # -- state to screen ------------------------------------------------------------
     def palette(self) -> Palette:
@@ -415,9 +454,13 @@ class SpecdiffApp(App[int]):
         """The lane's numbers, as many whole ones as fit `width` when given (the error is
         in full under the lane's tokens)."""
         state = self.lanes[lane_id]
-        parts = [counted(len(state.steps), "token"), f"{state.speed:.1f} tok/s"]
+        parts = [counted(len(state.steps), "token")]
+        if state.steps:  # a lane with no tokens has no rate to speak of
+            parts.append(f"{state.speed:.1f} tok/s")
         if state.error:
             parts.insert(0, "ERROR")
+        elif self.stopped_by not in (None, lane_id):
+            parts.insert(0, f"stopped: lane {self.stopped_by} failed")
         if getattr(self.pair, lane_id).speculative and state.drafted:
             parts.append(f"{state.accepted / state.drafted:.0%} accepted")
         ties = sum(1 for step in state.steps if step.margin < self.near_tie)
@@ -472,15 +515,22 @@ class SpecdiffApp(App[int]):
         self.query_one("#panel", Panel).show(view)
 
     def set_status(self, text: str) -> None:
+        self._status = text
         self.query_one("#status", Line).set(text)
+
+    def note(self, text: str) -> None:
+        """A routine note (theme, fork found, nothing further): said first in the status
+        line, before what it said; toasts are for errors, as they sit over the panes."""
+        self.query_one("#status", Line).set(f"{text} · {self._status}" if self._status else text)
 
     def find_fork(self, announce: bool = True) -> bool:
         """Look for the fork in what has arrived; True when it was found just now."""
         a, b = self.lanes["a"].steps, self.lanes["b"].steps
         if self.fork is None and first_divergence(a, b) is not None:
             self.fork = fork_at(a, b)
+            self.refresh_bindings()  # the footer offers d from now on
             if announce:
-                self.notify(f"lanes forked at token {self.fork.index}", timeout=TOAST_SECONDS)
+                self.note(f"lanes forked at token {self.fork.index}")
             self.scroll_to_fork()
             return True
         return False
@@ -491,6 +541,8 @@ class SpecdiffApp(App[int]):
         if self.fork is None:
             return
         self.follow = False
+        # the cursor sits on the fork, so that ←/→, n and p go on from there
+        self.cursor = self.fork.index
 
         def scroll() -> None:
             # the fork as it is once the panes are laid out: another session may have
@@ -531,6 +583,7 @@ class SpecdiffApp(App[int]):
     def reset_view(self) -> None:
         self.lanes = {"a": LaneState("a"), "b": LaneState("b")}
         self.fork = None
+        self.stopped_by = None
         self.changed = {"a": set(), "b": set()}
         self.similarity = None
         self.result = None
@@ -587,7 +640,7 @@ class SpecdiffApp(App[int]):
     def shown_status(self) -> str:
         """The status of a session shown whole (--instant): what it is and what to press."""
         keys = "d jumps to the fork · " if self.fork is not None else ""
-        return f"{self.session_summary()} · {keys}e writes a report"
+        return f"{keys}e writes a report · {self.session_summary()}"
 
     # -- replay ---------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="session-read", exit_on_error=False)
@@ -698,7 +751,7 @@ class SpecdiffApp(App[int]):
         else:
             found = self.find_fork()
             self.align_while_streaming()
-            self.render_lanes(follow=self.follow, panel=found)
+            self.render_lanes(follow=self.follow, panel=found or self.panel_due())
         self.replay_status()
 
     def replay_status(self) -> None:
@@ -736,7 +789,7 @@ class SpecdiffApp(App[int]):
     def action_toggle_pause(self) -> None:
         playback = self.playback
         if playback is None:
-            self.notify("space pauses a replay (specdiff replay FILE)", timeout=3)
+            self.note("space pauses a replay (specdiff replay FILE)")
             return
         if playback.finished and not playback.paused and not self.loading:
             playback.restart()
@@ -765,7 +818,7 @@ class SpecdiffApp(App[int]):
         if delta > 0:
             step = playback.forward()
             if step is None:
-                self.notify("the end of the session", timeout=2)
+                self.note("the end of the session")
                 return
             self.lanes[step.lane].extend((step,))
             if playback.finished:
@@ -776,7 +829,7 @@ class SpecdiffApp(App[int]):
         else:
             step = playback.back()
             if step is None:
-                self.notify("the start of the session", timeout=2)
+                self.note("the start of the session")
                 return
             self.lanes[step.lane].truncate(step.index)
             if self.fork is not None and step.index <= self.fork.index:
@@ -834,7 +887,7 @@ class SpecdiffApp(App[int]):
             return
         if self.replaying and self._confirm_timer is None:
             # a replay is not thrown away on one key: the second r loads the model
-            self._confirm_timer = self.set_timer(CONFIRM_SECONDS, self.forget_confirmation)
+            self._confirm_timer = self.set_timer(CONFIRM_SECONDS, self.disarm_run)
             self.set_status(
                 "this is a recorded session: press r again to load the model and run "
                 "the pair on its prompt (the replay is closed)"
@@ -869,6 +922,14 @@ class SpecdiffApp(App[int]):
         if self._confirm_timer is not None:
             self._confirm_timer.stop()
             self._confirm_timer = None
+
+    def disarm_run(self) -> None:
+        """Forget a pending r over a replay and put back the replay's own status."""
+        self.forget_confirmation()
+        if self.playback is not None:
+            self.replay_status()
+        elif self.session is not None:
+            self.set_status(self.shown_status())
 
     def lock_replay_controls(self, replaying: bool) -> None:
         """While a replay is shown, what would discard it (Run, Stop, lane overrides)
@@ -942,7 +1003,16 @@ class SpecdiffApp(App[int]):
         # The panel changes only with the fork, the cursor or the theme.
         found = self.find_fork()
         self.align_while_streaming()
-        self.render_lanes(follow=self.follow, panel=found)
+        self.render_lanes(follow=self.follow, panel=found or self.panel_due())
+
+    def panel_due(self) -> bool:
+        """True at most once every PANEL_SECONDS: the panel's count of tokens shown
+        keeps up with streaming lanes without a redraw per batch."""
+        now = time.monotonic()
+        if now < self._next_panel:
+            return False
+        self._next_panel = now + PANEL_SECONDS
+        return True
 
     def on_run_finished(self, message: RunFinished) -> None:
         result = message.result
@@ -971,8 +1041,9 @@ class SpecdiffApp(App[int]):
         else:
             summary = "same tokens, different lengths"
         speed = f" · speed a/b {result.speedup:.2f}x" if result.speedup else ""
-        jump = " · d jumps to the fork" if self.fork is not None else ""
-        self.set_status(f"{summary}{speed}{jump} · s saves the session · e writes a report")
+        jump = "d jumps to the fork · " if self.fork is not None else ""
+        # the keys first: a narrow status line keeps what to press
+        self.set_status(f"{jump}s saves · e writes a report · {summary}{speed}")
         if self._restart:
             self._restart = False
             self.action_run()
@@ -985,6 +1056,7 @@ class SpecdiffApp(App[int]):
         self.set_status(f"failed: {where}{message.error}")
         for lane_id in (message.lane,) if message.lane else ("a", "b"):
             self.lanes[lane_id].error = message.error
+        self.stopped_by = message.lane
         self.render_lanes(follow=False)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
@@ -1039,7 +1111,7 @@ class SpecdiffApp(App[int]):
             self.playback.paused = True
             self.show_replayed(self.playback.through(self._replay_fork))
         if self.fork is None:
-            self.notify("no fork: the lanes agree so far", timeout=4)
+            self.note("no fork: the lanes agree so far")
             return
         self.move_cursor(self.cursor_lane, self.fork.index, scroll_both=True)
 
@@ -1050,7 +1122,7 @@ class SpecdiffApp(App[int]):
         ties = self.near_ties()
         later = [i for i in ties if self.cursor is None or i > self.cursor]
         if not later:
-            self.notify(f"no near tie after this in lane {self.cursor_lane}", timeout=3)
+            self.note(f"no near tie after this in lane {self.cursor_lane}")
             return
         self.move_cursor(self.cursor_lane, later[0])
 
@@ -1058,7 +1130,7 @@ class SpecdiffApp(App[int]):
         ties = self.near_ties()
         earlier = [i for i in ties if self.cursor is not None and i < self.cursor]
         if not earlier:
-            self.notify(f"no near tie before this in lane {self.cursor_lane}", timeout=3)
+            self.note(f"no near tie before this in lane {self.cursor_lane}")
             return
         self.move_cursor(self.cursor_lane, earlier[-1])
 
@@ -1109,7 +1181,6 @@ class SpecdiffApp(App[int]):
             self.notify(f"could not save the session: {error}", severity="error")
             return
         self._saved_path = path
-        self.notify(f"saved {path}", timeout=TOAST_SECONDS)
         self.set_status(f"saved {path}")
 
     def output_folder(self) -> Path:
@@ -1167,7 +1238,7 @@ class SpecdiffApp(App[int]):
             return
         position = names.index(self.theme) if self.theme in names else -1
         self.theme = names[(position + 1) % len(names)]
-        self.notify(f"theme {self.theme}", timeout=2)
+        self.note(f"theme {self.theme}")
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())

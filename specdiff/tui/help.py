@@ -41,10 +41,10 @@ END_ROW = "escape, ? or q closes · ↑/↓, page up/down, home/end scroll"
 """The last line of help: a test scrolls until it is in view."""
 
 
-def _table(title: str, rows: tuple[tuple[str, str], ...]) -> Table:
+def _table(title: str, headers: tuple[str, str], rows: tuple[tuple[str, str], ...]) -> Table:
     table = Table(title=title, box=None, expand=False, title_justify="left")
-    table.add_column("key", style="bold", no_wrap=True)
-    table.add_column("does")
+    table.add_column(headers[0], style="bold", no_wrap=True)
+    table.add_column(headers[1])
     for key, does in rows:
         table.add_row(key, does)
     return table
@@ -62,8 +62,8 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):
-            yield Static(_table("specdiff keys", HELP_ROWS))
-            yield Static(_table("what the panes show", LEGEND_ROWS))
+            yield Static(_table("specdiff keys", ("key", "does"), HELP_ROWS))
+            yield Static(_table("what the panes show", ("mark", "means"), LEGEND_ROWS))
             yield Static(Text(END_ROW, style="dim italic"), id="help-end")
 
     def on_mount(self) -> None:

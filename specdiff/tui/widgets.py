@@ -29,7 +29,8 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.theme import Theme
 from textual.widget import Widget
-from textual.widgets import Static
+from textual.widgets import Footer, Static
+from textual.widgets._footer import FooterKey
 
 from specdiff.compare import (
     AMBIGUOUS,
@@ -39,6 +40,7 @@ from specdiff.compare import (
     UNSCORED,
     Fork,
     PickView,
+    counted,
     fork_sentence,
     fork_verdict,
     near_ties,
@@ -224,7 +226,8 @@ class TokenMarks:
         if fork is not None and index > fork:
             if index in self.changed_after_fork:
                 return Look(ONLY_A if lane_id == "a" else ONLY_B, cursor=cursor)
-            return Look(SHARED_AFTER, cursor=cursor, drafted=step.drafted and not cursor)
+            # greyed text is marked already: no draft underline on top of it
+            return Look(SHARED_AFTER, cursor=cursor)
         level = shade_level(step.margin, self.threshold)
         return Look(SHARED, level, cursor, step.drafted and level is None and not cursor)
 
@@ -445,6 +448,32 @@ class Line(Widget):
         return self._text
 
 
+def footer_key_width(key: FooterKey, compact: bool) -> int:
+    """The cells a footer key takes: its key, its description and the spacing the
+    footer's style puts around them (a margin when compact, padding when not)."""
+    return cell_len(key.key_display) + cell_len(key.description) + (2 if compact else 3)
+
+
+class FittedFooter(Footer):
+    """Textual's footer with only the keys that fit whole, in the bindings' order (help
+    and quit come first): past the width Textual's cuts a key mid-word and a stray
+    letter of it shows beside the palette key."""
+
+    def compose(self) -> ComposeResult:
+        widgets = list(super().compose())
+        keys = [widget for widget in widgets if isinstance(widget, FooterKey)]
+        palette = [key for key in keys if key.has_class("-command-palette")]
+        room = (self.size.width or self.app.size.width) - sum(
+            footer_key_width(key, self.compact) + 1 for key in palette
+        )
+        for widget in widgets:
+            if isinstance(widget, FooterKey) and widget not in palette:
+                room -= footer_key_width(widget, self.compact)
+                if room < 0:
+                    continue
+            yield widget
+
+
 class ThemeAware(Widget):
     """A widget drawn in theme colours that repaints once a new theme is applied."""
 
@@ -642,15 +671,50 @@ LEGEND_ROWS = tuple((entry.long, entry.meaning) for entry in LEGEND) + (
 """The legend as (mark, meaning) rows, for the help screen."""
 
 
+def _legend_entry(palette: Palette, entry: LegendEntry, label: str) -> Text:
+    name = getattr(entry, label)
+    if entry.look.shade is None:
+        return Text(name, look_style(palette, entry.look))
+    # a near tie's name in every strength of its shade, the closest call first: the
+    # strength reads as shade, as it does in the panes
+    text = Text()
+    for number, character in enumerate(name):
+        level = SHADE_LEVELS - 1 - round(number * (SHADE_LEVELS - 1) / max(1, len(name) - 1))
+        text.append(character, look_style(palette, Look(SHARED, level)))
+    return text
+
+
+def _strip_legend(palette: Palette) -> Text:
+    """The margin strip's marks, each drawn as the strip draws it: a near tie's bar
+    over the threshold band, the fork's cell, a bar after the fork (dimmed)."""
+    marks = TokenMarks(palette, threshold=1.0, fork_index=0, cursor=None)
+    no_fork = TokenMarks(palette, threshold=1.0, fork_index=None, cursor=None)
+    text = Text()
+    text.append("strip ", "dim")
+    for character, style, name in (
+        ("▃", strip_cell_style(no_fork, 0, 0, True, True), "tie "),
+        ("█", strip_cell_style(marks, 0, 0, False, False), "fork "),
+        ("▆", strip_cell_style(marks, 1, 1, False, False), "after"),
+    ):
+        text.append(character, style)
+        text.append(name)
+    return text
+
+
 def legend_text(palette: Palette, width: int) -> Text:
     """The legend in one line of `width` cells: each mark named in its own look, with
-    long names where they fit, else short ones, else cut."""
-    for label in ("long", "short"):
+    long names where they fit, else short ones, with the margin strip's marks where
+    they fit too, else cut."""
+    strip = _strip_legend(palette)
+    for label, with_strip in (("long", True), ("short", True), ("long", False), ("short", False)):
         text = Text(no_wrap=True, overflow="ellipsis")
         for number, entry in enumerate(LEGEND):
             if number:
                 text.append("  ")
-            text.append(getattr(entry, label), look_style(palette, entry.look))
+            text.append_text(_legend_entry(palette, entry, label))
+        if with_strip:
+            text.append("  │ ", "dim")
+            text.append_text(strip)
         if text.cell_len <= width:
             return text
     text.truncate(width, overflow="ellipsis")
@@ -762,8 +826,8 @@ def render_panel(
     return panel_renderable(view, 120, 12, None)
 
 
-WHY_WRAP_HEIGHT = 10
-"""From this panel height the fork's verdict may take two lines."""
+WHY_WRAP_HEIGHT = 6
+"""From this panel height (an 80x24 screen's) the fork's verdict may take two lines."""
 SIDE_NOTES_WIDTH = 100
 """From this width the panel puts what the lanes differ in and the near ties before
 the fork beside the candidates."""
@@ -811,10 +875,13 @@ def _panel_lines(view: PanelView, palette: Palette | None, why_width: int | None
     )
     if fork is not None and view.index == fork.index and a is not None and b is not None:
         return _fork_lines(view, (fork, a, b), palette, p_note, why_width)
-    margins = " · ".join(
-        f"{lane} margin {step.margin:.3f}" for lane, step in (("a", a), ("b", b)) if step
+    # each lane's own pick at this step: away from the fork the reader still sees
+    # what each lane chose before reading the numbers
+    picks = " · ".join(
+        f"{lane} {quoted_piece(step.piece)}" for lane, step in (("a", a), ("b", b)) if step
     )
-    lines = [_one_line(("token", "bold"), f" {view.index}   {margins}{p_note}")]
+    margins = " · ".join(f"{lane} {step.margin:.3f}" for lane, step in (("a", a), ("b", b)) if step)
+    lines = [_one_line(("token", "bold"), f" {view.index}: {picks}   margins {margins}{p_note}")]
     if fork is not None and view.index > fork.index:
         warning = palette.tie_bar if palette is not None else "yellow"
         lines.append(
@@ -841,9 +908,7 @@ def _fork_lines(
     fork, a, b = at_fork
 
     def pick(view_of: PickView) -> str:
-        return (
-            "outside top-k" if view_of.logit is None else f"{view_of.logit:.3f} (#{view_of.rank})"
-        )
+        return "outside top-k" if view_of.logit is None else f"#{view_of.rank} {view_of.logit:.3f}"
 
     verdict = fork_verdict(a, b, near_tie=view.near_tie)
     similar = (
@@ -856,7 +921,9 @@ def _fork_lines(
     return [
         _one_line(
             ("FORK", "bold reverse"),
-            f" at token {fork.index} of {view.generated} ",
+            # the fork's index beside the tokens shown, never "N of M": an index next to
+            # a count reads as off by one
+            f" at token {fork.index} · {counted(view.generated, 'token')} shown ",
             _class_badge(a, b, view.near_tie, palette),
             " ",
             ("a ", "bold"),
@@ -870,8 +937,8 @@ def _fork_lines(
             for n, line in enumerate(why_lines)
         ),
         _one_line(
-            f"margin a {fork.a.margin:.3f} · b {fork.b.margin:.3f} · "
-            f"b's pick in a {pick(fork.a.other)} · a's pick in b {pick(fork.b.other)}"
+            f"margins a {fork.a.margin:.3f} · b {fork.b.margin:.3f} · "
+            f"b's pick in a {pick(fork.a.other)} · a's in b {pick(fork.b.other)}"
             f"{similar}{p_note}"
         ),
     ]
@@ -927,6 +994,16 @@ def aligned_text(
 ) -> Text:
     """The shared prefix collapsed to its last few tokens, then each lane's branch from
     the fork on, a above b, in the panes' colours."""
+    top, branch_b = aligned_parts(lanes, marks, context)
+    return top if branch_b is None else Text("\n\n").join((top, branch_b))
+
+
+def aligned_parts(
+    lanes: Mapping[str, LaneState], marks: Mapping[str, TokenMarks], context: int = ALIGNED_CONTEXT
+) -> tuple[Text, Text | None]:
+    """The aligned view in two parts: the collapsed prefix with lane a's branch, and
+    lane b's branch (None before a fork), so each can have its own share of the
+    height."""
     a, b = lanes["a"], lanes["b"]
     fork = marks["a"].fork_index
     shared_end = fork if fork is not None else min(len(a.steps), len(b.steps))
@@ -944,11 +1021,13 @@ def aligned_text(
             text, longer, marks[longer.lane_id], styles, range(shared_end, len(longer.steps))
         )
         text.append(f"\n\nno fork yet: the lanes agree over {shared_end} tokens", "dim")
-        return text
-    for state in (a, b):
-        text.append(f"\n\n{state.lane_id} ▸ ", "bold")
-        _append_tokens(text, state, marks[state.lane_id], styles, range(fork, len(state.steps)))
-    return text
+        return text, None
+    branches = [text, Text()]
+    for state, branch in zip((a, b), branches):
+        gap = "\n\n" if branch.plain else ""  # lane b's part begins its own view
+        branch.append(f"{gap}{state.lane_id} ▸ ", "bold")
+        _append_tokens(branch, state, marks[state.lane_id], styles, range(fork, len(state.steps)))
+    return branches[0], branches[1]
 
 
 def _append_tokens(
@@ -959,17 +1038,26 @@ def _append_tokens(
         text.append(piece, styles.style(state.lane_id, index, state.steps[index], marks))
 
 
-class AlignedView(VerticalScroll, can_focus=True):
-    """The aligned view: the shared prefix collapsed, the two branches stacked."""
+class AlignedView(Vertical, can_focus=True):
+    """The aligned view: the shared prefix collapsed, the two branches stacked. Lane a's
+    part takes at most half the height, so lane b's branch is on screen too; each part
+    scrolls on its own."""
 
     DEFAULT_CSS = """
     AlignedView { display: none; height: 1fr; padding: 0 1; }
-    AlignedView > Static { width: 100%; height: auto; }
+    AlignedView > VerticalScroll { height: auto; max-height: 50%; scrollbar-size-vertical: 1; }
+    AlignedView > VerticalScroll.aligned-b { height: 1fr; max-height: 100%; }
+    AlignedView Static { width: 100%; height: auto; }
     """
     BINDINGS = [Binding("escape", "app.toggle_aligned", "back", show=False)]
 
     def compose(self) -> ComposeResult:
-        yield Static(classes="aligned-text")
+        with VerticalScroll(classes="aligned-a", can_focus=False):
+            yield Static(classes="aligned-text")
+        with VerticalScroll(classes="aligned-b", can_focus=False):
+            yield Static(classes="aligned-branch-b")
 
     def show(self, lanes: Mapping[str, LaneState], marks: Mapping[str, TokenMarks]) -> None:
-        self.query_one(".aligned-text", Static).update(aligned_text(lanes, marks))
+        top, branch_b = aligned_parts(lanes, marks)
+        self.query_one(".aligned-text", Static).update(top)
+        self.query_one(".aligned-branch-b", Static).update(branch_b or "")
