@@ -396,3 +396,30 @@ def test_strip_margins_follow_growing_cut_and_replaced_steps(lengths: tuple[int,
         strip.show(steps, marks_for(palette, fork=None))
         assert strip.margins == [s.margin for s in steps]
         assert strip.strip_columns(4) == strip_columns(strip.margins, 4)
+
+
+@pytest.mark.parametrize("width", [8, 9, 13, 37])
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        [" is", " a", " fascinating", " one", ".", " It", " was"],
+        ["...", ".", " ..", "\n", "a" * 30, ". ", "\t", "x"],
+        ["漢字", "かな", " wide", "字" * 9, "\x1b[31m", " end"],
+    ],
+)
+def test_the_token_wrapper_never_drops_or_repeats_a_character(width: int, pieces) -> None:
+    """Whatever a line starts with (a '.' or a wide character), the lines read back
+    every token's text once, in order, and none is wider than the view."""
+    from rich.cells import cell_len
+
+    from specdiff.safe_text import terminal_text
+    from specdiff.tui.widgets import TAB
+
+    view = TokenView("a")
+    for index, piece in enumerate(pieces):
+        view.token_lines.append(len(view.lines) - 1)
+        view._place(index, piece, width)
+    for index in range(len(pieces)):
+        shown = "".join(text for line in view.lines for i, text in line if i == index)
+        assert shown == terminal_text(pieces[index], tab=TAB).replace("\n", "")
+    assert all(sum(cell_len(text) for _, text in line) <= width for line in view.lines)

@@ -12,7 +12,7 @@ import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from rich.cells import cell_len
+from rich.cells import cell_len, chop_cells
 from rich.console import Group, RenderableType
 from rich.segment import Segment
 from rich.style import Style
@@ -342,11 +342,13 @@ class TokenView(ScrollView, can_focus=False):
                     self.lines.append([])
                     self.line_widths.append(0)
                     room = width
-                piece = part
-                if cell_len(piece) > room:
-                    piece = part[:room]
+                # cut by cells, not characters: a wide character takes two
+                piece = part if size <= room else chop_cells(part, room)[0] if room > 0 else ""
+                if cell_len(piece) > room:  # a wide character with one cell left
+                    piece = ""
                 part = part[len(piece) :]
-                self.lines[-1].append((index, piece))
+                if piece:
+                    self.lines[-1].append((index, piece))
                 self.line_widths[-1] += cell_len(piece)
                 if part:
                     self.lines.append([])
