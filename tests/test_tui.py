@@ -800,3 +800,20 @@ async def test_overrides_from_the_command_line_show_in_their_fields() -> None:
         await pilot.pause()
         app.show_config()
         assert "a: threads=2 n_ctx=512 · b: threads=2" in app.query_one("#config-bar").plain
+
+
+@pytest.mark.parametrize("theme", ["specdiff-dark", "specdiff-light", "specdiff-high-contrast"])
+async def test_the_focused_pair_picker_is_lit_as_a_focused_input(theme) -> None:
+    app = make_app(presets(), "ubatch", "Hi", 20, autostart=False, theme_name=theme)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        current = app.query_one("#pair SelectCurrent")
+        resting = current.styles.background
+        app.query_one("#pair").focus()
+        await pilot.pause()
+        lit, bar = current.styles.background, current.styles.border_left[0]
+        app.query_one("#prompt").focus()
+        await pilot.pause()
+        assert lit != resting and lit == app.query_one("#prompt").styles.background
+        assert bar == app.query_one("#prompt").styles.border_left[0] != ""  # the accent bar
+        assert current.styles.border_left[0] == ""  # unlit again once focus leaves
