@@ -194,21 +194,13 @@ class SpecdiffApp(App[int]):
         self.session = session
         self.sessions_dir = sessions_dir
         self.theme_dirs = theme_dirs
-        self.lanes = {"a": LaneState("a"), "b": LaneState("b")}
         self.pair: Pair = pairs[pair_name]
-        self.fork: Fork | None = None
-        self.stopped_by: str | None = None
-        """The lane whose failure stopped the run: the other lane's pane says so."""
+        self.reset_view()
         self._next_alignment = 0.0
         self._next_panel = 0.0
         self._status = ""
         """The status line's text without the note shown before it."""
-        self.changed: dict[str, set[int]] = {"a": set(), "b": set()}
-        self.similarity: float | None = None
-        self.result: PairResult | None = None
         self.cursor_lane = "a"
-        self.cursor: int | None = None
-        self.follow = True
         self.running = False
         self.max_tokens = max_tokens
         self.cancel = threading.Event()
@@ -581,13 +573,15 @@ class SpecdiffApp(App[int]):
         self._next_alignment = now + (time.monotonic() - now) / ALIGN_COST_SHARE
 
     def reset_view(self) -> None:
+        """What a run (or a session) on screen holds: nothing yet."""
         self.lanes = {"a": LaneState("a"), "b": LaneState("b")}
-        self.fork = None
-        self.stopped_by = None
-        self.changed = {"a": set(), "b": set()}
-        self.similarity = None
-        self.result = None
-        self.cursor = None
+        self.fork: Fork | None = None
+        self.stopped_by: str | None = None
+        """The lane whose failure stopped the run: the other lane's pane says so."""
+        self.changed: dict[str, set[int]] = {"a": set(), "b": set()}
+        self.similarity: float | None = None
+        self.result: PairResult | None = None
+        self.cursor: int | None = None
         self.follow = True
 
     def show_session(self, session: Session) -> None:
