@@ -62,8 +62,9 @@ async def test_live_run_streams_forks_and_navigates(
         panel = app.query_one("#panel").render().renderables
         header = " ".join(str(item) for item in panel[:4])  # the fork, why, the margins
         assert f"FORK at token {expected.index}" in header
-        assert f"margin a {expected.a.margin:.3f}" in header
+        assert f"margins a {expected.a.margin:.3f}" in header
         assert f"b {expected.b.margin:.3f}" in header
+        assert app.cursor == expected.index  # the view went to the fork: the cursor too
         # navigation: d to the fork, n / p between near ties (staying put when there is
         # none that way: how many there are depends on the CPU), arrows token by token
         await pilot.press("d")
