@@ -172,7 +172,7 @@ async def test_the_tui_shows_the_refusal_in_the_gpu_lane_pane(gguf: Path) -> Non
     # deferred: the app's modules are the TUI's, loaded for this test alone
     from specdiff.lanes import presets
     from specdiff.tui.app import make_app
-    from specdiff.tui.widgets import TokenView
+    from specdiff.tui.widgets import Line, TokenView
     from tests.conftest import wait_for
 
     app = make_app(presets(), "gpu-vs-cpu", "Hello", 4)
@@ -183,6 +183,8 @@ async def test_the_tui_shows_the_refusal_in_the_gpu_lane_pane(gguf: Path) -> Non
         trailer = app.query_one("#lane-a TokenView", TokenView).trailer
         assert trailer is not None and "gpu_layers=-1" in trailer
         assert not app.running
+        status = app.query_one("#status", Line).plain
+        assert status.startswith("failed: lane a asks for") and status.count("lane a") == 1
 
 
 # --- what a session records --------------------------------------------------------------

@@ -151,6 +151,14 @@ def add_near_tie(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_teacher_forced(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--teacher-forced",
+        action="store_true",
+        help="feed lane b lane a's tokens: count the steps whose argmax flips",
+    )
+
+
 def add_quiet(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
 

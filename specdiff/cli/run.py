@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from specdiff.chat import MAX_CONVERSATION_CHARS, ChatError, conversation, mixed_note, read_messages
 from specdiff.cli import options
 from specdiff.cli.common import Exit, Status, Subcommands, add_command, interrupt_sets, read_request
+from specdiff.compare import run_fork_index
 from specdiff.errors import SpecdiffError
 from specdiff.files import read_limited
 from specdiff.lanes import Pair
@@ -32,6 +33,7 @@ def add_parser(commands: Subcommands) -> None:
     options.add_request_options(run)
     options.add_chat_options(run)
     options.add_stop(run)
+    options.add_teacher_forced(run)
     options.add_json_summary(run)
     options.add_quiet(run)
     run.add_argument(
@@ -74,7 +76,9 @@ def command_run(args: argparse.Namespace) -> int:
             status.message(f"saving to {writer.partial}")
         try:
             with interrupt_sets(cancel):
-                result = runner.run(prompt, args.max_tokens, args.stop, args.near_tie, on_step)
+                result = runner.run(
+                    prompt, args.max_tokens, args.stop, args.near_tie, on_step, args.teacher_forced
+                )
         except SpecdiffError:
             if writer is not None:
                 writer.abandon()
@@ -148,6 +152,7 @@ def start_session(
             executed=runner.executed(),
             build=runner.build,
             created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            teacher_forced=args.teacher_forced,
         )
     )
     return writer
@@ -163,4 +168,8 @@ def exit_code(result: PairResult) -> int:
         for error in errors:
             print(f"specdiff: error: {visible(error)}", file=sys.stderr)
         return Exit.BAD_INPUT
-    return Exit.SAME if result.comparison.identical else Exit.DIFFERENT
+    differ = not result.comparison.identical
+    if result.teacher_forced:
+        # lane b was fed lane a's tokens, so the ids agree by construction: a flip differs
+        differ = run_fork_index(result.a.steps, result.b.steps, True) is not None
+    return Exit.DIFFERENT if differ else Exit.SAME

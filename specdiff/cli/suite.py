@@ -61,11 +61,7 @@ def add_parser(commands: Subcommands) -> None:
     options.add_max_tokens(suite, default=None)
     suite.add_argument("--report", required=True, metavar="DIR", help="the report folder")
     options.add_near_tie(suite)
-    suite.add_argument(
-        "--teacher-forced",
-        action="store_true",
-        help="feed lane b lane a's tokens: count the steps whose argmax flips",
-    )
+    options.add_teacher_forced(suite)
     suite.add_argument(
         "--quants",
         metavar="LIST",

@@ -30,7 +30,7 @@ from textual.timer import Timer
 from textual.widgets import Button, Footer, Input, Select, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from specdiff.chat import Conversation, typed_prompt
+from specdiff.chat import Conversation, shown_prompt, typed_prompt
 from specdiff.compare import DEFAULT_NEAR_TIE, Fork, align_after, first_divergence, fork_at
 from specdiff.compare import near_ties as find_near_ties
 from specdiff.engine.worker import PairWorker
@@ -236,7 +236,8 @@ class SpecdiffApp(App[int]):
     def compose(self) -> ComposeResult:
         yield Line(id="config-bar")
         with Horizontal(id="controls"):
-            yield Input(visible(self.initial_prompt), placeholder="prompt", id="prompt")
+            shown = visible(shown_prompt(self.initial_prompt))
+            yield Input(shown, placeholder="prompt", id="prompt")
             yield Select(
                 [(pair_option(name, pair), name) for name, pair in self.pairs.items()],
                 value=self.pair_name,
@@ -840,7 +841,7 @@ class SpecdiffApp(App[int]):
     # -- running --------------------------------------------------------------------
     def resolve_pair(self) -> tuple[Pair, str, int]:
         prompt = self.query_one("#prompt", Input).value
-        if prompt == visible(self.initial_prompt):
+        if prompt == visible(shown_prompt(self.initial_prompt)):
             # the box shows control characters and newlines as escapes; unedited, it
             # stands for the prompt itself
             prompt = self.initial_prompt
@@ -1045,7 +1046,9 @@ class SpecdiffApp(App[int]):
     def on_run_failed(self, message: RunFailed) -> None:
         self.running = False
         self._restart = False
-        where = f"lane {message.lane}: " if message.lane else ""
+        # an error that opens with its lane ("lane a asks for ...") names it already
+        named = not message.lane or message.error.startswith(f"lane {message.lane}")
+        where = "" if named else f"lane {message.lane}: "
         self.notify(f"{where}{message.error}", severity="error", timeout=10)
         self.set_status(f"failed: {where}{message.error}")
         for lane_id in (message.lane,) if message.lane else ("a", "b"):
