@@ -162,7 +162,8 @@ def read_messages(text: str, where: str) -> Conversation:
     """A conversation from JSON text (a --messages value or file); ChatError naming
     `where`."""
     try:
-        value = json.loads(text)
+        # editors on Windows save UTF-8 with a byte-order mark, which JSON itself refuses
+        value = json.loads(text.removeprefix("\ufeff"))
     except ValueError as error:
         raise ChatError(
             f"{where} is not valid JSON ({str(error).split(':')[0]}); give a list like {EXAMPLE}"

@@ -25,6 +25,7 @@ from specdiff.chat import (
     messages_of,
     mixed_note,
     parse_messages,
+    read_messages,
     typed_prompt,
 )
 from specdiff.engine.server.dialects import Chat
@@ -527,3 +528,13 @@ def test_a_chat_server_lane_keeps_only_a_formatted_prompt_it_can_trust(mode: str
     assert "chat_prompt" not in executed and ids == raw
     assert template.startswith("the server's own, not known here (") and template.isprintable()
     assert "prompt ids are the raw text's" in template and len(template) < 600
+
+
+@pytest.mark.parametrize("bom", ["", "\ufeff"], ids=["plain", "byte-order mark"])
+def test_messages_saved_with_or_without_a_byte_order_mark_read_alike(bom: str) -> None:
+    """Notepad and other Windows editors start UTF-8 files with a byte-order mark: the
+    conversation is the same either way."""
+    text = bom + json.dumps(CONVERSATIONS["several turns"])
+    conversation = read_messages(text, "--messages")
+    read = [message.to_json() for message in conversation.messages]
+    assert read == CONVERSATIONS["several turns"]
