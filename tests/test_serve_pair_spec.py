@@ -130,18 +130,29 @@ def test_every_listed_type_is_in_the_real_binarys_help() -> None:
         (["--draft-max", "257"], "--draft-max"),
         (["--draft-max", "many"], "--draft-max"),
         (["--draft-model", "/no/such/draft.gguf"], "--draft-model"),
+        (["--spec-type", "draft-simple", "--draft-model", "NOT_GGUF"], "is not a GGUF file"),
+        (["--spec-type", "ngram-mod", "--draft-model", "NOT_GGUF"], "drafts without a model"),
         (["--spec-type", "draft-mtp"], "MTP"),  # the bundled model has no MTP head
     ],
     ids=["unknown-type", "escapes", "draft-max-0", "draft-max-big", "draft-max-text",
-         "missing-draft", "no-mtp-head"],
+         "missing-draft", "draft-not-gguf", "draft-model-unread", "no-mtp-head"],
 )  # fmt: skip
-def test_bad_serve_pair_input_is_one_line_and_exit_2(args: list[str], names: str) -> None:
-    done = specdiff("serve-pair", *args, "--threads", "1", "run", "--max-tokens", "4")
+def test_bad_serve_pair_input_is_one_line_and_exit_2(
+    tmp_path: Path, args: list[str], names: str
+) -> None:
+    """With the inner command's --quiet, nothing but the error reaches stderr, even where
+    a server was started before it refused."""
+    not_gguf = tmp_path / "notes.gguf"
+    not_gguf.write_text("not a model\n", encoding="utf-8")
+    args = [str(not_gguf) if arg == "NOT_GGUF" else arg for arg in args]
+    done = specdiff(
+        "serve-pair", *args, "--threads", "1", "run", "--max-tokens", "4", "--quiet"
+    )
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
-    assert names in lines[-1] and lines[-1].isprintable()
-    assert all(line.startswith("specdiff:") or "llama-server" in line for line in lines)
+    assert len(lines) == 1 and names in lines[0] and lines[0].isprintable(), lines
+    assert lines[0].startswith("specdiff:")
 
 
 def _serve_pair(tmp_path: Path, *server_args: str) -> tuple[dict, list[dict]]:

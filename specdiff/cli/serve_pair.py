@@ -154,6 +154,12 @@ def speculation_arguments(args: argparse.Namespace, binary: Path) -> list[str]:
             raise ArgumentError(
                 f"--draft-model {visible(str(draft), 120)} is not a file; give a GGUF's path"
             )
+        if not any(kind.startswith("draft") for kind in args.spec_type.split(",")):
+            raise ArgumentError(
+                f"--draft-model is read only by a draft --spec-type (e.g. draft-simple); "
+                f"--spec-type {visible(args.spec_type, 60)} drafts without a model"
+            )
+        check_gguf_magic(draft)
     arguments = ["--spec-type", args.spec_type]
     drafts = (
         ("--draft-model", draft, ("--spec-draft-model", "--model-draft")),
@@ -167,6 +173,25 @@ def speculation_arguments(args: argparse.Namespace, binary: Path) -> list[str]:
             raise ArgumentError(f"this llama-server takes no {option} (none of {', '.join(names)})")
         arguments += [flag, str(value)]
     return arguments
+
+
+def check_gguf_magic(path: Path) -> None:
+    """Refuse a draft model that is no GGUF before a server is started for it: the server
+    would only say "failed to read magic" after loading the target model."""
+    from specdiff.engine.gguf import GGUF_MAGIC  # deferred, as the engine is
+
+    try:
+        with path.open("rb") as handle:
+            magic = handle.read(len(GGUF_MAGIC))
+    except OSError as error:
+        raise ArgumentError(
+            f"--draft-model {visible(str(path), 120)} cannot be read: {error.strerror}"
+        ) from None
+    if magic != GGUF_MAGIC:
+        raise ArgumentError(
+            f"--draft-model {visible(str(path), 120)} is not a GGUF file (it does not start "
+            "with GGUF); give a .gguf model's path"
+        )
 
 
 def masked_arguments(arguments: list[str]) -> list[str]:
@@ -203,7 +228,8 @@ def command_serve_pair(args: argparse.Namespace) -> int:
 
     command = inner_command(args.inner)
     binary = find_llama_server(args.llama_server)
-    status = Status(sys.stderr, True)
+    # the inner command's --quiet silences the servers' start lines too
+    status = Status(sys.stderr, "--quiet" not in command)
     model = base_model_path(args.model or "default", status.message)
     threads = args.threads or max(1, (os.cpu_count() or 2) // 2)
     common = ["--ctx-size", str(args.ctx_size), "--threads", str(threads), "--parallel", "1"]
