@@ -407,7 +407,10 @@ def probe_llama_server(binary: Path, model: Path, section: Section) -> dict[str,
     try:
         server.start(wait_seconds=SERVER_SECONDS)
     except ServerProcessError as error:
-        last = _last_line(log.read_text(encoding="utf-8", errors="replace"))
+        try:
+            last = _last_line(log.read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            last = ""  # the log could not be written, which the error already says
         section.problems.append(
             Problem(
                 "llama-server", str(error) + (f" (last line: {last})" if last else ""), _SERVER_FIX
