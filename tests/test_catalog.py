@@ -117,7 +117,7 @@ def test_open_refuses_what_is_not_a_session_of_the_folder(
 def test_open_checks_the_pace_before_opening(folder: Path, capsys) -> None:
     assert main(["sessions", "--sessions-dir", str(folder), "open", "1", "--speed", "-2"]) == 2
     err = capsys.readouterr().err
-    assert "--speed" in err and "above 0" in err
+    assert "--speed" in err and "at least 0.01" in err
 
 
 def test_a_number_in_another_script_or_a_nul_byte_is_one_line(folder: Path, capsys) -> None:

@@ -114,10 +114,10 @@ def test_counts_out_of_range(capsys, command, option, value, bounds) -> None:
     assert "must be from " + bounds in error
 
 
-@pytest.mark.parametrize("value", ["nan", "inf", "fast", "0", "-0", "-2"])
-def test_replay_speed_must_be_finite_and_above_zero(capsys, value: str) -> None:
+@pytest.mark.parametrize("value", ["nan", "inf", "fast", "0", "-0", "-2", "0.001"])
+def test_replay_speed_must_be_finite_and_at_least_a_hundredth(capsys, value: str) -> None:
     error = refused(capsys, ["replay", "session.jsonl", f"--speed={value}"])
-    assert "--speed: must be a finite number above 0" in error
+    assert "--speed: must be a finite number of at least 0.01" in error
 
 
 # argv as Python sees bytes that are not UTF-8: each such byte a lone surrogate
