@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 FIRST, DRAFTED, OTHER = 9259, (236764, 1902), 506
@@ -181,24 +179,11 @@ class _LlamaServerFaults(BaseHTTPRequestHandler):
         self._send(200, json.dumps(data).replace('"NaN"', "NaN").encode())
 
 
-@contextlib.contextmanager
-def llama_server_faults(mode: str) -> Iterator[str]:
+def llama_server_faults(mode: str) -> contextlib.AbstractContextManager[str]:
     """This file run as a server in `mode`; yields its base URL."""
-    from tests.servers import free_port, wait_until_up
+    from tests.servers import script_server
 
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, __file__, mode, str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until_up(f"{url}/v1/models", process, 30.0)
-        yield url
-    finally:
-        process.kill()
-        process.wait(timeout=30)
+    return script_server(__file__, mode)
 
 
 if __name__ == "__main__":

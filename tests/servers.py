@@ -95,12 +95,18 @@ def llama_cpp_server(model: Path, *extra: str) -> Iterator[tuple[str, subprocess
         process.wait(timeout=30)
 
 
-@contextlib.contextmanager
-def fault_server(mode: str) -> Iterator[str]:
+def fault_server(mode: str) -> contextlib.AbstractContextManager[str]:
     """This file run as a server that answers /v1/completions the way `mode` says."""
+    return script_server(__file__, mode)
+
+
+@contextlib.contextmanager
+def script_server(script: str, mode: str) -> Iterator[str]:
+    """`python3 SCRIPT MODE PORT` on a free loopback port, up once /v1/models answers;
+    yields its base URL and kills it afterwards."""
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, __file__, mode, str(port)],
+        [sys.executable, script, mode, str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

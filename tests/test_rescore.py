@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +33,17 @@ from tests.llama_server_faults import DRAFTED, FIRST, RESCORING_FAULTS, llama_se
 
 PROMPTS = [entry["prompt"] for entry in load_prompts("repetitive")[:2]]
 MAX_TOKENS = 24
+
+
+def export(path: Path, fmt: str) -> subprocess.CompletedProcess[str]:
+    """`specdiff export PATH --format FMT` in its own process, its report on stdout."""
+    return subprocess.run(
+        [sys.executable, "-m", "specdiff", "export", str(path), "--format", fmt],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def _step(top: tuple[Candidate, ...], drafted: bool, source: str = "") -> TokenStep:
@@ -174,8 +187,6 @@ def test_reports_say_where_a_forks_numbers_came_from_and_each_servers_setup(
     launch flags stated): the export names the rescoring at the fork and never takes
     greedy requests for determinism."""
     import copy
-    import subprocess
-    import sys
 
     from tests.hostile_corpus import FOOTER, HEADER, STEPS, dump
 
@@ -188,13 +199,7 @@ def test_reports_say_where_a_forks_numbers_came_from_and_each_servers_setup(
         step["drafted"], step["source"] = True, RESCORED_BY
     path = tmp_path / "rescored.jsonl"
     path.write_bytes(dump([header, *steps, FOOTER]))
-    done = subprocess.run(
-        [sys.executable, "-m", "specdiff", "export", str(path), "--format", fmt],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = export(path, fmt)
     assert done.returncode == 0, done.stderr
     if fmt == "json":
         lanes = json.loads(done.stdout)["lanes"]
@@ -288,8 +293,6 @@ def test_an_export_says_when_accepted_drafts_were_left_unrescored(
     fmt: str, rescoring: dict | None, note: str | None, tmp_path: Path
 ) -> None:
     import copy
-    import subprocess
-    import sys
 
     from tests.hostile_corpus import FOOTER, HEADER, STEPS, dump
 
@@ -299,13 +302,7 @@ def test_an_export_says_when_accepted_drafts_were_left_unrescored(
         header["executed"]["a"]["rescoring"] = rescoring
     path = tmp_path / "session.jsonl"
     path.write_bytes(dump([header, *STEPS, FOOTER]))
-    done = subprocess.run(
-        [sys.executable, "-m", "specdiff", "export", str(path), "--format", fmt],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = export(path, fmt)
     assert done.returncode == 0, done.stderr
     assert "\x1b" not in done.stdout
     said = [line for line in done.stdout.splitlines() if "accepted drafts not rescored" in line]
