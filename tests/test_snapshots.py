@@ -14,7 +14,7 @@ import pytest
 
 from specdiff.lanes import presets
 from specdiff.sessions.store import load_session
-from specdiff.tui.app import make_app
+from specdiff.tui.app import SpecdiffApp, make_app
 from specdiff.tui.themes import load_themes
 
 SESSION = Path(__file__).parent / "data" / "ubatch-roman-empire.jsonl"
@@ -22,7 +22,8 @@ THEMES = Path(__file__).resolve().parent.parent / "themes"
 SIZES = {"80x24": (80, 24), "120x40": (120, 40)}
 
 
-def session_app(theme: str | None = None):
+def session_app(theme: str | None = None, speed: float | None = None) -> SpecdiffApp:
+    """The demo session in the app: at once, or replayed at `speed`."""
     session = load_session(SESSION)
     return make_app(
         presets(),
@@ -32,6 +33,7 @@ def session_app(theme: str | None = None):
         session=session,
         theme_name=theme,
         theme_dirs=[THEMES],
+        replay_speed=speed,
     )
 
 

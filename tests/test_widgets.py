@@ -12,10 +12,8 @@ from rich.console import Console
 from textual.color import Color
 
 from specdiff.compare import fork_at, fork_sentence, fork_verdict, quoted_piece
-from specdiff.lanes import presets
-from specdiff.sessions.store import load_session
 from specdiff.steps import Candidate, TokenStep
-from specdiff.tui.app import SpecdiffApp, make_app
+from specdiff.tui.app import SpecdiffApp
 from specdiff.tui.themes import contrast, load_themes
 from specdiff.tui.widgets import (
     FORK,
@@ -41,6 +39,7 @@ from specdiff.tui.widgets import (
     strip_columns,
     strip_height,
 )
+from tests.test_snapshots import session_app
 
 THEMES_DIR = Path(__file__).resolve().parent.parent / "themes"
 THEMES = load_themes([THEMES_DIR]).themes
@@ -299,20 +298,6 @@ def test_past_the_fork_the_panel_warns_that_contexts_differ(index: int) -> None:
 
 
 # -- in the app ------------------------------------------------------------------------
-def session_app(theme: str, speed: float | None) -> SpecdiffApp:
-    session = load_session(SESSION)
-    return make_app(
-        presets(),
-        "ubatch",
-        session.prompt,
-        60,
-        session=session,
-        theme_name=theme,
-        theme_dirs=[THEMES_DIR],
-        replay_speed=speed,
-    )
-
-
 def drawn_colours(app: SpecdiffApp) -> set[str]:
     colours = set()
     for lane_id in ("a", "b"):
