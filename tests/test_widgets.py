@@ -44,7 +44,6 @@ from tests.test_snapshots import session_app
 THEMES_DIR = Path(__file__).resolve().parent.parent / "themes"
 THEMES = load_themes([THEMES_DIR]).themes
 THEME_NAMES = sorted(THEMES)
-SESSION = Path(__file__).parent / "data" / "ubatch-roman-empire.jsonl"
 WCAG_TEXT = 4.5
 
 
