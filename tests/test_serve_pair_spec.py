@@ -130,7 +130,7 @@ def test_every_listed_type_is_in_the_real_binarys_help() -> None:
         (["--draft-max", "257"], "--draft-max"),
         (["--draft-max", "many"], "--draft-max"),
         (["--draft-model", "/no/such/draft.gguf"], "--draft-model"),
-        (["--spec-type", "draft-simple", "--draft-model", "NOT_GGUF"], "is not a GGUF file"),
+        (["--spec-type", "draft-simple", "--draft-model", "NOT_GGUF"], "is not a GGUF model"),
         (["--spec-type", "ngram-mod", "--draft-model", "NOT_GGUF"], "drafts without a model"),
         (["--spec-type", "draft-mtp"], "MTP"),  # the bundled model has no MTP head
     ],

@@ -159,7 +159,7 @@ def speculation_arguments(args: argparse.Namespace, binary: Path) -> list[str]:
                 f"--draft-model is read only by a draft --spec-type (e.g. draft-simple); "
                 f"--spec-type {visible(args.spec_type, 60)} drafts without a model"
             )
-        check_gguf_magic(draft)
+        check_draft_model(draft)
     arguments = ["--spec-type", args.spec_type]
     drafts = (
         ("--draft-model", draft, ("--spec-draft-model", "--model-draft")),
@@ -175,23 +175,16 @@ def speculation_arguments(args: argparse.Namespace, binary: Path) -> list[str]:
     return arguments
 
 
-def check_gguf_magic(path: Path) -> None:
-    """Refuse a draft model that is no GGUF before a server is started for it: the server
-    would only say "failed to read magic" after loading the target model."""
-    from specdiff.engine.gguf import GGUF_MAGIC  # deferred, as the engine is
+def check_draft_model(path: Path) -> None:
+    """Refuse a draft model that is no readable GGUF before a server is started for it:
+    the server would only say "failed to read magic" after loading the target model."""
+    from specdiff.engine.gguf import read_gguf  # deferred, as the engine is
+    from specdiff.errors import ModelError
 
     try:
-        with path.open("rb") as handle:
-            magic = handle.read(len(GGUF_MAGIC))
-    except OSError as error:
-        raise ArgumentError(
-            f"--draft-model {visible(str(path), 120)} cannot be read: {error.strerror}"
-        ) from None
-    if magic != GGUF_MAGIC:
-        raise ArgumentError(
-            f"--draft-model {visible(str(path), 120)} is not a GGUF file (it does not start "
-            "with GGUF); give a .gguf model's path"
-        )
+        read_gguf(path)
+    except ModelError as error:
+        raise ArgumentError(f"--draft-model: {error}") from None
 
 
 def masked_arguments(arguments: list[str]) -> list[str]:
