@@ -94,15 +94,23 @@ def file_kind(path: Path) -> str | None:
     return kind_of(mode)
 
 
+def open_for_reading(path: Path) -> tuple[int, str | None]:
+    """A blocking read-only descriptor of path and kind_of it (None for a regular file).
+    The open itself is non-blocking, so that a FIFO returns at once instead of waiting
+    for a writer; the caller refuses what is not a regular file and closes the
+    descriptor. Raises OSError when it cannot be opened."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    os.set_blocking(descriptor, True)
+    return descriptor, kind_of(os.fstat(descriptor).st_mode)
+
+
 def read_limited(path: Path, limit: int) -> bytes:
     """The bytes of a regular file of at most `limit` bytes: a pipe, a device or a
     folder would block, never end or fail late, and a huge file would fill memory.
     Raises OSError when it cannot be opened or read, ValueError (the rest of a
     sentence starting with the path) when it is not a regular file or is too large."""
-    # non-blocking, so that opening a FIFO returns at once instead of waiting for a writer
-    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    descriptor, kind = open_for_reading(path)
     try:
-        kind = kind_of(os.fstat(descriptor).st_mode)
         if kind is not None:
             raise ValueError(f"is {kind}, not a file")
         with os.fdopen(descriptor, "rb", closefd=False) as handle:

@@ -22,7 +22,7 @@ from typing import IO, Any, BinaryIO
 
 from specdiff.compare import DEFAULT_NEAR_TIE, Comparison, compare
 from specdiff.errors import SpecdiffError
-from specdiff.files import kind_of, naming
+from specdiff.files import naming, open_for_reading
 from specdiff.lanes import Pair
 from specdiff.sessions.format import (
     PairResult,
@@ -303,17 +303,14 @@ def open_regular(path: Path) -> BinaryIO:
     """The session file opened for reading, refused unless it is a regular file: a named
     pipe would block the open until some writer came, and a device never ends."""
     try:
-        # non-blocking, so that opening a FIFO returns at once instead of waiting
-        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        descriptor, kind = open_for_reading(path)
     except FileNotFoundError:
         raise SessionError(f"session file not found: {path}") from None
     except OSError as error:
         raise SessionError(f"cannot read session file {path}: {error.strerror}") from None
-    kind = kind_of(os.fstat(descriptor).st_mode)
     if kind is not None:
         os.close(descriptor)
         raise SessionError(f"{path} is {kind}, not a session file; name a .jsonl session file")
-    os.set_blocking(descriptor, True)
     return os.fdopen(descriptor, "rb")
 
 
