@@ -4,8 +4,12 @@ stopped suite continues with --resume."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
 import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +21,6 @@ from specdiff.cli.common import (
     Subcommands,
     add_command,
     check_limits,
-    interrupt_sets,
     known_pairs,
     resolve_pair,
 )
@@ -25,12 +28,15 @@ from specdiff.errors import printable
 from specdiff.grading import DEFAULT_TIMEOUT as DEFAULT_GRADE_TIMEOUT
 from specdiff.grading import MAX_TIMEOUT as MAX_GRADE_TIMEOUT
 from specdiff.prompts import SETS
+from specdiff.suite import MAX_CONCURRENCY
 
 if TYPE_CHECKING:
     from specdiff.suite.prompts import SuitePrompt
     from specdiff.suite.runner import Progress
     from specdiff.suite.settings import SuiteSettings
 
+LOG_SECONDS = 60.0
+"""How often a suite whose stderr is no terminal logs its progress figures."""
 PROMPTS_HELP = (
     "JSONL file ({id, prompt, max_tokens?, stop?, tests+entry_point | answer(s) | "
     "answer_regex?} a line), folder of .txt files, or a bundled set: " + ", ".join(SETS)
@@ -69,6 +75,7 @@ def add_parser(commands: Subcommands) -> None:
     )
     options.add_stop(suite)
     add_grading_options(suite)
+    add_load_options(suite)
     suite.add_argument("--resume", action="store_true", help="continue a stopped suite in DIR")
     suite.add_argument("--force", action="store_true", help="replace the report in DIR")
     options.add_allow_servers(suite)
@@ -76,6 +83,16 @@ def add_parser(commands: Subcommands) -> None:
         "--skip-bad", action="store_true", help="run the good prompts when some lines are bad"
     )
     options.add_quiet(suite)
+
+
+def add_load_options(suite: argparse.ArgumentParser) -> None:
+    suite.add_argument(
+        "--concurrency",
+        type=options.whole_number(1, MAX_CONCURRENCY),
+        metavar="N",
+        help="server lanes: up to N prompts in flight per lane, each lane's requests "
+        "independent (default 1; recorded, since the split rate depends on the load)",
+    )
 
 
 def add_grading_options(suite: argparse.ArgumentParser) -> None:
@@ -123,6 +140,8 @@ def command_suite(args: argparse.Namespace) -> int:
     given, prompts, skipped = given_suite(args)
     allowed = args.allow_servers  # the server lanes a suite.json names, on a resume
     settings = prepare_report_dir(report_dir, given, prompts, args.resume, args.force, allowed)
+    if given is None:
+        resumed_concurrency(args.concurrency, settings, report_dir)
     if prompts is None:
         prompts, skipped = load_suite_prompts(settings.source, args.skip_bad)
         prompts = select_prompts(prompts, settings.ids, settings.limit, settings.source)
@@ -130,20 +149,26 @@ def command_suite(args: argparse.Namespace) -> int:
     write_settings(report_dir, settings, prompts)
     status = Status(sys.stderr, not args.quiet)
     announce(status, settings, prompts, skipped, report_dir)
-
-    def on_progress(progress: Progress) -> None:
-        status.update(progress_line(progress))
+    log = ProgressLog(status)
 
     def on_finished(run: FinishedRun) -> None:
         # a terminal shows the progress line; a log (stderr redirected) gets a line a run
         if not status.live:
             status.message(run.line())
 
-    cancel = threading.Event()
+    cancel, drain = threading.Event(), threading.Event()
     runner = SuiteRun(
-        settings, prompts, report_dir, skipped, on_progress, status.message, cancel, on_finished
+        settings,
+        prompts,
+        report_dir,
+        skipped,
+        log.show,
+        status.message,
+        cancel,
+        on_finished,
+        drain,
     )
-    with interrupt_sets(cancel):
+    with draining_interrupts(drain, cancel):
         outcome = runner.run()
     status.done()
     data = outcome_json(outcome)
@@ -161,6 +186,53 @@ def command_suite(args: argparse.Namespace) -> int:
         return Exit.DIFFERENT
     failed = sum(pair["summary"]["failed"] + pair["summary"]["crashed"] for pair in data["pairs"])
     return Exit.DIFFERENT if failed or outcome.unloaded else Exit.SAME
+
+
+def resumed_concurrency(given: int | None, settings: SuiteSettings, report_dir: Path) -> None:
+    """A --resume without PROMPTS runs at the stopped suite's concurrency: another one
+    given is refused, as is one a hand-edited suite.json sets for an in-process lane."""
+    from specdiff.suite.folder import read_suite_file
+    from specdiff.suite.settings import check_concurrency, check_same_concurrency
+
+    if given is not None:
+        check_same_concurrency(read_suite_file(report_dir), given, report_dir)
+    check_concurrency(settings)
+
+
+@contextlib.contextmanager
+def draining_interrupts(drain: threading.Event, cancel: threading.Event) -> Iterator[None]:
+    """The first Ctrl+C lets the runs in flight finish and starts no new one; the second
+    stops those runs where they are; a third leaves at once."""
+
+    def on_interrupt(_signum: int, _frame: object) -> None:
+        if cancel.is_set():
+            raise KeyboardInterrupt
+        (cancel if drain.is_set() else drain).set()
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+class ProgressLog:
+    """The progress line rewritten on a terminal; on a log (stderr redirected), the same
+    figures once the first run has ended, then a line a minute."""
+
+    def __init__(self, status: Status) -> None:
+        self.status = status
+        self.logged_at: float | None = None
+
+    def show(self, progress: Progress) -> None:
+        if self.status.live:
+            self.status.update(progress_line(progress))
+            return
+        now = time.monotonic()
+        due = self.logged_at is None or now - self.logged_at >= LOG_SECONDS
+        if due and progress.run_jobs:
+            self.logged_at = now
+            self.status.message(f"suite: {progress_figures(progress)}")
 
 
 def announce(
@@ -196,7 +268,7 @@ def given_suite(
     --resume without PROMPTS, which takes all of them from the stopped suite."""
     # deferred: the engine, session and report modules load only for the command that runs
     from specdiff.suite.prompts import load_suite_prompts, select_prompts
-    from specdiff.suite.settings import SuiteSettings, check_quants
+    from specdiff.suite.settings import SuiteSettings, check_concurrency, check_quants
 
     if args.prompts is None:
         if not args.resume:
@@ -218,7 +290,9 @@ def given_suite(
         grade_timeout=(DEFAULT_GRADE_TIMEOUT if args.grade_timeout is None else args.grade_timeout),
         limit=args.limit,
         ids=prompt_ids(args.ids),
+        concurrency=args.concurrency or 1,
     )
+    check_concurrency(settings)
     prompts, skipped = load_suite_prompts(args.prompts, args.skip_bad)
     prompts = select_prompts(prompts, settings.ids, settings.limit, args.prompts)
     check_graders(settings, prompts)
@@ -294,13 +368,22 @@ def refuse_run_options(args: argparse.Namespace) -> None:
 
 
 def progress_line(progress: Progress) -> str:
+    filled = round(24 * progress.fraction)
+    return f"[{'█' * filled}{'░' * (24 - filled)}] {progress_figures(progress)}"
+
+
+def progress_figures(progress: Progress) -> str:
+    """`12/164 (7%) · 3 in flight · 0.52 prompts/s · 180 tokens/s · ETA 4m05s`."""
     from specdiff.suite.runner import duration
 
-    filled = round(24 * progress.fraction)
+    def rate(value: float | None, unit: str, digits: int) -> str:
+        return f"… {unit}" if value is None else f"{value:.{digits}f} {unit}"
+
     return (
-        f"[{'█' * filled}{'░' * (24 - filled)}] {progress.fraction:4.0%} "
-        f"{progress.job + 1}/{progress.jobs} {progress.label} {progress.prompt_id} "
-        f"· ETA {duration(progress.eta_seconds)}"
+        f"{progress.job}/{progress.jobs} ({progress.fraction:.0%}) · {progress.in_flight} in "
+        f"flight · {rate(progress.prompts_per_second, 'prompts/s', 2)} · "
+        f"{rate(progress.tokens_per_second, 'tokens/s', 0)} · ETA "
+        f"{duration(progress.eta_seconds)} · {progress.label} {progress.prompt_id}"
     )
 
 

@@ -9,6 +9,9 @@ stopped run.
 
 from specdiff.errors import SpecdiffError
 
+MAX_CONCURRENCY = 256
+"""The most prompts a suite keeps in flight per lane (each holds a worker process)."""
+
 
 class SuiteError(SpecdiffError):
     """A suite's input or report folder is wrong."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -51,35 +52,44 @@ class PromptSkipped(Exception):
 
 @dataclass
 class Progress:
-    """Where a running suite is, for a progress bar."""
+    """Where a running suite is, for a progress bar: runs finished, those in flight, and
+    the rates of this invocation's runs."""
 
     label: str
     prompt_id: str
+    """The run last heard of."""
     job: int
-    """Jobs (prompt x pair) finished before the current one."""
+    """Jobs (prompt x pair) finished, read back or skipped."""
     jobs: int
     tokens: int
-    """Tokens produced so far in the current job (both lanes)."""
-    job_tokens: int
-    """Most tokens the current job can produce (both lanes)."""
+    """Tokens produced by this invocation's runs so far (both lanes, in flight too)."""
+    within: float
+    """The runs in flight, each counted by the share of its token budget produced."""
+    in_flight: int
     elapsed: float
-    done_seconds: float
-    """Wall time of the jobs run (not resumed) so far."""
+    run_seconds: float
+    """Wall time since this invocation's first run started."""
     run_jobs: int
     """How many jobs were run (not resumed) so far."""
 
     @property
     def fraction(self) -> float:
-        within = self.tokens / self.job_tokens if self.job_tokens else 0.0
-        return min(1.0, (self.job + within) / self.jobs) if self.jobs else 1.0
+        return min(1.0, (self.job + self.within) / self.jobs) if self.jobs else 1.0
+
+    @property
+    def prompts_per_second(self) -> float | None:
+        return self.run_jobs / self.run_seconds if self.run_jobs and self.run_seconds else None
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        return self.tokens / self.run_seconds if self.run_seconds > 0 else None
 
     @property
     def eta_seconds(self) -> float | None:
-        if not self.run_jobs:
+        rate = self.prompts_per_second
+        if rate is None:
             return None
-        per_job = self.done_seconds / self.run_jobs
-        within = self.tokens / self.job_tokens if self.job_tokens else 0.0
-        return max(0.0, per_job * (self.jobs - self.job - within))
+        return max(0.0, (self.jobs - self.job - self.within) / rate)
 
 
 @dataclass(frozen=True)
@@ -171,7 +181,8 @@ class SuiteOutcome:
 
 @dataclass
 class _Tally:
-    """What one `SuiteRun.run()` has done so far."""
+    """What one `SuiteRun.run()` has done so far; the runs in flight share it, under
+    `lock`."""
 
     began: float
     jobs: int
@@ -181,20 +192,48 @@ class _Tally:
     """Jobs finished, read back or skipped."""
     resumed: int = 0
     run_jobs: int = 0
-    done_seconds: float = 0.0
+    done_tokens: int = 0
+    """Tokens of the runs that ended."""
+    running: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Per run in flight (label and prompt id): tokens produced and the most it can."""
+    run_began: float | None = None
+    lock: threading.RLock = field(default_factory=threading.RLock)
 
-    def progress(self, label: str, prompt_id: str, tokens: int, job_tokens: int) -> Progress:
-        return Progress(
-            label=label,
-            prompt_id=prompt_id,
-            job=self.job,
-            jobs=self.jobs,
-            tokens=tokens,
-            job_tokens=job_tokens,
-            elapsed=time.perf_counter() - self.began,
-            done_seconds=self.done_seconds,
-            run_jobs=self.run_jobs,
-        )
+    def progress(self, label: str, prompt_id: str) -> Progress:
+        with self.lock:
+            now = time.perf_counter()
+            return Progress(
+                label=label,
+                prompt_id=prompt_id,
+                job=self.job,
+                jobs=self.jobs,
+                tokens=self.done_tokens + sum(done for done, _ in self.running.values()),
+                within=sum(done / most for done, most in self.running.values() if most),
+                in_flight=len(self.running),
+                elapsed=now - self.began,
+                run_seconds=0.0 if self.run_began is None else now - self.run_began,
+                run_jobs=self.run_jobs,
+            )
+
+    def started(self, key: str, most: int) -> None:
+        with self.lock:
+            if self.run_began is None:
+                self.run_began = time.perf_counter()
+            self.running[key] = (0, most)
+
+    def produced(self, key: str, tokens: int) -> None:
+        with self.lock:
+            self.running[key] = (tokens, self.running.get(key, (0, 0))[1])
+
+    def ended(self, key: str, counted: bool) -> None:
+        """A run in flight is over; `counted` when it ran to its end (not skipped or
+        stopped)."""
+        with self.lock:
+            tokens, _ = self.running.pop(key, (0, 0))
+            self.done_tokens += tokens
+            if counted:
+                self.run_jobs += 1
+                self.job += 1
 
 
 @dataclass
@@ -221,15 +260,22 @@ class SuiteRun:
         on_message: Callable[[str], None] | None = None,
         cancel: threading.Event | None = None,
         on_finished: Callable[[FinishedRun], None] | None = None,
+        drain: threading.Event | None = None,
     ) -> None:
         self.settings = settings
         self.prompts = prompts
         self.report_dir = report_dir
         self.skipped = list(skipped)
-        self.on_progress = on_progress or (lambda _: None)
-        self.on_message = on_message or (lambda _: None)
+        # the runs in flight report from their own threads: one at a time
+        self._said = threading.RLock()
+        self.on_progress = _serialized(on_progress, self._said)
+        self.on_message = _serialized(on_message, self._said)
+        self.on_finished = _serialized(on_finished, self._said)
         self.cancel = cancel or threading.Event()
-        self.on_finished = on_finished or (lambda _: None)
+        """Stop at once: the runs in flight end where they are (--resume runs them again)."""
+        self.drain = drain or threading.Event()
+        """Start no new run; those in flight finish."""
+        self._drain_noted = False
         self.skipped_runs = 0
         """Runs that could not start (a prompt too long, a pair that would not load)."""
         self.unloaded: list[str] = []
@@ -245,13 +291,20 @@ class SuiteRun:
             pending = self._read_back(label, quant, tally)
             if not pending:
                 continue
-            if self.cancel.is_set() or self._run_variant(label, pair, quant, pending, tally):
+            if self._stopping() or self._run_variant(label, pair, quant, pending, tally):
                 cancelled = True
                 break
+        # runs side by side end in any order; the report lists them in the suite's
+        order = {
+            (label, p.id): n
+            for n, (label, p) in enumerate(
+                (label, p) for label, _, _ in variants for p in self.prompts
+            )
+        }
         return SuiteOutcome(
             settings=self.settings,
             prompts=self.prompts,
-            records=tally.records,
+            records=sorted(tally.records, key=lambda r: order.get((r.pair, r.prompt_id), 0)),
             executed=tally.executed,
             skipped=self.skipped,
             cancelled=cancelled,
@@ -291,62 +344,127 @@ class SuiteRun:
     def _run_variant(
         self, label: str, pair: Pair, quant: str, pending: list[SuitePrompt], tally: _Tally
     ) -> bool:
-        """Run the pending prompts under one pair (variant); True when the suite was stopped."""
+        """Run the pending prompts under one pair (variant), up to --concurrency of them at
+        once, each on a worker of its own; True when the suite was stopped."""
         self.on_message(f"{label}: {pair.description or pair.name}")
-        runner = self._open_worker(label, pair, pending, tally)
-        if runner is None:
-            return False
-        variant = _Variant(label, pair, quant, runner)
+        queue = _Pending(deque(pending))
+        helpers = [
+            threading.Thread(
+                target=self._slot, args=(label, pair, quant, queue, tally, False), daemon=True
+            )
+            for _ in range(1, min(self.settings.concurrency, len(pending)))
+        ]
+        for helper in helpers:
+            helper.start()
         try:
-            for number, prompt in enumerate(pending):
-                if not variant.runner.alive:
-                    # the last prompt crashed the worker: a fresh one runs the rest
-                    variant.runner.close()
-                    runner = self._open_worker(label, pair, pending[number:], tally)
-                    if runner is None:
-                        return False
-                    variant.runner = runner
-                job_began = time.perf_counter()
-                try:
-                    path, stopped = self._run_one(variant, prompt, tally)
-                except PromptSkipped as skipped:
-                    self._skip(tally, label, [str(skipped)], str(skipped))
-                    continue
-                if stopped:
-                    return True
-                self._record_run(path, label, quant, prompt, tally)
-                seconds = time.perf_counter() - job_began
-                tally.done_seconds += seconds
-                tally.run_jobs += 1
-                tally.job += 1
-                self.on_finished(
-                    FinishedRun(tally.progress(label, prompt.id, 0, 0), tally.records[-1], seconds)
-                )
+            # this thread runs prompts too: with one at a time, it runs them all
+            self._slot(label, pair, quant, queue, tally)
         finally:
-            variant.runner.close()
-        return False
+            for helper in helpers:
+                helper.join()
+        return queue.stopped
+
+    def _slot(
+        self,
+        label: str,
+        pair: Pair,
+        quant: str,
+        queue: _Pending,
+        tally: _Tally,
+        loud: bool = True,
+    ) -> None:
+        """Take prompts from the queue and run them one after another on one worker (a
+        fresh one after a crash) until the queue is empty or the suite stops; only a
+        `loud` one says what its worker loads (the others load the same)."""
+        variant: _Variant | None = None
+        try:
+            while (prompt := self._next_prompt(queue)) is not None:
+                if variant is None or not variant.runner.alive:
+                    if variant is not None:
+                        variant.runner.close()  # the last prompt crashed the worker
+                    runner = self._open_worker(
+                        label, pair, lambda: [prompt, *queue.take_all()], tally, loud
+                    )
+                    if runner is None:
+                        return
+                    variant = _Variant(label, pair, quant, runner)
+                self._run_job(variant, prompt, queue, tally)
+        finally:
+            if variant is not None:
+                variant.runner.close()
+
+    def _next_prompt(self, queue: _Pending) -> SuitePrompt | None:
+        """The next prompt to run; None when none is left or the suite is stopping."""
+        with queue.lock:
+            if not queue.prompts:
+                return None
+            if self._stopping():
+                queue.stopped = True
+                return None
+            return queue.prompts.popleft()
+
+    def _stopping(self) -> bool:
+        """Whether the suite takes no new prompt (said once, when it starts draining)."""
+        if self.drain.is_set() and not self.cancel.is_set() and not self._drain_noted:
+            self._drain_noted = True
+            self.on_message(
+                "stopping: no new prompts; the runs in flight finish (Ctrl+C again stops "
+                "them now, and --resume runs them again)"
+            )
+        return self.drain.is_set() or self.cancel.is_set()
+
+    def _run_job(
+        self, variant: _Variant, prompt: SuitePrompt, queue: _Pending, tally: _Tally
+    ) -> None:
+        """Run one prompt and record it; a prompt that cannot run is skipped, and a
+        stopped run marks the suite stopped."""
+        key = f"{variant.label}\0{prompt.id}"
+        job_began = time.perf_counter()
+        try:
+            path, stopped = self._run_one(variant, prompt, tally, key)
+        except PromptSkipped as skipped:
+            tally.ended(key, counted=False)
+            self._skip(tally, variant.label, [str(skipped)], str(skipped))
+            return
+        if stopped:
+            tally.ended(key, counted=False)
+            queue.stopped = True
+            return
+        record = self._record_run(path, variant.label, variant.quant, prompt, tally)
+        seconds = time.perf_counter() - job_began
+        tally.ended(key, counted=True)
+        self.on_finished(FinishedRun(tally.progress(variant.label, prompt.id), record, seconds))
 
     def _open_worker(
-        self, label: str, pair: Pair, pending: list[SuitePrompt], tally: _Tally
+        self,
+        label: str,
+        pair: Pair,
+        pending: Callable[[], list[SuitePrompt]],
+        tally: _Tally,
+        loud: bool = True,
     ) -> PairWorker | None:
-        """A worker with the pair loaded; None, with the pending prompts skipped, when the
-        pair will not load (or its worker crashes loading it): the other pairs still can."""
+        """A worker with the pair loaded; None, with the `pending` prompts skipped, when
+        the pair will not load (or its worker crashes loading it): the other pairs still
+        can."""
         # the worker module loads only once something runs, so the input checks before it
         # stay quick; llama.cpp itself loads in the worker process only
         from specdiff.engine.worker import PairWorker
 
         try:
-            return PairWorker(pair, self.on_message, self.cancel)
+            return PairWorker(pair, self.on_message if loud else _quiet, self.cancel)
         except SpecdiffError as error:
-            self._skip(tally, label, [f"{prompt.id}: {error}" for prompt in pending], str(error))
-            self.unloaded.append(f"{label}: {error}")
+            skipped = [f"{prompt.id}: {error}" for prompt in pending()]
+            self._skip(tally, label, skipped, str(error))
+            with tally.lock:
+                self.unloaded.append(f"{label}: {error}")
             return None
 
     def _skip(self, tally: _Tally, label: str, runs: list[str], why: str) -> None:
         """Note runs that cannot start, one entry each, and say why once."""
-        self.skipped.extend(f"{label}: {run}" for run in runs)
-        self.skipped_runs += len(runs)
-        tally.job += len(runs)
+        with tally.lock:
+            self.skipped.extend(f"{label}: {run}" for run in runs)
+            self.skipped_runs += len(runs)
+            tally.job += len(runs)
         self.on_message(f"skipped {label}: {why}")
 
     def _read_record(
@@ -372,23 +490,29 @@ class SuiteRun:
 
     def _record_run(
         self, path: Path, label: str, quant: str, prompt: SuitePrompt, tally: _Tally
-    ) -> None:
+    ) -> PromptRecord:
         """Record the run just written; one that cannot be read back is a failed run."""
         read = self._read_record(path, label, quant, prompt, tally)
         if isinstance(read, str):
             self.on_message(f"failed: {label} {prompt.id}: {read}")
             relative = str(path.relative_to(self.report_dir))
             read = unreadable_record(label, quant, prompt.id, relative, read)
-        tally.records.append(read)
+        with tally.lock:
+            tally.records.append(read)
+        return read
 
-    def _run_one(self, variant: _Variant, prompt: SuitePrompt, tally: _Tally) -> tuple[Path, bool]:
-        """Run one prompt into its session file; True when the suite was stopped."""
+    def _run_one(
+        self, variant: _Variant, prompt: SuitePrompt, tally: _Tally, key: str
+    ) -> tuple[Path, bool]:
+        """Run one prompt into its session file, counted in flight under `key`; True when
+        the suite was stopped."""
         # deferred, as in _open_worker, which has loaded it by now
         from specdiff.engine.worker import WorkerCrashed
 
         path = session_path(self.report_dir, variant.label, prompt)
         max_tokens = prompt.max_tokens or self.settings.max_tokens
         writer = self._open_session(variant, prompt, path, max_tokens)
+        tally.started(key, 2 * max_tokens)
         produced = 0
         last_report = 0.0
 
@@ -399,7 +523,9 @@ class SuiteRun:
             now = time.perf_counter()
             if now - last_report >= 0.1:
                 last_report = now
-                self.on_progress(tally.progress(variant.label, prompt.id, produced, 2 * max_tokens))
+                tally.produced(key, produced)
+                self._stopping()  # says so as soon as a Ctrl+C asks to drain
+                self.on_progress(tally.progress(variant.label, prompt.id))
 
         try:
             result = variant.runner.run(
@@ -414,6 +540,7 @@ class SuiteRun:
             # died before its first step: nothing to keep, and --resume runs it again
             writer.abandon()
             raise PromptSkipped(f"{prompt.where}: {crash}") from None
+        tally.produced(key, produced)
         if result.cancelled:
             writer.handle.close()  # the partial file stays; --resume runs the prompt again
             return path, True
@@ -452,7 +579,11 @@ class SuiteRun:
                 prompt_token_ids=tuple(tokens),
                 max_tokens=max_tokens,
                 stop=tuple(self._stop(prompt)),
-                executed=runner.executed(),
+                executed={
+                    # the load the run was measured under: the split rate depends on it
+                    lane_id: {**table, "concurrency": self.settings.concurrency}
+                    for lane_id, table in runner.executed().items()
+                },
                 build=runner.build,
                 created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 teacher_forced=self.settings.teacher_forced,
@@ -475,7 +606,8 @@ class SuiteRun:
             return summary
         began = time.perf_counter()
         grades = (self._grade(grader, prompt, lanes[0]), self._grade(grader, prompt, lanes[1]))
-        self.grading_seconds += time.perf_counter() - began
+        with self._said:
+            self.grading_seconds += time.perf_counter() - began
         return replace(summary, grades=grades)
 
     def _grade(self, grader: Grader, prompt: SuitePrompt, lane: LaneOutcome) -> Grade:
@@ -486,5 +618,39 @@ class SuiteRun:
         grade, program_seconds = grade_text(
             grader, prompt.prompt, text, self._stop(prompt), self.settings.grade_timeout
         )
-        self.program_seconds += program_seconds
+        with self._said:
+            self.program_seconds += program_seconds
         return grade
+
+
+@dataclass
+class _Pending:
+    """A variant's prompts not yet taken by a run, shared by the runs in flight."""
+
+    prompts: deque[SuitePrompt]
+    stopped: bool = False
+    """Prompts were left (or a run stopped) because the suite was stopped."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def take_all(self) -> list[SuitePrompt]:
+        with self.lock:
+            taken = list(self.prompts)
+            self.prompts.clear()
+            return taken
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+def _serialized(
+    callback: Callable[[Any], None] | None, lock: threading.RLock
+) -> Callable[[Any], None]:
+    """`callback` called under `lock` (a no-op for None)."""
+
+    def call(value: Any) -> None:
+        if callback is not None:
+            with lock:
+                callback(value)
+
+    return call

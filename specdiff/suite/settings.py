@@ -14,7 +14,7 @@ from specdiff.compare import DEFAULT_NEAR_TIE
 from specdiff.grading import DEFAULT_TIMEOUT
 from specdiff.grading import MAX_TIMEOUT as MAX_GRADE_TIMEOUT
 from specdiff.lanes import QUANT_TYPES, Pair, lane_from_dict
-from specdiff.suite import SuiteError
+from specdiff.suite import MAX_CONCURRENCY, SuiteError
 from specdiff.suite.prompts import SuitePrompt, prompts_digest
 
 BASE_QUANT = "base"
@@ -32,9 +32,12 @@ RESUMED_KEYS = (
     "grade_timeout",
     "limit",
     "ids",
+    "concurrency",
 )
 """The settings a resumed suite must share with the stopped one, as suite.json names them
 (those of grading and picking prompts only where they were given)."""
+RESUMED_DEFAULTS: dict[str, Any] = {"concurrency": 1}
+"""What a suite.json written before a setting was recorded ran with."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,14 @@ class SuiteSettings:
     limit: int | None = None
     """Run the first N prompts (of those --ids names)."""
     ids: tuple[str, ...] = ()
+    concurrency: int = 1
+    """Prompts in flight at once per pair, each lane's requests independent (server
+    lanes only: an in-process lane runs one prompt at a time)."""
+
+    def in_process_pair(self) -> Pair | None:
+        """The first pair with a lane run in process, which cannot run prompts side by
+        side; None when every lane is a server's."""
+        return next((p for p in self.pairs if "local" in (p.a.backend, p.b.backend)), None)
 
     def executes_code(self, prompts: Sequence[SuitePrompt]) -> bool:
         """Whether the suite runs model-written programs."""
@@ -116,6 +127,7 @@ class SuiteSettings:
             "teacher_forced": self.teacher_forced,
             "quants": list(self.quants),
             "stop": list(self.stop),
+            "concurrency": self.concurrency,
             **self.grading_json(prompts),
         }
 
@@ -162,6 +174,7 @@ def settings_from_json(data: dict[str, Any]) -> SuiteSettings:
         teacher_forced=_typed(data, "teacher_forced", bool),
         quants=check_quants(_strings(data, "quants")),
         stop=tuple(_strings(data, "stop")),
+        concurrency=_concurrency(data),
         **_grading_from_json(data),
     )
 
@@ -182,6 +195,38 @@ def _grading_from_json(data: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"limit must be at least 1, not {limit}")
         out["limit"] = limit
     return out
+
+
+def _concurrency(data: dict[str, Any]) -> int:
+    """suite.json's concurrency; 1 in a file written before it was recorded."""
+    if "concurrency" not in data:
+        return 1
+    value = _typed(data, "concurrency", int)
+    if not 1 <= value <= MAX_CONCURRENCY:
+        raise ValueError(f"concurrency must be from 1 to {MAX_CONCURRENCY}, not {value}")
+    return value
+
+
+def check_concurrency(settings: SuiteSettings) -> None:
+    """Refuse prompts side by side on a lane that runs in process, before anything runs."""
+    pair = settings.in_process_pair() if settings.concurrency > 1 else None
+    if pair is not None:
+        raise SuiteError(
+            f"--concurrency {settings.concurrency} needs server lanes, and pair {pair.name} "
+            "runs a lane in process, one prompt at a time; drop --concurrency"
+        )
+
+
+def check_same_concurrency(stored: dict[str, Any], given: int, report_dir: Path) -> None:
+    """Refuse to resume at another concurrency: the split rate depends on the load, so
+    one suite's runs must all have run under the same one."""
+    before = stored.get("concurrency", RESUMED_DEFAULTS["concurrency"])
+    if given != before:
+        raise SuiteError(
+            f"--concurrency {given} differs from the {before} the stopped suite in "
+            f"{report_dir} ran at (the split rate depends on the load); resume with "
+            f"--concurrency {before}, or use a new --report dir"
+        )
 
 
 def _typed(data: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
@@ -219,8 +264,9 @@ def check_resume(
             )
         return
     given_json = given.as_json(prompts)
+    check_same_concurrency(stored, given.concurrency, report_dir)
     for key in RESUMED_KEYS:
-        if given_json.get(key) != stored.get(key):
+        if given_json.get(key) != stored.get(key, RESUMED_DEFAULTS.get(key)):
             raise SuiteError(
                 f"the {key.replace('_', ' ')} given differ from the stopped suite's in "
                 f"{report_dir}; resume with the same options, or use a new --report dir"
