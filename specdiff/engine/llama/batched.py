@@ -5,6 +5,12 @@ and the places its sequences take in a shared KV memory change which kernels run
 which order their sums are added. `BatchedLane` reproduces that in-process: the prompt of
 interest is sequence 0, decoded greedily while `companions` other prompts (each its own
 sequence) are decoded in the same llama_decode calls.
+
+`BatchedLane.run_continuous` batches the runs themselves, as a busy server does: up to
+`1 + max_companions` runs of one prompt are in flight in the shared KV memory, and a run
+that ends frees its sequence for the next run, whose prompt enters in the next decode
+call beside the others' next tokens. A thousand runs then cost about as many decode calls
+as tokens per run times runs divided by the batch, not one call per token per run.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,6 +48,24 @@ class BatchedRun:
     @property
     def token_ids(self) -> list[int]:
         return [step.token_id for step in self.steps]
+
+
+RunEnded = Callable[[int, BatchedRun], None]
+"""A run of `run_continuous` as it ends: its number (the order it entered) and its steps."""
+
+
+@dataclass
+class _InFlight:
+    """One run decoding in `run_continuous`: its KV sequence and its next row."""
+
+    number: int
+    sequence: int
+    run: BatchedRun
+    position: int
+    """Where its last decoded token sits: its next token goes one further."""
+    token: int = -1
+    """The token it decodes next (its last pick)."""
+    began: float = field(default_factory=time.perf_counter)
 
 
 class BatchedLane:
@@ -123,6 +147,68 @@ class BatchedLane:
             outcome.widths.append(len(entries))
             context.decode_rows(entries)
             rows = {sequence: i for i, (_, _, sequence) in enumerate(entries)}
+
+    def run_continuous(
+        self, prompt: Sequence[int], runs: int, max_tokens: int, on_end: RunEnded
+    ) -> None:
+        """`runs` greedy decodes of `prompt`, up to one per sequence at once, each
+        handed to `on_end` as it ends. One run enters per decode call, so the runs
+        stand at different steps and a run's neighbours change as others end."""
+        self._check_continuous(len(prompt), max_tokens)
+        context = self.context
+        context.clear()
+        free = list(range(self.sequences - 1, -1, -1))
+        flying: list[_InFlight] = []
+        entered = 0
+        while flying or entered < runs:
+            rows: list[Row] = [(f.token, f.position, f.sequence) for f in flying]
+            wanted = [True] * len(rows)
+            if free and entered < runs:
+                newcomer = _InFlight(entered, free.pop(), BatchedRun(0), len(prompt) - 1)
+                rows += [(token, i, newcomer.sequence) for i, token in enumerate(prompt)]
+                wanted += [False] * (len(prompt) - 1) + [True]
+                flying.append(newcomer)
+                entered += 1
+            context.decode_rows(rows, wanted)
+            # the rows that asked for logits: one per run, a newcomer's at its prompt's end
+            outputs = [index for index, flag in enumerate(wanted) if flag]
+            width = len(flying)
+            for output, flight in zip(outputs, list(flying)):
+                if self._advance(flight, context.row(output), width, max_tokens):
+                    flying.remove(flight)
+                    context.drop_sequence(flight.sequence)
+                    free.append(flight.sequence)
+                    on_end(flight.number, flight.run)
+
+    def _advance(self, flight: _InFlight, row: np.ndarray, width: int, max_tokens: int) -> bool:
+        """Take a run's next step from its logits row; True when the run has ended."""
+        run = flight.run
+        step = self._step(row, len(run.steps), width)
+        run.steps.append(step)
+        run.widths.append(width)
+        run.companions = max(run.companions, width - 1)
+        if self.model.is_end_of_generation(step.token_id) or len(run.steps) >= max_tokens:
+            run.seconds = time.perf_counter() - flight.began
+            return True
+        flight.token = step.token_id
+        flight.position += 1
+        return False
+
+    def _check_continuous(self, prompt_tokens: int, max_tokens: int) -> None:
+        """Every run in flight must have its KV cells, and a call its rows."""
+        if prompt_tokens + self.sequences - 1 > self.lane.n_batch:
+            raise PromptError(
+                f"a prompt of {prompt_tokens} tokens beside {self.sequences - 1} runs "
+                f"needs {prompt_tokens + self.sequences - 1} rows in one batch; "
+                f"n_batch is {self.lane.n_batch}: raise n_batch or lower --batch"
+            )
+        needed = self.sequences * (prompt_tokens + max_tokens)
+        if needed > self.lane.n_ctx:
+            raise PromptError(
+                f"{self.sequences} runs in flight of up to {prompt_tokens} + {max_tokens} "
+                f"tokens need {needed} KV cells; n_ctx is {self.lane.n_ctx}: raise n_ctx "
+                "(--lane n_ctx=N) or lower --batch or --max-tokens"
+            )
 
     def _check(self, prompts: list[list[int]], max_tokens: int) -> None:
         """The sequences must fit the context: one batch for the prompts, and a KV cell

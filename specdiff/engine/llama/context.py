@@ -296,14 +296,18 @@ class Context:
                 "(partial removal unsupported for this model's memory)"
             )
 
+    def drop_sequence(self, sequence: int) -> None:
+        """Free every KV cell of `sequence`, so that a new sequence can take its id."""
+        llama().llama_memory_seq_rm(self.memory, sequence, -1, -1)
+
     def decode(self, tokens: Sequence[int], start: int, all_logits: bool) -> None:
         """Decode tokens of sequence 0 at positions start.. in one call; logits on the
         last row, or on every row."""
         self.decode_rows([(token, start + i, 0) for i, token in enumerate(tokens)], all_logits)
 
-    def decode_rows(self, rows: Sequence[Row], all_logits: bool = True) -> None:
+    def decode_rows(self, rows: Sequence[Row], all_logits: bool | Sequence[bool] = True) -> None:
         """One llama_decode call of (token, position, sequence) rows; logits on the last
-        row, or on every row."""
+        row, or on every row, or on the rows a sequence of flags marks."""
         if self.cancel.is_set():
             raise Cancelled("cancelled")
         batch = self.batch
@@ -313,7 +317,7 @@ class Context:
             batch.pos[i] = position
             batch.n_seq_id[i] = 1
             batch.seq_id[i][0] = sequence
-            batch.logits[i] = all_logits
+            batch.logits[i] = all_logits if isinstance(all_logits, bool) else all_logits[i]
         batch.logits[len(rows) - 1] = True
         status = llama().llama_decode(self.pointer, batch)
         if status == 2 and self.cancel.is_set():
