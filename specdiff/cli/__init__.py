@@ -22,6 +22,7 @@ from specdiff.cli import (
     repeat,
     replay,
     run,
+    score,
     serve_pair,
     sessions,
     suite,
@@ -33,7 +34,20 @@ from specdiff.files import OutputLost, lost_output
 from specdiff.lanes import LANE_KEYS
 from specdiff.safe_text import guarded_output, visible
 
-COMMANDS = (live, run, replay, sessions, verify, export, suite, repeat, serve_pair, models, doctor)
+COMMANDS = (
+    live,
+    run,
+    replay,
+    sessions,
+    verify,
+    export,
+    suite,
+    score,
+    repeat,
+    serve_pair,
+    models,
+    doctor,
+)
 """In the order `specdiff --help` lists them."""
 
 
