@@ -37,6 +37,12 @@ def add_parser(commands: Subcommands) -> None:
     options.add_json_summary(run)
     options.add_quiet(run)
     run.add_argument(
+        "--forecast",
+        type=options.whole_number(1, 1000),
+        metavar="K",
+        help="also list the K steps most likely to fork, read from lane a's margins",
+    )
+    run.add_argument(
         "--save", action="store_true", help="write the run as a session file as it streams"
     )
     run.add_argument(
@@ -87,12 +93,26 @@ def command_run(args: argparse.Namespace) -> int:
     if writer is not None:
         saved = writer.finish(result.summary())
         print(f"specdiff: saved session {visible(str(saved))}", file=sys.stderr)
+    forecast = forecast_parts(result, args.forecast)
     if args.json:
-        json.dump(result_json(result), sys.stdout, indent=1)
+        json.dump(result_json(result) | forecast[0], sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        print(format_result(result))
+        print("\n".join([format_result(result), *forecast[1]]))
     return exit_code(result)
+
+
+def forecast_parts(result: PairResult, top: int | None) -> tuple[dict[str, object], list[str]]:
+    """--forecast's JSON entry and text lines; nothing without it."""
+    if top is None:
+        return {}, []
+    # deferred: the forecast loads only for the runs that ask for it
+    from specdiff.forecast import forecast, forecast_json, forecast_lines, model_for
+
+    steps = result.a.steps
+    fork = run_fork_index(steps, result.b.steps, result.teacher_forced)
+    made = forecast(steps, top, model_for(result.pair.name))
+    return {"forecast": forecast_json(made, fork)}, forecast_lines(made, steps, fork)
 
 
 def read_chat_request(args: argparse.Namespace) -> tuple[dict[str, Pair], Pair, str]:
