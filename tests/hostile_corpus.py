@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -307,6 +308,26 @@ def _structure_cases() -> list[Case]:
         "footer-near-tie-text": with_footer(setting("near_tie", value="0.5")),
         "footer-near-tie-negative": with_footer(setting("near_tie", value=-1)),
         "footer-near-tie-huge": with_footer(setting("near_tie", value=1e300)),
+        "footer-serving-one": with_footer(setting("serving", value=[None])),
+        "footer-serving-text": with_footer(setting("serving", value=["http://a:1", None])),
+        "footer-serving-endpoint-number": with_footer(
+            setting("serving", value=[{"endpoint": 5}, None])
+        ),
+        "footer-serving-endpoint-huge": with_footer(
+            setting("serving", value=[{"endpoint": "h" * 10**5}, None])
+        ),
+        "footer-serving-retries-negative": with_footer(
+            setting("serving", value=[{"endpoint": "http://a:1", "retries": -1}, None])
+        ),
+        "footer-serving-retries-bool": with_footer(
+            setting("serving", value=[{"endpoint": "http://a:1", "retries": True}, None])
+        ),
+        "footer-serving-wait-text": with_footer(
+            setting("serving", value=[None, {"endpoint": "http://a:1", "wait_seconds": "1"}])
+        ),
+        "footer-serving-wait-nan": with_footer(
+            setting("serving", value=[None, {"endpoint": "http://a:1", "wait_seconds": math.nan}])
+        ),
     }
     ok = {
         "bom": lambda: b"\xef\xbb\xbf" + whole(),
@@ -321,6 +342,11 @@ def _structure_cases() -> list[Case]:
         "lane-keys-extra": with_header(setting("lanes", "c", value={"backend": 5})),
         "footer-near-tie": with_footer(setting("near_tie", value=0.9)),
         "footer-fork-class-unscored": with_footer(setting("fork_class", value="unscored")),
+        "footer-serving": with_footer(
+            setting(
+                "serving", value=[{"endpoint": ESCAPES, "retries": 3, "wait_seconds": 2.5}, None]
+            )
+        ),
     }
     return [Case(f"file-{name}", make, "bad") for name, make in bad.items()] + [
         Case(f"file-{name}", make, "ok") for name, make in ok.items()

@@ -390,7 +390,7 @@ def progress_figures(progress: Progress) -> str:
 def print_summary(data: dict[str, Any], paths: list[Path]) -> None:
     """A line per pair (identical runs, pass@1 and McNemar when graded, fork classes,
     speed, flips, failures, crashes), then where the report is."""
-    from specdiff.reports.suite import left_out_text, paired_line
+    from specdiff.reports.suite import backoff_text, left_out_text, paired_line
     from specdiff.safe_text import visible
 
     for pair in data["pairs"]:
@@ -408,8 +408,9 @@ def print_summary(data: dict[str, Any], paths: list[Path]) -> None:
         teacher = summary.get("teacher_forced")
         if teacher:
             parts.append(f"teacher-forced flips {teacher['flips']} of {teacher['steps']} steps")
-        print(" · ".join([*parts, *failures]))
-        left_out = left_out_text(summary)
-        if left_out:
-            print(f"  {visible(left_out, 400)}")
+        load = f"concurrency {summary.get('concurrency', 1)}"
+        print(" · ".join([*parts, load, *failures]))
+        for note in (left_out_text(summary), backoff_text(summary)):
+            if note:
+                print(f"  {visible(note, 400)}")
     print(f"report: {paths[2]} (also {', '.join(p.name for p in paths if p != paths[2])})")

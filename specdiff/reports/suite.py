@@ -60,6 +60,13 @@ CSV_COLUMNS = (
     "sha256_a",
     "sha256_b",
     "session",
+    "concurrency",
+    "served_by_a",
+    "served_by_b",
+    "retries_a",
+    "retries_b",
+    "wait_seconds_a",
+    "wait_seconds_b",
 )
 
 
@@ -106,9 +113,15 @@ def _overview(data: dict[str, Any]) -> str:
     return (
         f"{_status(data)} · {len(settings['prompt_ids'])} prompts · up to "
         f"{settings['max_tokens']} tokens per lane · near tie: margin < {settings['near_tie']}"
-        f"{teacher}{_grading_text(settings)} · created {data['created']} · "
+        f"{teacher}{_grading_text(settings)} · {_load_text(settings)} · created "
+        f"{data['created']} · "
         f"specdiff {data['specdiff']} · {data['wall_seconds']:.0f} s"
     )
+
+
+def _load_text(settings: dict[str, Any]) -> str:
+    """The load the figures were measured under: splits grow with it."""
+    return f"concurrency {settings.get('concurrency', 1)} (prompts in flight per lane)"
 
 
 def _grading_text(settings: dict[str, Any]) -> str:
@@ -135,7 +148,8 @@ def _identical_text(summary: dict[str, Any]) -> str:
 
 def _pair_line(summary: dict[str, Any]) -> str:
     return (
-        f"Identical {_identical_text(summary)}; forked {summary['forked']}; lengths "
+        f"At concurrency {summary.get('concurrency', 1)}: identical "
+        f"{_identical_text(summary)}; forked {summary['forked']}; lengths "
         f"differ {summary['lengths_differ']}; failed {summary['failed']}; crashed "
         f"{summary['crashed']}."
     )
@@ -258,6 +272,7 @@ def _summary_rows(data: dict[str, Any]) -> list[list[str]]:
                 _solved_cell(s),
                 _p_text(s["grades"]["mcnemar_p"]) if s.get("grades") else "–",
                 _class_counts_cell(s),
+                str(s.get("concurrency", 1)),
             ]
         )
     return rows
@@ -295,6 +310,7 @@ SUMMARY_HEADER = (
     "solved a / b",
     "McNemar p",
     "forks: near tie / ambiguous / split",
+    "concurrency",
 )
 
 
@@ -381,6 +397,54 @@ def _margin_rows(teacher: dict[str, Any]) -> list[list[str]]:
             _percent(b["flips"] / b["steps"], 2) if b["steps"] else "–",
         ]
         for b in teacher["by_margin"]
+    ]
+
+
+SERVING_HEADER = (
+    "lane",
+    "endpoint",
+    "runs",
+    "forked",
+    "fork rate",
+    "failed",
+    "retries",
+    "back-off s",
+)
+
+
+def backoff_text(summary: dict[str, Any]) -> str:
+    """Each server lane's retries and seconds spent backing off (429/503, a failed
+    endpoint), at the suite's concurrency; empty where no run recorded them."""
+    serving = summary.get("serving")
+    if not serving:
+        return ""
+    lanes = ", ".join(
+        f"lane {lane} {serving['retries'][i]} retries, {serving['wait_seconds'][i]:.1f} s"
+        for i, lane in enumerate("ab")
+        if serving["endpoints"][i]
+    )
+    return f"Back-off at concurrency {summary.get('concurrency', 1)}: {lanes}."
+
+
+def serving_rows(summary: dict[str, Any]) -> list[list[str]]:
+    """Per endpoint of each lane: the runs it served, their forks, failures and
+    back-off; only where a lane used several endpoints."""
+    serving = summary.get("serving")
+    if not serving or all(len(lane) < 2 for lane in serving["endpoints"]):
+        return []
+    return [
+        [
+            lane,
+            row["endpoint"],
+            str(row["prompts"]),
+            str(row["forked"]),
+            _percent(row["fork_rate"]),
+            str(row["failed"]),
+            str(row["retries"]),
+            _number(row["wait_seconds"], 1),
+        ]
+        for lane, rows in zip("ab", serving["endpoints"])
+        for row in rows
     ]
 
 
@@ -631,6 +695,11 @@ def _md_pair(pair: dict[str, Any]) -> list[str]:
         *_text_bars(summary["fork_histogram"]),
         "```",
     ]
+    backoff, by_endpoint = backoff_text(summary), serving_rows(summary)
+    if backoff:
+        lines += ["", markdown_cell(backoff)]
+    if by_endpoint:
+        lines += ["", "By endpoint:", "", *_md_table(SERVING_HEADER, by_endpoint)]
     teacher = summary.get("teacher_forced")
     if teacher:
         lines += ["", "Teacher-forced:", "", *_md_table(["", ""], _teacher_rows(teacher))]
@@ -725,6 +794,11 @@ def _html_pair(pair: dict[str, Any]) -> list[str]:
         left_out = left_out_text(summary)
         if left_out:
             parts.append(f"<p>{html.escape(left_out)}</p>")
+    backoff, by_endpoint = backoff_text(summary), serving_rows(summary)
+    if backoff:
+        parts.append(f"<p>{html.escape(backoff)}</p>")
+    if by_endpoint:
+        parts += ["<h3>By endpoint</h3>", _html_table(SERVING_HEADER, by_endpoint)]
     teacher = summary.get("teacher_forced")
     if teacher:
         parts += [
@@ -748,12 +822,17 @@ def results_csv(data: dict[str, Any]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
-    writer.writerows([csv_cell(cell) for cell in _csv_row(record)] for record in data["prompts"])
+    load = data["settings"].get("concurrency", 1)
+    writer.writerows(
+        [csv_cell(cell) for cell in [*_csv_row(record), load, *_serving_cells(record)]]
+        for record in data["prompts"]
+    )
     return buffer.getvalue()
 
 
 def _csv_row(r: dict[str, Any]) -> list[Any]:
-    """One run in CSV_COLUMNS order."""
+    """One run in CSV_COLUMNS order, up to its session (the suite's load and how each
+    lane was served follow)."""
     margins = r["fork_margins"] or (None, None)
     teacher = r.get("teacher")
     return [
@@ -785,6 +864,16 @@ def _csv_row(r: dict[str, Any]) -> list[Any]:
         r["output_sha256"][1],
         r["session"],
     ]
+
+
+def _serving_cells(record: dict[str, Any]) -> list[Any]:
+    """Each lane's endpoint, retries and back-off seconds; blank for a lane not served
+    over HTTP or a run that did not record it."""
+    lanes = record.get("serving") or (None, None)
+    cells: list[Any] = []
+    for field in ("endpoint", "retries", "wait_seconds"):
+        cells += ["" if lane is None else lane[field] for lane in lanes]
+    return cells
 
 
 def _csv_number(value: float | None) -> str:

@@ -537,6 +537,37 @@ class Grade:
         return cls(check_bool(record.get("passed"), "a grade's passed"), reason, grader)
 
 
+MAX_ENDPOINT_CHARS = 2048
+"""The longest endpoint a footer's serving record may name."""
+
+
+@dataclass(frozen=True)
+class Serving:
+    """How a server lane's request was served under load: the endpoint that answered
+    (credentials stripped), the retries it took and the seconds spent backing off."""
+
+    endpoint: str
+    retries: int = 0
+    wait_seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "endpoint": self.endpoint,
+            "retries": self.retries,
+            "wait_seconds": self.wait_seconds,
+        }
+
+    @classmethod
+    def from_json(cls, value: object) -> Serving:
+        record = check_object(value, "a serving record")
+        endpoint = check_text(record.get("endpoint"), "a serving record's endpoint")
+        if len(endpoint) > MAX_ENDPOINT_CHARS:
+            raise ValueError(f"a serving record's endpoint is over {MAX_ENDPOINT_CHARS} characters")
+        retries = check_int(record.get("retries", 0), "a serving record's retries", 0, 1 << 20)
+        wait = _speed(record.get("wait_seconds", 0.0), "a serving record's wait_seconds")
+        return cls(endpoint, retries, wait)
+
+
 MEASURED_FIELDS = ("tokens_per_second", "stop_reasons", "errors", "drafted", "accepted")
 """RunSummary fields only the run itself knows: a partial session (no footer) lacks them,
 while the rest follow from its steps."""
@@ -573,6 +604,9 @@ class RunSummary:
     near_tie: float | None = None
     """The near-tie threshold `fork_class` was read at (the run's --near-tie); None in
     files written before it was recorded."""
+    serving: tuple[Serving | None, Serving | None] | None = None
+    """Per server lane: the endpoint that served the run, its retries and back-off; None
+    for an in-process lane and in files written before it was recorded."""
 
     @property
     def generation_seconds(self) -> float:
@@ -647,6 +681,8 @@ class RunSummary:
             record["fork_class"] = self.fork_class
         if self.near_tie is not None:
             record["near_tie"] = self.near_tie
+        if self.serving is not None:
+            record["serving"] = [None if s is None else s.to_json() for s in self.serving]
         return record
 
     @classmethod
@@ -669,6 +705,7 @@ class RunSummary:
             grades=_optional_two(record, "grades", _grade),
             fork_class=_optional(record.get("fork_class"), _fork_class),
             near_tie=_optional(record.get("near_tie"), _near_tie),
+            serving=_optional_two(record, "serving", _serving),
         )
 
 
@@ -718,6 +755,10 @@ _duration = _speed
 
 def _grade(value: object, what: str) -> Grade | None:
     return None if value is None else Grade.from_json(value)
+
+
+def _serving(value: object, what: str) -> Serving | None:
+    return None if value is None else Serving.from_json(value)
 
 
 def _error(value: object, what: str) -> str | None:

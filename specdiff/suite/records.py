@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specdiff.compare import run_fork_sentence
-from specdiff.sessions.format import RunSummary
+from specdiff.sessions.format import LaneOutcome, RunSummary, Serving
 from specdiff.sessions.store import Session
 from specdiff.steps import TokenStep
 
@@ -111,6 +111,31 @@ def record_from_session(
         ),
         teacher=teacher_stats(a, b) if session.header.teacher_forced else None,
         verdict=run_fork_sentence(a, b, session.header.teacher_forced, near_tie),
+    )
+
+
+def lane_serving(outcome: LaneOutcome) -> Serving | None:
+    """How a server lane's run was served, from its executed table after the run (the
+    endpoint the pool picked, its retries and back-off); None for an in-process lane."""
+    executed = outcome.executed
+    endpoint = executed.get("served_by")
+    if not isinstance(endpoint, str):
+        return None
+    retries = executed.get("retries")
+    waited = executed.get("waited_seconds")
+    return Serving(
+        endpoint,
+        retries if type(retries) is int and retries >= 0 else 0,
+        float(waited) if _finite_count(waited) else 0.0,
+    )
+
+
+def _finite_count(value: object) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
     )
 
 

@@ -35,7 +35,12 @@ from specdiff.steps import TokenStep
 from specdiff.suite import SuiteError
 from specdiff.suite.folder import session_path
 from specdiff.suite.prompts import SuitePrompt
-from specdiff.suite.records import PromptRecord, record_from_session, unreadable_record
+from specdiff.suite.records import (
+    PromptRecord,
+    lane_serving,
+    record_from_session,
+    unreadable_record,
+)
 from specdiff.suite.settings import SuiteSettings
 
 if TYPE_CHECKING:
@@ -545,6 +550,9 @@ class SuiteRun:
             writer.handle.close()  # the partial file stays; --resume runs the prompt again
             return path, True
         summary = self._graded(result.summary(), (result.a, result.b), prompt)
+        serving = (lane_serving(result.a), lane_serving(result.b))
+        if serving != (None, None):
+            summary = replace(summary, serving=serving)
         if summary.crashed:
             self.on_message(
                 f"crashed: {variant.label} {prompt.id} after {produced} steps; "

@@ -71,11 +71,56 @@ def summarize(records: Sequence[PromptRecord], max_tokens: int, near_tie: float)
         "fork_classes": fork_class_counts(runs),
         "split_threshold": DEFAULT_SPLIT_THRESHOLD,
         "grades": graded_summary(records),
+        "serving": serving_summary(records),
     }
     teachers = [r.teacher for r in ok if r.teacher is not None]
     if teachers:
         summary["teacher_forced"] = teacher_summary(teachers)
     return summary
+
+
+def serving_summary(records: Sequence[PromptRecord]) -> dict[str, Any] | None:
+    """Per lane: the retries and back-off seconds of its server requests in total, and
+    per endpoint the runs it served, their forks and failures (one replica that forks
+    more than the others is a finding); None where no run recorded how it was served."""
+    lanes = []
+    for lane in (0, 1):
+        endpoints: dict[str, dict[str, Any]] = {}
+        for record in records:
+            serving = record.summary.serving[lane] if record.summary.serving else None
+            if serving is None:
+                continue
+            row = endpoints.setdefault(serving.endpoint, dict.fromkeys(ENDPOINT_COUNTS, 0))
+            run = record.summary
+            failed = run.failed or run.crashed
+            row["prompts"] += 1
+            row["failed"] += failed
+            row["forked"] += not failed and run.fork_index is not None
+            row["retries"] += serving.retries
+            row["wait_seconds"] += serving.wait_seconds
+        lanes.append(endpoints)
+    if not any(lanes):
+        return None
+    return {
+        "retries": [sum(row["retries"] for row in lane.values()) for lane in lanes],
+        "wait_seconds": [sum(row["wait_seconds"] for row in lane.values()) for lane in lanes],
+        "endpoints": [
+            [
+                {"endpoint": endpoint, **row, "fork_rate": _fork_rate(row)}
+                for endpoint, row in sorted(lane.items())
+            ]
+            for lane in lanes
+        ],
+    }
+
+
+ENDPOINT_COUNTS = ("prompts", "failed", "forked", "retries", "wait_seconds")
+"""What the report counts per endpoint of a lane."""
+
+
+def _fork_rate(row: dict[str, Any]) -> float | None:
+    finished = row["prompts"] - row["failed"]
+    return row["forked"] / finished if finished else None
 
 
 def fork_class_counts(runs: Sequence[RunSummary]) -> dict[str, int]:
@@ -234,7 +279,11 @@ def outcome_json(outcome: SuiteOutcome) -> dict[str, Any]:
             {
                 "label": label,
                 "quant": quant,
-                "summary": summarize(records, settings.max_tokens, settings.near_tie),
+                "summary": {
+                    **summarize(records, settings.max_tokens, settings.near_tie),
+                    # the load every figure was measured under, beside each of them
+                    "concurrency": settings.concurrency,
+                },
                 "configuration": outcome.executed.get(label),
             }
         )
