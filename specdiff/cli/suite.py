@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,12 +28,13 @@ from specdiff.cli.common import (
 from specdiff.errors import printable
 from specdiff.grading import DEFAULT_TIMEOUT as DEFAULT_GRADE_TIMEOUT
 from specdiff.grading import MAX_TIMEOUT as MAX_GRADE_TIMEOUT
+from specdiff.lanes import BOUNDS, Lane, Pair
 from specdiff.prompts import SETS
 from specdiff.suite import MAX_CONCURRENCY
 
 if TYPE_CHECKING:
     from specdiff.suite.prompts import SuitePrompt
-    from specdiff.suite.runner import Progress
+    from specdiff.suite.runner import Progress, SuiteOutcome
     from specdiff.suite.settings import SuiteSettings
 
 LOG_SECONDS = 60.0
@@ -93,6 +95,14 @@ def add_load_options(suite: argparse.ArgumentParser) -> None:
         help="server lanes: up to N prompts in flight per lane, each lane's requests "
         "independent (default 1; recorded, since the split rate depends on the load)",
     )
+    low, high = BOUNDS["retries"]
+    suite.add_argument(
+        "--max-retries",
+        type=options.whole_number(low, high),
+        metavar="N",
+        help="server lanes: how often one request is sent again after a 429/503 or a "
+        "failed endpoint (sets each server lane's retries key)",
+    )
 
 
 def add_grading_options(suite: argparse.ArgumentParser) -> None:
@@ -128,12 +138,10 @@ def command_suite(args: argparse.Namespace) -> int:
     """Exit 0 when every run finished; 1 when some lane failed or crashed, a pair would not
     load, or no run finished at all (with the reason); 130 when stopped."""
     # deferred: the engine, session and report modules load only for the command that runs
-    from specdiff.reports.suite import write_reports
     from specdiff.suite.folder import prepare_report_dir, read_suite_file, write_settings
     from specdiff.suite.prompts import load_suite_prompts, select_prompts
     from specdiff.suite.runner import FinishedRun, SuiteRun
     from specdiff.suite.settings import check_resume
-    from specdiff.suite.stats import outcome_json
 
     report_dir = Path(args.report).expanduser()
     check_limits(args.max_tokens, args.near_tie)
@@ -171,6 +179,14 @@ def command_suite(args: argparse.Namespace) -> int:
     with draining_interrupts(drain, cancel):
         outcome = runner.run()
     status.done()
+    return suite_exit(outcome, report_dir)
+
+
+def suite_exit(outcome: SuiteOutcome, report_dir: Path) -> int:
+    """Write the reports, print the summary and say why the suite ended as it did."""
+    from specdiff.reports.suite import write_reports
+    from specdiff.suite.stats import outcome_json
+
     data = outcome_json(outcome)
     print_summary(data, write_reports(report_dir, data))
     if outcome.cancelled:
@@ -279,7 +295,9 @@ def given_suite(
     names = args.pair_names or [options.DEFAULT_PAIR]
     settings = SuiteSettings(
         source=args.prompts,
-        pairs=tuple(resolve_pair(args, known, name) for name in dict.fromkeys(names)),
+        pairs=with_retries(
+            [resolve_pair(args, known, name) for name in dict.fromkeys(names)], args.max_retries
+        ),
         max_tokens=args.max_tokens or options.DEFAULT_MAX_TOKENS,
         near_tie=args.near_tie,
         teacher_forced=args.teacher_forced,
@@ -297,6 +315,19 @@ def given_suite(
     prompts = select_prompts(prompts, settings.ids, settings.limit, args.prompts)
     check_graders(settings, prompts)
     return settings, prompts, skipped
+
+
+def with_retries(pairs: list[Pair], retries: int | None) -> tuple[Pair, ...]:
+    """The pairs with --max-retries as every server lane's request budget."""
+    if retries is None:
+        return tuple(pairs)
+    if not any("server" in (pair.a.backend, pair.b.backend) for pair in pairs):
+        raise ArgumentError("--max-retries sets server lanes' retries, and no lane is a server's")
+
+    def budgeted(lane: Lane) -> Lane:
+        return replace(lane, retries=retries) if lane.backend == "server" else lane
+
+    return tuple(replace(pair, a=budgeted(pair.a), b=budgeted(pair.b)) for pair in pairs)
 
 
 def prompt_ids(value: str | None) -> tuple[str, ...]:
@@ -352,6 +383,7 @@ def refuse_run_options(args: argparse.Namespace) -> None:
             ("--grade-timeout", args.grade_timeout),
             ("--limit", args.limit),
             ("--ids", args.ids),
+            ("--max-retries", args.max_retries),
             ("--lane-a", args.lane_a),
             ("--lane-b", args.lane_b),
             ("--both", args.both),

@@ -114,9 +114,10 @@ def record_from_session(
     )
 
 
-def lane_serving(outcome: LaneOutcome) -> Serving | None:
+def lane_serving(outcome: LaneOutcome, restarts: int = 0) -> Serving | None:
     """How a server lane's run was served, from its executed table after the run (the
-    endpoint the pool picked, its retries and back-off); None for an in-process lane."""
+    endpoint the pool picked, its retries and back-off), with the `restarts` of the whole
+    prompt counted as retries; None for an in-process lane."""
     executed = outcome.executed
     endpoint = executed.get("served_by")
     if not isinstance(endpoint, str):
@@ -125,7 +126,7 @@ def lane_serving(outcome: LaneOutcome) -> Serving | None:
     waited = executed.get("waited_seconds")
     return Serving(
         endpoint,
-        retries if type(retries) is int and retries >= 0 else 0,
+        restarts + (retries if type(retries) is int and retries >= 0 else 0),
         float(waited) if _finite_count(waited) else 0.0,
     )
 

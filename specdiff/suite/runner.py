@@ -25,7 +25,14 @@ from typing import TYPE_CHECKING, Any
 from specdiff.errors import SpecdiffError, printable
 from specdiff.grading.graders import NOT_RUN_LANE_FAILED, Grader, grade_text
 from specdiff.lanes import Pair
-from specdiff.sessions.format import CRASHED, Grade, LaneOutcome, RunSummary, SessionHeader
+from specdiff.sessions.format import (
+    CRASHED,
+    Grade,
+    LaneOutcome,
+    PairResult,
+    RunSummary,
+    SessionHeader,
+)
 from specdiff.sessions.store import (
     PARTIAL_SUFFIX,
     SessionWriter,
@@ -425,8 +432,19 @@ class SuiteRun:
         stopped run marks the suite stopped."""
         key = f"{variant.label}\0{prompt.id}"
         job_began = time.perf_counter()
+        restarts = {"a": 0, "b": 0}
         try:
-            path, stopped = self._run_one(variant, prompt, tally, key)
+            while True:
+                try:
+                    path, stopped = self._run_one(variant, prompt, tally, key, restarts)
+                    break
+                except _Restart as restart:
+                    tally.ended(key, counted=False)
+                    restarts[restart.lane_id] += 1
+                    self.on_message(
+                        f"running {variant.label} {prompt.id} again from the start: lane "
+                        f"{restart.lane_id} {restart.why}"
+                    )
         except PromptSkipped as skipped:
             tally.ended(key, counted=False)
             self._skip(tally, variant.label, [str(skipped)], str(skipped))
@@ -507,10 +525,16 @@ class SuiteRun:
         return read
 
     def _run_one(
-        self, variant: _Variant, prompt: SuitePrompt, tally: _Tally, key: str
+        self,
+        variant: _Variant,
+        prompt: SuitePrompt,
+        tally: _Tally,
+        key: str,
+        restarts: dict[str, int],
     ) -> tuple[Path, bool]:
         """Run one prompt into its session file, counted in flight under `key`; True when
-        the suite was stopped."""
+        the suite was stopped. _Restart when a server lane's endpoint failed in a way
+        that sending the prompt again (to another endpoint) may mend."""
         # deferred, as in _open_worker, which has loaded it by now
         from specdiff.engine.worker import WorkerCrashed
 
@@ -549,19 +573,27 @@ class SuiteRun:
         if result.cancelled:
             writer.handle.close()  # the partial file stays; --resume runs the prompt again
             return path, True
-        summary = self._graded(result.summary(), (result.a, result.b), prompt)
-        serving = (lane_serving(result.a), lane_serving(result.b))
-        if serving != (None, None):
-            summary = replace(summary, serving=serving)
-        if summary.crashed:
+        restart = _restart_of(result.a, restarts) or _restart_of(result.b, restarts)
+        if restart is not None:
+            writer.abandon()
+            raise restart
+        if result.crashed:
             self.on_message(
                 f"crashed: {variant.label} {prompt.id} after {produced} steps; "
                 f"{result.error_lines()[0]}"
             )
-        final = writer.finish(summary)
+        final = writer.finish(self._footer(result, prompt, restarts))
         if final != path:
             raise SuiteError(f"{path} appeared while the suite was writing it; start again")
         return path, False
+
+    def _footer(
+        self, result: PairResult, prompt: SuitePrompt, restarts: dict[str, int]
+    ) -> RunSummary:
+        """The run's summary with its grades and how each server lane was served."""
+        summary = self._graded(result.summary(), (result.a, result.b), prompt)
+        serving = (lane_serving(result.a, restarts["a"]), lane_serving(result.b, restarts["b"]))
+        return summary if serving == (None, None) else replace(summary, serving=serving)
 
     def _open_session(
         self, variant: _Variant, prompt: SuitePrompt, path: Path, max_tokens: int
@@ -629,6 +661,29 @@ class SuiteRun:
         with self._said:
             self.program_seconds += program_seconds
         return grade
+
+
+MAX_RESTARTS = 3
+"""How often one prompt is sent again from the start after its server lane's endpoint
+failed (refused, broke the stream, stayed busy past its retries)."""
+
+
+class _Restart(Exception):
+    """A server lane's endpoint failed in a way a fresh start may mend."""
+
+    def __init__(self, lane_id: str, why: str) -> None:
+        super().__init__(why)
+        self.lane_id = lane_id
+        self.why = why
+
+
+def _restart_of(outcome: LaneOutcome, restarts: dict[str, int]) -> _Restart | None:
+    """A _Restart for a lane that failed where its pool says the whole prompt may be
+    sent again, within MAX_RESTARTS; None otherwise."""
+    restartable = outcome.executed.get("restartable") is True
+    if outcome.error is None or not restartable or restarts[outcome.lane_id] >= MAX_RESTARTS:
+        return None
+    return _Restart(outcome.lane_id, printable(outcome.error, 300))
 
 
 @dataclass
