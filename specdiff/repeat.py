@@ -6,6 +6,13 @@ run. A greedy decode that depended on nothing but the prompt would give one comp
 the report says how many there are, how many runs share each, and the token where they
 first split, with each completion's margin there.
 
+`--batch B` batches the runs themselves instead (continuous batching, as a busy server
+does): up to B runs of the prompt are in flight in one KV memory and a run that ends makes
+room for the next, so a thousand runs take minutes. A list of companions (or of a
+server's concurrency) is a sweep: the runs are repeated at each value, each run beside
+exactly that many sequences (or with that many requests in flight), and the report gives
+unique completions and the first split against the value.
+
 Both modes load llama.cpp (a server repeat for its tokenizer), so the command runs
 `run_repeat` in a worker process: a native crash ends the command with one line, and
 the front end receives the summary only.
@@ -15,19 +22,21 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from specdiff.engine.base import Cancelled
 from specdiff.errors import PromptError
 from specdiff.lanes import Lane, Pair, without_credentials
 from specdiff.prompts import load as load_prompts
-from specdiff.steps import TokenStep, text_of
+from specdiff.steps import text_of
 
 if TYPE_CHECKING:
-    from specdiff.engine.llama.batched import BatchedRun
+    from specdiff.engine.llama.batched import BatchedLane, BatchedRun
     from specdiff.engine.server.lane import ServerLane
 
 COMPANION_SET = "open"
@@ -48,11 +57,14 @@ class RepeatResult:
     concurrency: int | None = None
     """Requests in flight at once, for a repeat against a server; None for a local one."""
     cancelled: bool = False
+    batch: int | None = None
+    """Runs in flight at once, for a continuously batched repeat; None otherwise."""
 
 
-def companions_for(run: int, max_companions: int, pool_size: int) -> list[int]:
-    """Indices into the companion pool for run `run`."""
-    count = run % (max_companions + 1)
+def companions_for(run: int, max_companions: int, pool_size: int, exact: bool = False) -> list[int]:
+    """Indices into the companion pool for run `run`: r mod (K + 1) of them, or K when
+    `exact` (a sweep's point)."""
+    count = max_companions if exact else run % (max_companions + 1)
     return [(run + j) % pool_size for j in range(count)]
 
 
@@ -83,8 +95,9 @@ def check_repeat(lane: Lane, prompt: str, runs: int, width: int, max_tokens: int
         )
 
 
-RunDone = Callable[[int, list[TokenStep], int], None]
-"""A finished run as `run_repeat` reports it: its number, its steps, its companions."""
+RunDone = Callable[[int, int, int], None]
+"""A finished run as `run_repeat` reports it: its number, its token count, and how many
+sequences (or requests) it shared its batches with at most."""
 
 
 def run_repeat(
@@ -93,19 +106,53 @@ def run_repeat(
     runs: int,
     width: int,
     max_tokens: int,
+    batch: int | None = None,
     on_run: RunDone | None = None,
     progress: Callable[[str], None] | None = None,
     cancel: threading.Event | None = None,
 ) -> dict[str, Any]:
     """The repeat the lane names (against its server, or batched in-process) as its
-    `summary`: what the worker process hands back."""
-    how = repeat_server if lane.backend == "server" else repeat
+    `summary`: what the worker process hands back. `batch` batches the runs themselves
+    (in-process only)."""
+    if batch is not None:
+        how = partial(repeat_batched, batch=batch)
+    else:
+        how = repeat_server if lane.backend == "server" else repeat
+    handed_over = _handing_over(on_run)
+    return summary(how(lane, prompt, runs, width, max_tokens, handed_over, progress, cancel))
+
+
+def _handing_over(on_run: RunDone | None) -> Callable[[int, BatchedRun], None]:
+    """What crosses back from the worker for each run: counts only, not its steps."""
 
     def handed_over(number: int, run: BatchedRun) -> None:
         if on_run is not None:
-            on_run(number, run.steps, run.companions)
+            on_run(number, len(run.steps), run.companions)
 
-    return summary(how(lane, prompt, runs, width, max_tokens, handed_over, progress, cancel))
+    return handed_over
+
+
+@contextmanager
+def _local_lane(
+    lane: Lane,
+    companions: int,
+    progress: Callable[[str], None] | None,
+    cancel: threading.Event,
+) -> Iterator[BatchedLane]:
+    """The lane's model with room for 1 + `companions` sequences, its kernels probed
+    first as before a pair runs (repack=auto turns off kernels that crash on this CPU)."""
+    # deferred: the batched lane loads llama.cpp, which only a worker process does
+    from specdiff.engine.llama.batched import BatchedLane
+    from specdiff.engine.probe import trust_kernels
+    from specdiff.engine.runtime import check_offload
+
+    check_offload(lane.gpu_layers, "the lane")
+    trust_kernels(Pair("repeat", lane, lane), progress or _quiet)
+    kwargs: dict[str, Any] = {"cancel": cancel}
+    if progress is not None:
+        kwargs["progress"] = progress
+    with BatchedLane(lane, companions, **kwargs) as batched:
+        yield batched
 
 
 def repeat(
@@ -118,39 +165,103 @@ def repeat(
     progress: Callable[[str], None] | None = None,
     cancel: threading.Event | None = None,
 ) -> RepeatResult:
-    # deferred: the batched lane loads llama.cpp, which only a worker process does
-    from specdiff.engine.llama.batched import BatchedLane
-    from specdiff.engine.probe import trust_kernels
-    from specdiff.engine.runtime import check_offload
-
+    """Run r beside r mod (K + 1) companions from the `open` prompts."""
     check_repeat(lane, prompt, runs, max_companions, max_tokens)
-    check_offload(lane.gpu_layers, "the lane")
-    # as before a pair runs: kernels that crash on this CPU are found by a probe in a
-    # further process, and repack=auto turns them off
-    trust_kernels(Pair("repeat", lane, lane), progress or _quiet)
-    pool = load_prompts(COMPANION_SET)
     cancel = cancel or threading.Event()
     result = RepeatResult(lane, prompt, max_tokens, max_companions, [], [])
-    kwargs: dict[str, Any] = {"cancel": cancel}
-    if progress is not None:
-        kwargs["progress"] = progress
-    with BatchedLane(lane, max_companions, **kwargs) as batched:
-        tokens = batched.tokenize(prompt)
-        companion_tokens = [batched.tokenize(item["prompt"]) for item in pool]
-        for number in range(runs):
-            if cancel.is_set():
-                result.cancelled = True
+    with _local_lane(lane, max_companions, progress, cancel) as batched:
+        _beside_companions(batched, result, runs, False, on_run, cancel)
+    return result
+
+
+def sweep_companions(
+    lane: Lane,
+    prompt: str,
+    runs: int,
+    values: list[int],
+    max_tokens: int,
+    on_run: Callable[[int, BatchedRun], None] | None = None,
+    progress: Callable[[str], None] | None = None,
+    cancel: threading.Event | None = None,
+) -> list[RepeatResult]:
+    """`runs` runs at each companion count in `values`, every run beside exactly that
+    many companions; one context (the largest count's) serves every point."""
+    for value in values:
+        check_repeat(lane, prompt, runs, value, max_tokens)
+    cancel = cancel or threading.Event()
+    results = []
+    with _local_lane(lane, max(values), progress, cancel) as batched:
+        for value in values:
+            result = RepeatResult(lane, prompt, max_tokens, value, [], [])
+            results.append(result)
+            _beside_companions(batched, result, runs, True, on_run, cancel)
+            if result.cancelled:
                 break
-            chosen = companions_for(number, max_companions, len(pool))
-            try:
-                outcome = batched.run(tokens, [companion_tokens[i] for i in chosen], max_tokens)
-            except Cancelled:
-                result.cancelled = True
-                break
-            result.runs.append(outcome)
-            result.companion_ids.append([pool[i]["id"] for i in chosen])
-            if on_run is not None:
-                on_run(number, outcome)
+    return results
+
+
+def _beside_companions(
+    batched: BatchedLane,
+    result: RepeatResult,
+    runs: int,
+    exact: bool,
+    on_run: Callable[[int, BatchedRun], None] | None,
+    cancel: threading.Event,
+) -> None:
+    """Decode the result's prompt `runs` times, each run beside its companions."""
+    pool = load_prompts(COMPANION_SET)
+    tokens = batched.tokenize(result.prompt)
+    companion_tokens = [batched.tokenize(item["prompt"]) for item in pool]
+    for number in range(runs):
+        if cancel.is_set():
+            result.cancelled = True
+            return
+        chosen = companions_for(number, result.max_companions, len(pool), exact)
+        try:
+            outcome = batched.run(tokens, [companion_tokens[i] for i in chosen], result.max_tokens)
+        except Cancelled:
+            result.cancelled = True
+            return
+        result.runs.append(outcome)
+        result.companion_ids.append([pool[i]["id"] for i in chosen])
+        if on_run is not None:
+            on_run(number, outcome)
+
+
+def repeat_batched(
+    lane: Lane,
+    prompt: str,
+    runs: int,
+    _companions: int,
+    max_tokens: int,
+    on_run: Callable[[int, BatchedRun], None] | None = None,
+    progress: Callable[[str], None] | None = None,
+    cancel: threading.Event | None = None,
+    *,
+    batch: int,
+) -> RepeatResult:
+    """`runs` runs of the prompt continuously batched, up to `batch` in flight: each
+    run's neighbours are the other runs, at other steps, in a KV memory whose free
+    cells move as runs end."""
+    check_repeat(lane, prompt, runs, 0, max_tokens)
+    cancel = cancel or threading.Event()
+    result = RepeatResult(lane, prompt, max_tokens, batch - 1, [], [], batch=batch)
+    ended: dict[int, BatchedRun] = {}
+
+    def on_end(number: int, run: BatchedRun) -> None:
+        ended[number] = run
+        if on_run is not None:
+            on_run(number, run)
+
+    with _local_lane(lane, batch - 1, progress, cancel) as batched:
+        try:
+            batched.run_continuous(batched.tokenize(prompt), runs, max_tokens, on_end)
+        except Cancelled:
+            result.cancelled = True
+    # runs end out of order: a stop keeps the ones that ended, in the order they began
+    for number in sorted(ended):
+        result.runs.append(ended[number])
+        result.companion_ids.append([f"up to {ended[number].companions} other runs in flight"])
     return result
 
 
@@ -188,6 +299,47 @@ def repeat_server(
         result.runs.append(requests.outcomes[number])
         result.companion_ids.append([f"{concurrency - 1} concurrent requests"])
     return result
+
+
+def sweep_concurrency(
+    lane: Lane,
+    prompt: str,
+    runs: int,
+    values: list[int],
+    max_tokens: int,
+    on_run: Callable[[int, BatchedRun], None] | None = None,
+    progress: Callable[[str], None] | None = None,
+    cancel: threading.Event | None = None,
+) -> list[RepeatResult]:
+    """`runs` requests at each concurrency in `values`, one point after another."""
+    for value in values:
+        check_repeat(lane, prompt, runs, value, max_tokens)
+    cancel = cancel or threading.Event()
+    results = []
+    for value in values:
+        result = repeat_server(lane, prompt, runs, value, max_tokens, on_run, progress, cancel)
+        results.append(result)
+        if result.cancelled:
+            break
+    return results
+
+
+def run_sweep(
+    lane: Lane,
+    prompt: str,
+    runs: int,
+    values: list[int],
+    max_tokens: int,
+    on_run: RunDone | None = None,
+    progress: Callable[[str], None] | None = None,
+    cancel: threading.Event | None = None,
+) -> dict[str, Any]:
+    """`run_repeat` at each value of the lane's width (a server's concurrency, else the
+    companions), as `sweep_summary`: what the worker process hands back."""
+    how = sweep_concurrency if lane.backend == "server" else sweep_companions
+    handed_over = _handing_over(on_run)
+    results = how(lane, prompt, runs, values, max_tokens, handed_over, progress, cancel)
+    return sweep_summary(results, values, runs)
 
 
 class _Requests:
@@ -272,6 +424,7 @@ def summary(result: RepeatResult) -> dict[str, Any]:
         groups.setdefault(tuple(run.token_ids), []).append(number)
     ordered = sorted(groups.items(), key=lambda item: (-len(item[1]), item[1][0]))
     split = first_split([list(tokens) for tokens in groups])
+    largest = len(ordered[0][1]) if ordered else 0
     data: dict[str, Any] = {
         "prompt": result.prompt,
         "lane": result.lane.as_dict(),
@@ -280,6 +433,7 @@ def summary(result: RepeatResult) -> dict[str, Any]:
         "max_tokens": result.max_tokens,
         "cancelled": result.cancelled,
         "unique": len(groups),
+        "largest_share": largest / len(result.runs) if result.runs else 0.0,
         "first_split": split,
         "groups": [_group_json(result, members, split) for _, members in ordered],
         "per_run": [
@@ -294,6 +448,8 @@ def summary(result: RepeatResult) -> dict[str, Any]:
             for number, run in enumerate(result.runs)
         ],
     }
+    if result.batch is not None:
+        data["batch"] = result.batch
     if result.concurrency is not None:
         data["endpoint"] = without_credentials(result.lane.endpoint)
         data["concurrency"] = result.concurrency
@@ -323,35 +479,93 @@ def _group_json(result: RepeatResult, members: list[int], split: int | None) -> 
     return entry
 
 
+def sweep_summary(results: list[RepeatResult], values: list[int], runs: int) -> dict[str, Any]:
+    """A sweep as JSON: per value, the unique completions, the largest group's share,
+    the first split among its runs, and where its runs first depart from the first
+    value's most common completion (the reference: alone, or one request at a time)."""
+    summaries = [summary(result) for result in results]
+    served = bool(results) and results[0].concurrency is not None
+    reference: list[int] | None = None
+    points = []
+    for value, result, data in zip(values, results, summaries):
+        completions = [run.token_ids for run in result.runs]
+        if reference is None and completions:
+            reference = [int(t) for t in _most_common(completions)]
+        departs = first_split([reference, *completions]) if reference is not None else None
+        points.append(
+            {
+                "value": value,
+                "runs": data["runs"],
+                "unique": data["unique"],
+                "largest_share": data["largest_share"],
+                "first_split": data["first_split"],
+                "departs_at": departs,
+                "summary": data,
+            }
+        )
+    return {
+        "sweep": "concurrency" if served else "companions",
+        "values": values,
+        "runs_per_value": runs,
+        "cancelled": any(result.cancelled for result in results) or len(results) < len(values),
+        "points": points,
+    }
+
+
+def _most_common(completions: list[list[int]]) -> tuple[int, ...]:
+    """The completion most runs gave (the earliest run's, on a tie)."""
+    counts: dict[tuple[int, ...], int] = {}
+    for tokens in completions:
+        counts[tuple(tokens)] = counts.get(tuple(tokens), 0) + 1
+    return max(counts, key=lambda tokens: counts[tokens])
+
+
+def format_sweep(data: dict[str, Any]) -> str:
+    """The sweep as a table: one line per value."""
+    name = data["sweep"]
+    lines = [
+        f"sweep of --{name}: {data['runs_per_value']} runs per value",
+        f"{name:>12}  {'unique':>6}  {'largest group':>13}  {'first split':>11}  departs from "
+        f"{data['values'][0]} at",
+    ]
+    for point in data["points"]:
+        share = f"{point['largest_share']:.0%}"
+        split = "–" if point["first_split"] is None else str(point["first_split"])
+        departs = "–" if point["departs_at"] is None else str(point["departs_at"])
+        lines.append(
+            f"{point['value']:>12}  {point['unique']:>6}  {share:>13}  {split:>11}  {departs}"
+        )
+    if data["cancelled"]:
+        lines.append("stopped: the table covers the runs that finished")
+    return "\n".join(lines)
+
+
+GROUPS_SHOWN = 10
+"""A thousand runs may give dozens of completions: the text lists the largest."""
+
+
 def format_summary(data: dict[str, Any]) -> str:
     if "endpoint" in data:
         how = f"sent to {data['endpoint']}, {data['concurrency']} at a time"
+    elif "batch" in data:
+        how = f"up to {data['batch']} in flight at once"
     else:
         how = f"each decoded beside 0 to {data['max_companions']} other sequences"
     lines = [
         f"repeat: {data['runs']} runs of one prompt, {how}, up to {data['max_tokens']} tokens",
-        f"unique completions: {data['unique']} of {data['runs']} runs",
+        f"unique completions: {data['unique']} of {data['runs']} runs; the largest group "
+        f"holds {data['largest_share']:.1%}",
     ]
-    for number, group in enumerate(data["groups"], 1):
-        text = " ".join(group["text"].split())
-        text = text if len(text) <= 60 else text[:59] + "…"
-        runs = ", ".join(str(r) for r in group["runs"][:8])
-        more = "…" if len(group["runs"]) > 8 else ""
-        beside = (
-            ""
-            if "endpoint" in data
-            else f"; companions {', '.join(str(c) for c in group['companions'])}"
-        )
-        lines.append(
-            f"  #{number}: {group['count']} run{'s' if group['count'] > 1 else ''} "
-            f"(runs {runs}{more}{beside}), {group['tokens']} tokens: {text!r}"
-        )
+    shown = data["groups"][:GROUPS_SHOWN]
+    lines += [_group_line(data, number, group) for number, group in enumerate(shown, 1)]
+    if len(data["groups"]) > GROUPS_SHOWN:
+        lines.append(f"  … {len(data['groups']) - GROUPS_SHOWN} more (--json lists them all)")
     split = data["first_split"]
     if split is None:
         lines.append("every run produced the same tokens")
     else:
         picks = []
-        for number, group in enumerate(data["groups"], 1):
+        for number, group in enumerate(shown, 1):
             at = group.get("at_split")
             if at is None:
                 picks.append(f"#{number} ended")
@@ -361,3 +575,20 @@ def format_summary(data: dict[str, Any]) -> str:
     if data["cancelled"]:
         lines.append("stopped: the counts cover the runs that finished")
     return "\n".join(lines)
+
+
+def _group_line(data: dict[str, Any], number: int, group: dict[str, Any]) -> str:
+    text = " ".join(group["text"].split())
+    text = text if len(text) <= 60 else text[:59] + "…"
+    runs = ", ".join(str(r) for r in group["runs"][:8])
+    more = "…" if len(group["runs"]) > 8 else ""
+    if "endpoint" in data:
+        beside = ""
+    elif "batch" in data:
+        beside = f"; beside up to {max(group['companions'])} other runs"
+    else:
+        beside = f"; companions {', '.join(str(c) for c in group['companions'])}"
+    return (
+        f"  #{number}: {group['count']} run{'s' if group['count'] > 1 else ''} "
+        f"(runs {runs}{more}{beside}), {group['tokens']} tokens: {text!r}"
+    )

@@ -10,15 +10,24 @@ import argparse
 import json
 import sys
 import threading
-from typing import TYPE_CHECKING
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from specdiff.cli import options
-from specdiff.cli.common import Exit, Status, Subcommands, add_command, interrupt_sets, read_prompt
+from specdiff.cli.common import (
+    ArgumentError,
+    Exit,
+    Status,
+    Subcommands,
+    add_command,
+    interrupt_sets,
+    read_prompt,
+)
+from specdiff.files import check_replaceable, write_text_atomic
 from specdiff.lanes import Lane, apply_overrides, parse_overrides, without_credentials
-from specdiff.safe_text import terminal_text
-
-if TYPE_CHECKING:
-    from specdiff.steps import TokenStep
+from specdiff.safe_text import terminal_text, visible
 
 
 def add_parser(commands: Subcommands) -> None:
@@ -34,11 +43,19 @@ def add_parser(commands: Subcommands) -> None:
     )
     parser.add_argument(
         "--companions",
-        type=options.companion_count,
-        default=3,
-        help="run r shares its batches with r mod (K+1) other sequences (default K=3)",
+        type=count_list("--companions", 0, 255),
+        metavar="K[,K...]",
+        help="run r shares its batches with r mod (K+1) other sequences (default K=3); "
+        "a list (0,1,3,7) sweeps: each run beside exactly K, per value",
     )
     options.add_max_tokens(parser)
+    parser.add_argument(
+        "--batch",
+        type=options.whole_number(1, 256),
+        metavar="B",
+        help="batch the runs themselves: up to B in flight in one KV memory, a new run "
+        "entering as one ends (continuous batching; for -n 1000)",
+    )
     parser.add_argument(
         "--endpoint",
         metavar="URL",
@@ -46,9 +63,14 @@ def add_parser(commands: Subcommands) -> None:
     )
     parser.add_argument(
         "--concurrency",
-        type=options.concurrency,
-        default=4,
-        help="with --endpoint: requests in flight at once (default 4)",
+        type=count_list("--concurrency", 1, 1024),
+        metavar="C[,C...]",
+        help="with --endpoint: requests in flight at once (default 4); a list (1,2,4,8) sweeps",
+    )
+    parser.add_argument(
+        "--plot",
+        metavar="FILE.svg",
+        help="with a sweep: write unique completions and the first split against the value",
     )
     options.add_model(parser)
     parser.add_argument(
@@ -56,6 +78,28 @@ def add_parser(commands: Subcommands) -> None:
     )
     options.add_json_summary(parser)
     options.add_quiet(parser)
+
+
+def count_list(flag: str, low: int, high: int) -> Callable[[str], list[int]]:
+    """An argparse type: one whole number, or a comma-separated list of distinct ones
+    (a sweep), each from low to high."""
+    number = options.whole_number(low, high)
+
+    def read(text: str) -> list[int]:
+        parts = text.split(",")
+        if not text.strip() or any(not part.strip() for part in parts):
+            raise argparse.ArgumentTypeError(
+                f"needs whole numbers separated by commas, e.g. {low},{low + 1}; got {text!r}"
+            )
+        values = [number(part) for part in parts]
+        repeated = sorted({v for v in values if values.count(v) > 1})
+        if repeated:
+            raise argparse.ArgumentTypeError(
+                f"lists {', '.join(map(str, repeated))} twice; give each value once"
+            )
+        return values
+
+    return read
 
 
 def repeat_lane(args: argparse.Namespace) -> Lane:
@@ -68,50 +112,151 @@ def repeat_lane(args: argparse.Namespace) -> Lane:
     return apply_overrides(Lane(), settings)
 
 
+def widths(args: argparse.Namespace, served: bool) -> list[int]:
+    """The companions (in-process) or the concurrency (server) to repeat at: several
+    values are a sweep. Refuses options that do not go with the mode."""
+    if served and args.companions is not None:
+        raise ArgumentError(
+            "--companions sets in-process batches; with --endpoint use --concurrency"
+        )
+    if not served and args.concurrency is not None:
+        raise ArgumentError(
+            "--concurrency needs --endpoint; in-process, use --companions or --batch"
+        )
+    if args.batch is not None and served:
+        raise ArgumentError(
+            "--batch batches in-process runs; a server batches requests itself: use --concurrency"
+        )
+    if args.batch is not None and args.companions is not None:
+        raise ArgumentError("--batch runs the prompt beside its own runs; drop --companions")
+    values = (args.concurrency or [4]) if served else (args.companions or [3])
+    if args.plot is not None and len(values) < 2:
+        raise ArgumentError(
+            "--plot draws a sweep: give a list, e.g. --companions 0,1,3,7 or --concurrency 1,2,4,8"
+        )
+    return values
+
+
 def command_repeat(args: argparse.Namespace) -> int:
     """Exit 0 when every run gave the same tokens, 1 when they split, 130 when stopped."""
     # deferred: the engine, session and report modules load only for the command that runs
     from specdiff.engine.worker import call_in_worker
-    from specdiff.repeat import check_repeat, format_summary, run_repeat
+    from specdiff.repeat import check_repeat, run_repeat, run_sweep
 
     lane = repeat_lane(args)
     prompt = read_prompt(args)
     served = lane.backend == "server"
-    width = args.concurrency if served else args.companions
-    check_repeat(lane, prompt, args.runs, width, args.max_tokens)
+    values = widths(args, served)
+    for value in values:
+        check_repeat(lane, prompt, args.runs, value, args.max_tokens)
+    if args.plot is not None:
+        check_plot(Path(args.plot))
     where = without_credentials(lane.endpoint)
     status = Status(sys.stderr, not args.quiet)
+    status.message(opening_line(args, values, where, served))
     cancel = threading.Event()
-    if served:
-        status.message(f"repeat: {args.runs} requests to {where}, {args.concurrency} at a time")
+    bar = RunProgress(status, args.runs * len(values))
+    if len(values) > 1:
+        function, arguments = run_sweep, (lane, prompt, args.runs, values, args.max_tokens)
     else:
-        status.message(
-            f"repeat: {args.runs} runs of a plain lane, each beside 0..{args.companions} "
-            "other sequences"
-        )
-
-    def on_run(number: int, steps: list[TokenStep], companions: int) -> None:
-        beside = (
-            f"{args.concurrency} in flight"
-            if served
-            else f"beside {companions} other sequence{'s' if companions != 1 else ''}"
-        )
-        status.message(f"run {number + 1}/{args.runs}: {len(steps)} tokens, {beside}")
-
+        function = run_repeat
+        arguments = (lane, prompt, args.runs, values[0], args.max_tokens, args.batch)
     with interrupt_sets(cancel):
         data = call_in_worker(
-            run_repeat,
-            (lane, prompt, args.runs, width, args.max_tokens),
-            {"on_run": on_run, "progress": status.message},
+            function,
+            arguments,
+            {"on_run": bar.ended, "progress": status.message},
             cancel,
             doing="repeating the prompt" + (f" against {where}" if served else ""),
         )
+    status.done()
+    return report(args, data)
+
+
+def check_plot(path: Path) -> None:
+    """Refused before any run: a plot that could not be written at the end."""
+    check_replaceable(path)
+    if not path.parent.is_dir():
+        raise ArgumentError(
+            f"--plot: folder {path.parent} does not exist; create it or name another file"
+        )
+    if path.suffix.lower() != ".svg":
+        raise ArgumentError(f"--plot writes SVG: name a .svg file, got {path.name}")
+
+
+def opening_line(args: argparse.Namespace, values: list[int], where: str, served: bool) -> str:
+    what = f"a sweep of {len(values)} values x {args.runs} runs" if len(values) > 1 else ""
+    if served:
+        return f"repeat: {what or f'{args.runs} requests'} to {where}, " + (
+            f"{values[0]} at a time" if len(values) == 1 else "concurrency " + list_text(values)
+        )
+    if args.batch is not None:
+        return f"repeat: {args.runs} runs of a plain lane, up to {args.batch} in flight at once"
+    if len(values) > 1:
+        return f"repeat: {what}, each run beside exactly {list_text(values)} other sequences"
+    return f"repeat: {args.runs} runs of a plain lane, each beside 0..{values[0]} other sequences"
+
+
+def list_text(values: list[int]) -> str:
+    return ",".join(str(value) for value in values)
+
+
+def report(args: argparse.Namespace, data: dict[str, Any]) -> int:
+    """Print the summary (or the sweep's table) and write the plot; the exit code counts
+    a split at any value."""
+    # deferred: only a sweep's plot needs the chart
+    from specdiff.repeat import format_summary, format_sweep
+
+    sweep = "points" in data
     if args.json:
         # ASCII: a completion's control characters stay escapes on the terminal
         json.dump(data, sys.stdout, indent=1, ensure_ascii=True)
         sys.stdout.write("\n")
     else:
-        print(terminal_text(format_summary(data)))
+        print(terminal_text(format_sweep(data) if sweep else format_summary(data)))
+    if args.plot is not None:
+        # written after the table is out, so a failed write loses no result
+        from specdiff.reports.repeat import sweep_chart
+
+        write_text_atomic(Path(args.plot), sweep_chart(data))
+        if not args.quiet:
+            print(f"plot: {visible(args.plot)}", file=sys.stderr)
     if data["cancelled"]:
         return Exit.INTERRUPTED
-    return Exit.SAME if data["unique"] <= 1 else Exit.DIFFERENT
+    unique = [point["unique"] for point in data["points"]] if sweep else [data["unique"]]
+    return Exit.SAME if max(unique, default=1) <= 1 else Exit.DIFFERENT
+
+
+class RunProgress:
+    """Runs done, their rate and the time left: a bar rewritten in place on a terminal,
+    else a line at every tenth of the runs or each minute, whichever comes first."""
+
+    def __init__(self, status: Status, total: int) -> None:
+        self.status = status
+        self.total = total
+        self.done = 0
+        self.first = self.last_line = time.monotonic()
+        self.tenths = 0
+
+    def ended(self, _number: int, _tokens: int, _beside: int) -> None:
+        # deferred: the suite's runner loads for the first progress line only
+        from specdiff.suite.runner import duration
+
+        self.done += 1
+        now = time.monotonic()
+        if self.done == 1:
+            self.first = now  # the rate is taken from here: loading the model is no run
+        rate = (self.done - 1) / (now - self.first) if now > self.first else 0.0
+        left = (self.total - self.done) / rate if rate else None
+        filled = round(24 * self.done / self.total)
+        line = (
+            f"[{'█' * filled}{'░' * (24 - filled)}] {self.done}/{self.total} runs "
+            f"· {rate:.2f} runs/s · ETA {duration(left)}"
+        )
+        if self.status.live:
+            self.status.update(line)
+            return
+        tenths = self.done * 10 // self.total
+        if tenths > self.tenths or now - self.last_line >= 60:
+            self.tenths, self.last_line = tenths, now
+            self.status.message(line)

@@ -213,9 +213,11 @@ def line_chart(
     empty_note: str = "no data",
     width: int = WIDTH,
     height: int = HEIGHT,
+    x_labels: Sequence[str] = (),
 ) -> str:
-    """Lines with points, x = position in each series. Values outside y_range are drawn
-    at its edge as open circles; NaN leaves a gap; +-inf counts as outside the range."""
+    """Lines with points, x = position in each series (labelled `x_labels[x]` when given,
+    as for a sweep's values). Values outside y_range are drawn at its edge as open
+    circles; NaN leaves a gap; +-inf counts as outside the range."""
     if y_range is None:
         y_range = _y_range(series, horizontal)
     length = max((len(s.values) for s in series), default=0)
@@ -223,7 +225,8 @@ def line_chart(
     x_high = max([length - 1, *marks, 1])
     canvas = _Canvas((0.0, float(x_high)), y_range, width, height)
     parts = _open(title, width, height)
-    x_ticks = [(canvas.x(t), label) for t, label in _x_ticks(0, x_high)]
+    ticks = list(enumerate(x_labels)) if x_labels else _x_ticks(0, x_high)
+    x_ticks = [(canvas.x(t), label) for t, label in ticks]
     parts += _axes(canvas, x_label, y_label, x_ticks, nice_ticks(*y_range), height)
     low, high = y_range
     # a rule outside the plotted range (or not a number) is left out
