@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from specdiff.chat import check_chat_setting
 from specdiff.errors import LaneConfigError
@@ -139,7 +140,8 @@ class Lane:
     """Format the prompt as a conversation: "" = raw text; true (or auto) = the GGUF's
     own chat template; or a template llama.cpp builds in (gemma, chatml, llama3...)."""
     endpoint: str = ""
-    """backend=server: the server's base URL, e.g. http://127.0.0.1:8080."""
+    """backend=server: the server's base URL, e.g. http://127.0.0.1:8080; or several,
+    comma-separated (a TOML list is joined so), whose requests go to the least busy."""
     api: str = "completions"
     """backend=server: completions (/v1/completions), chat (/v1/chat/completions) or
     llama-server (its own /completion, which also gives token ids and draft counts)."""
@@ -166,6 +168,8 @@ class Lane:
         repack: object = self.repack
         if isinstance(repack, bool):  # pair files and sessions written when it was a bool
             object.__setattr__(self, "repack", "on" if repack else "off")
+        if isinstance(self.endpoint, (list, tuple)):  # a TOML list of endpoints
+            object.__setattr__(self, "endpoint", joined_endpoints(self.endpoint))
         for item in fields(self):
             _check_field(item.name, getattr(self, item.name))
         self._check_local()
@@ -218,10 +222,7 @@ class Lane:
             )
 
     def _check_server(self) -> None:
-        if not self.endpoint.startswith(("http://", "https://")):
-            raise LaneConfigError(
-                "a server lane needs endpoint=http://HOST:PORT (the server's base URL)"
-            )
+        check_endpoints(self.endpoint)
         offload = [key for key in OFFLOAD_KEYS if getattr(self, key) != OFFLOAD_DEFAULTS[key]]
         if offload:
             raise LaneConfigError(
@@ -271,12 +272,18 @@ class Lane:
             return f"server {without_credentials(self.endpoint)}"
         return "plain"
 
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        """The servers the endpoint key names, in order."""
+        return split_endpoints(self.endpoint)
+
     def check_credentials(self, lane_id: str) -> None:
         """Refuse to contact an endpoint read back from a session or suite.json: its
         credentials were saved as ***, which would go to the server as the password."""
-        if self.backend == "server" and has_masked_credentials(self.endpoint):
+        masked = [url for url in self.endpoints if has_masked_credentials(url)]
+        if self.backend == "server" and masked:
             raise LaneConfigError(
-                f"lane {lane_id}: the endpoint {self.endpoint} was saved without its "
+                f"lane {lane_id}: the endpoint {masked[0]} was saved without its "
                 f"credentials; give the lane options again with them (--lane-{lane_id} "
                 "endpoint=http://USER:PASSWORD@HOST:PORT)"
             )
@@ -298,15 +305,86 @@ MASKED_CREDENTIALS = "***"
 """What a saved endpoint holds in place of its user name and password."""
 _URL_PARTS = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)([^/?#]*)(.*)", re.DOTALL)
 """A URL as scheme, authority (user info @ host) and the rest."""
+_NEXT_URL = re.compile(r",(?=\s*[A-Za-z][A-Za-z0-9+.-]*://)")
+"""A comma that separates two endpoints: one followed by the next URL's scheme. A comma
+anywhere else (a password's) stays inside its URL, so it is masked with it."""
 
 
 def without_credentials(url: str) -> str:
     """`url` with any user name and password replaced by ***: a URL's credentials are as
-    secret as an API key, and lanes are printed and saved."""
+    secret as an API key, and lanes are printed and saved. A comma-separated list of
+    endpoints has each one's masked."""
+    return ",".join(_one_without_credentials(part) for part in _NEXT_URL.split(url))
+
+
+def _one_without_credentials(url: str) -> str:
     parts = _URL_PARTS.match(url)
     if parts is None or "@" not in parts[2]:
         return url
     return f"{parts[1]}{MASKED_CREDENTIALS}@{parts[2].rpartition('@')[2]}{parts[3]}"
+
+
+ENDPOINT_FORM = "endpoint=http://HOST:PORT (the server's base URL; several: comma-separated)"
+
+
+def joined_endpoints(urls: Iterable[object]) -> str:
+    """A TOML list of endpoints as the one string a lane keeps."""
+    listed = list(urls)
+    if not listed:
+        raise LaneConfigError(
+            "lane key 'endpoint' is an empty list; name at least one server, e.g. "
+            'endpoint = ["http://127.0.0.1:8080"]'
+        )
+    for url in listed:
+        if not isinstance(url, str):
+            raise _bad_type("endpoint", url, "a URL in quotes")
+    return ",".join(listed)
+
+
+def split_endpoints(endpoint: str) -> tuple[str, ...]:
+    """The URLs a lane's endpoint key names, in order."""
+    return tuple(url.strip() for url in _NEXT_URL.split(endpoint) if url.strip())
+
+
+EndpointIdentity = tuple[str, str, int, str]
+
+
+def _endpoint_identity(url: str) -> EndpointIdentity | None:
+    """What makes two endpoint URLs the same server: scheme, host (any case), port
+    (the scheme's default when none), path (without a trailing slash); None for what
+    is no http(s) URL with a host."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:  # a port that is no number, a broken [IPv6] address
+        return None
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https") or not parts.hostname:
+        return None
+    default = 443 if scheme == "https" else 80
+    return (scheme, parts.hostname.lower(), port or default, parts.path.rstrip("/"))
+
+
+def check_endpoints(endpoint: str) -> None:
+    """A server lane's endpoint key: one URL or several, comma-separated, each
+    http(s)://HOST[:PORT][/PATH], none named twice."""
+    if not endpoint.strip():
+        raise LaneConfigError(f"a server lane needs {ENDPOINT_FORM}")
+    seen: dict[EndpointIdentity, str] = {}
+    for url in (entry.strip() for entry in _NEXT_URL.split(endpoint)):
+        shown = without_credentials(url)
+        identity = _endpoint_identity(url)
+        if identity is None:
+            raise LaneConfigError(
+                f"lane key 'endpoint': {shown!r:.120} is not a URL; a server lane needs "
+                f"{ENDPOINT_FORM}"
+            )
+        if identity in seen:
+            raise LaneConfigError(
+                f"lane key 'endpoint' names {shown!r:.120} twice (as {seen[identity]!r:.120}); "
+                "list each server once"
+            )
+        seen[identity] = shown
 
 
 def has_masked_credentials(url: str) -> bool:

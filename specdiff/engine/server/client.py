@@ -1,5 +1,6 @@
-"""The HTTP side of a server lane: one httpx client, retries on refused connections,
-the API key and URL credentials, and every byte of a server's answer bounded.
+"""The HTTP side of a server lane: its endpoints' pool (pool.py: retries, back-off,
+circuit breaking), the API key and URL credentials, and every byte of a server's answer
+bounded.
 
 The key is read from the environment variable the lane names and sent as a bearer
 token; credentials in the endpoint URL are sent as HTTP basic auth. Neither is written
@@ -22,10 +23,19 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 from urllib.parse import unquote, urlsplit
 
 from specdiff.engine.base import EngineError
+from specdiff.engine.server.pool import (
+    BUSY_STATUSES,
+    Backoff,
+    Busy,
+    Endpoint,
+    EndpointsDown,
+    retry_after_seconds,
+    shared_pool,
+)
 from specdiff.errors import LaneConfigError, printable
 from specdiff.lanes import Lane, without_credentials
 
@@ -51,10 +61,29 @@ MAX_SETTINGS = 256
 """Generation settings of /props looked through for the speculative ones."""
 MAX_SLOTS = 16
 """Slots of /slots kept for the session header."""
+T = TypeVar("T")
 
 
 class ServerError(EngineError):
     """The server could not be reached, refused, or answered what specdiff cannot use."""
+
+    restartable = False
+    """Whether sending the whole prompt again may succeed (on another endpoint)."""
+
+
+class EndpointFailed(ServerError):
+    """The endpoint failed (refused, broke the stream, or stayed busy past the budget):
+    the prompt may be sent again from the start, where the pool's next claim goes."""
+
+    restartable = True
+
+
+def _retryable(error: BaseException) -> str | None:
+    """Why an attempt's error is worth another try (a connection refused before
+    anything was sent), None where it is not."""
+    import httpx  # deferred, as in ServerClient._send
+
+    return reason(error) if isinstance(error, httpx.ConnectError) else None
 
 
 def read_api_key(lane: Lane, lane_id: str) -> str:
@@ -159,18 +188,16 @@ def split_lines(
 
 
 class ServerClient:
-    """Requests to one lane's endpoint; every failure is a ServerError naming it."""
+    """Requests to one lane's endpoints, through the EndpointPool every ServerLane of
+    the lane in this process shares; every failure is a ServerError naming the
+    endpoint. While an endpoint is pinned (a generation's, from its claim to its end),
+    every request goes there: a prompt, its cached prefix and its rescoring are one
+    server's."""
 
     def __init__(self, lane: Lane, key: str) -> None:
-        # deferred: httpx takes a noticeable part of a second to import, and only
-        # server lanes need it
-        import httpx
-
         self.lane = lane
         self.key = key
-        self.where = without_credentials(lane.endpoint)
-        """The endpoint as messages name it."""
-        found = [key, *credentials(lane.endpoint)]
+        found = [key, *(c for url in lane.endpoints for c in credentials(url))]
         self.secrets = sorted(
             {s for s in found if len(s) >= MIN_SECRET_CHARS}, key=len, reverse=True
         )
@@ -179,11 +206,30 @@ class ServerClient:
         headers = {"Accept-Encoding": "identity"}
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        self.client = httpx.Client(
-            base_url=lane.endpoint.rstrip("/"),
-            headers=headers,
-            timeout=httpx.Timeout(lane.timeout),
-        )
+        self.pool = shared_pool(lane, headers)
+        self.pinned: Endpoint | None = None
+        """The endpoint every request goes to for now (a generation's), if any."""
+        self.backoff = Backoff()
+        """The retries and back-off of the requests since the last pin()."""
+        self._closed = False
+
+    @property
+    def where(self) -> str:
+        """The endpoint as messages name it: the pinned one, else all of them."""
+        return self.pinned.shown if self.pinned is not None else self.pool.shown
+
+    def pin(self) -> Endpoint:
+        """Claim an endpoint (the least busy) for the next generation, unless one is
+        held; requests go there until unpin()."""
+        if self.pinned is None:
+            self.pinned = self.pool.claim()
+            self.backoff = Backoff()
+        return self.pinned
+
+    def unpin(self) -> None:
+        if self.pinned is not None:
+            self.pool.unclaim(self.pinned)
+            self.pinned = None
 
     def mask(self, text: str) -> str:
         for secret in self.secrets:
@@ -194,21 +240,41 @@ class ServerClient:
         """A server's words, fit for a one-line message: masked, escaped, cut."""
         return printable(self.mask(text), QUOTED_CHARS)
 
-    def fail(self, what: str) -> ServerError:
-        return ServerError(printable(self.mask(f"{self.where}: {what}"), MESSAGE_CHARS))
+    def fail(self, what: str, restartable: bool = False) -> ServerError:
+        kind = EndpointFailed if restartable else ServerError
+        return kind(printable(self.mask(f"{self.where}: {what}"), MESSAGE_CHARS))
 
     def request(self, method: str, path: str, limit: int = MAX_BODY_BYTES, **kwargs: Any) -> Answer:
-        """One request with retries on refused connections; its answer, at most `limit`
-        bytes of it."""
-        import httpx  # deferred, as in __init__
+        """One request, tried again after a refused connection or a 429/503 within the
+        budget; its answer, at most `limit` bytes of it (a 429/503 left when the budget
+        is spent is answered as it came, for check_status to name)."""
 
-        attempt = 0
-        while True:
-            try:
-                with self.client.stream(method, path, **kwargs) as response:
-                    return self.answer(response, limit)
-            except httpx.HTTPError as error:
-                attempt = self._next_attempt(error, attempt, None)
+        def attempt(endpoint: Endpoint, client: Any) -> Answer:
+            with client.stream(method, path, **kwargs) as response:
+                return self._busy_or(self.answer(response, limit), response)
+
+        try:
+            return self._send(attempt, None)
+        except Busy as busy:
+            return cast(Answer, busy.answer)
+
+    def _busy_or(self, answer: Answer, response: Any) -> Answer:
+        """`answer`, or Busy where it says to come back later."""
+        if answer.status in BUSY_STATUSES:
+            retry_after = retry_after_seconds(response.headers.get("retry-after"))
+            raise Busy(answer.status, retry_after, answer)
+        return answer
+
+    def _send(self, attempt: Callable[[Endpoint, Any], T], emitted: int | None) -> T:
+        """`attempt` through the pool; an httpx error or a lost pool as a ServerError."""
+        import httpx  # deferred: httpx takes a noticeable part of a second to import
+
+        try:
+            return self.pool.send(attempt, _retryable, self.backoff, self.pinned)
+        except EndpointsDown as down:
+            raise ServerError(printable(self.mask(str(down)), MESSAGE_CHARS)) from None
+        except httpx.HTTPError as error:
+            raise self._failure(error, emitted) from None
 
     def answer(self, response: Any, limit: int = MAX_BODY_BYTES) -> Answer:
         return Answer(
@@ -221,9 +287,10 @@ class ServerClient:
         self, path: str, body: dict[str, Any], emitted: Callable[[], int]
     ) -> Iterator[str]:
         """POST `body` and yield the response's lines as they arrive. A refused
-        connection is tried again while no token has been emitted (`emitted()` counts
-        them, for the messages too)."""
-        import httpx  # deferred, as in __init__
+        connection or a 429/503 is tried again on the same endpoint within the budget;
+        a stream that breaks is not resumed (`emitted()` counts the tokens, for the
+        messages): the whole prompt may be sent again (EndpointFailed)."""
+        import httpx  # deferred, as in _send
 
         def too_long() -> ServerError:
             return self.fail(
@@ -237,29 +304,30 @@ class ServerClient:
                 "tokens (raise timeout=SECONDS for a slow server)"
             )
 
-        attempt = 0
-        while True:
+        def attempt(endpoint: Endpoint, client: Any) -> tuple[Any, Any]:
+            opened = client.stream("POST", path, json=body)
+            response = opened.__enter__()
             try:
-                with self.client.stream("POST", path, json=body) as response:
-                    if response.status_code != 200:
-                        self.check_status(self.answer(response))
-                    yield from split_lines(
-                        response.iter_raw(), too_long, self.lane.timeout, too_slow
-                    )
-                return
-            except httpx.HTTPError as error:
-                attempt = self._next_attempt(error, attempt, emitted())
+                if response.status_code != 200:
+                    self.check_status(self._busy_or(self.answer(response), response))
+            except BaseException:
+                opened.__exit__(None, None, None)
+                raise
+            return opened, response
 
-    def _next_attempt(self, error: Exception, attempt: int, emitted: int | None) -> int:
-        """After a failed try: wait, and return the next attempt's number, when a refused
-        connection may be tried again (retries left, no token streamed yet); else raise
-        the error as one line."""
-        import httpx  # deferred, as in __init__
-
-        if isinstance(error, httpx.ConnectError) and not emitted and attempt < self.lane.retries:
-            time.sleep(0.5 * (attempt + 1))
-            return attempt + 1
-        raise self._failure(error, emitted) from None
+        try:
+            opened, response = self._send(attempt, 0)
+        except Busy as busy:
+            self.check_status(busy.answer)
+            raise  # check_status raised already: a 429/503 is no 200
+        try:
+            yield from split_lines(response.iter_raw(), too_long, self.lane.timeout, too_slow)
+        except httpx.HTTPError as error:
+            if self.pinned is not None:
+                self.pool.failed(self.pinned, reason(error))
+            raise self._failure(error, emitted()) from None
+        finally:
+            opened.__exit__(None, None, None)
 
     def _failure(self, error: Exception, emitted: int | None) -> ServerError:
         """An httpx error in one line; `emitted`: the tokens streamed before it, None for
@@ -269,7 +337,9 @@ class ServerClient:
         timeout = self.lane.timeout
         after = "" if emitted is None else f" after {emitted} tokens"
         if isinstance(error, httpx.ConnectError):
-            return self.fail(f"cannot connect ({reason(error)}); is the server running?")
+            return self.fail(
+                f"cannot connect ({reason(error)}); is the server running?", restartable=True
+            )
         if isinstance(error, httpx.TimeoutException):
             if emitted is None:
                 return self.fail(f"no answer within {timeout} s (timeout=SECONDS)")
@@ -283,7 +353,7 @@ class ServerClient:
                 "does not follow; set endpoint= to the server that answers"
             )
         if emitted is not None and isinstance(error, (httpx.RemoteProtocolError, httpx.ReadError)):
-            return self.fail(f"the connection broke{after} ({reason(error)})")
+            return self.fail(f"the connection broke{after} ({reason(error)})", restartable=True)
         return self.fail(f"the request failed{after} ({type(error).__name__}: {reason(error)})")
 
     def check_status(self, answer: Answer) -> None:
@@ -311,7 +381,9 @@ class ServerClient:
             if isinstance(message, dict):
                 message = message.get("message", text)
         message = " ".join(str(message if message is not None else text).split())
-        raise self.fail(f"HTTP {status}: {self.quote(message) or 'no details'}")
+        busy = status in BUSY_STATUSES
+        tried = f" (sent {self.backoff.retries + 1} times; raise the retries)" if busy else ""
+        raise self.fail(f"HTTP {status}: {self.quote(message) or 'no details'}{tried}", busy)
 
     def identity(self) -> dict[str, Any]:
         """What the server says it runs: its models, and llama-server's /props and /slots;
@@ -403,7 +475,10 @@ class ServerClient:
         return finite(value, -1e12, 1e12)
 
     def close(self) -> None:
-        self.client.close()
+        if not self._closed:
+            self._closed = True
+            self.unpin()
+            self.pool.release()
 
 
 def _mapping(value: object) -> dict[Any, Any]:

@@ -112,6 +112,12 @@ class ServerLane:
         self.chat_template = ""
         """On the chat API: whose template formatted the prompt, and whether it is known."""
         self._formatted: dict[tuple[Message, ...], dict[str, Any] | None] = {}
+        self.served_by = ""
+        """The endpoint that served the last generation, credentials masked."""
+        self.restartable = False
+        """Whether the last generation failed in a way a fresh start may mend (its
+        endpoint refused, broke the stream or stayed busy): the prompt may be sent
+        again, and the pool's next claim avoids an endpoint it set aside."""
 
     # -- what PairRun asks of a lane -------------------------------------------------
     def vocab_digest(self) -> str:
@@ -120,6 +126,9 @@ class ServerLane:
     def tokenize(self, text: str) -> list[int]:
         """The prompt's token ids; on the chat API those of the prompt as the server
         formats it, where it says (llama-server), else the raw text's."""
+        # the next generation's endpoint, chosen now so that the session header written
+        # before it names the server that serves it
+        self.client.pin()
         if self.lane.api != "chat":
             return self.model.tokenize(text)
         messages = messages_of(text)
@@ -198,6 +207,7 @@ class ServerLane:
         return {
             "backend": "server",
             "endpoint": without_credentials(self.lane.endpoint),
+            **self._served_record(),
             "api": self.lane.api,
             "server": self.identity,
             # the lane's setting: serve-pair sets it off for a server it had to start
@@ -211,6 +221,16 @@ class ServerLane:
             **self.rescoring.as_record(),
             **self._chat_record(),
         }
+
+    def _served_record(self) -> dict[str, Any]:
+        """Which endpoint serves (or served) the generation, and its retries and
+        back-off; nothing before any was chosen."""
+        client = self.client
+        served = client.pinned.shown if client.pinned is not None else self.served_by
+        if not served:
+            return {}
+        restart = {"restartable": True} if self.restartable else {}
+        return {"served_by": served, **client.backoff.as_record(), **restart}
 
     def _chat_record(self) -> dict[str, Any]:
         """On the chat API: whose template formatted the prompt and, where the server
@@ -252,6 +272,8 @@ class ServerLane:
             # the ids given are another lane's: a chat lane's server formats its own
             count = len(self.tokenize(text)) if self.lane.api == "chat" else len(prompt)
         self.generation = Generation(prompt_tokens=count)
+        endpoint = self.client.pin()
+        self.served_by = endpoint.shown
         self.timings = {}
         self.streams.begin(self.lane_id)  # after another lane's rescoring, never beside it
         if self.lane.prefix == "cached":
@@ -266,10 +288,15 @@ class ServerLane:
         )
         self._readers = [r for r in self._readers if r.is_alive()] + [reader]
         reader.start()
+        self.restartable = False
         try:
             yield from self._receive(arrived)
+        except ServerError as error:
+            self.restartable = error.restartable
+            raise
         finally:
             stopped.set()
+            self.client.unpin()  # the next prompt's endpoint is chosen afresh
 
     def _read(
         self,

@@ -177,11 +177,6 @@ def retry_after_seconds(value: str | None, now: float | None = None) -> float | 
     return min(max(seconds, 0.0), MAX_WAIT)
 
 
-def endpoint_list(endpoint: str) -> tuple[str, ...]:
-    """The URLs a lane's endpoint key names, in order."""
-    return tuple(url.strip() for url in endpoint.split(",") if url.strip())
-
-
 class EndpointPool:
     """The endpoints of one lane: which to use, when to wait, which to set aside.
     Thread-safe: every decision is taken under one lock; requests run outside it."""
@@ -402,7 +397,7 @@ def shared_pool(lane: Lane, headers: dict[str, str]) -> EndpointPool:
         pool = _SHARED.get(key)
         if pool is None:
             budget = SETTINGS.max_retries if SETTINGS.max_retries is not None else lane.retries
-            pool = EndpointPool(endpoint_list(lane.endpoint), headers, lane.timeout, budget)
+            pool = EndpointPool(lane.endpoints, headers, lane.timeout, budget)
             pool._key = key
             _SHARED[key] = pool
         pool._users += 1
