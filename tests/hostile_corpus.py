@@ -141,6 +141,7 @@ def _escape_cases() -> list[Case]:
         ("executed-extra", setting("executed", "a", ESCAPES, value={"k": [ESCAPES]})),
         ("device", setting("executed", "a", "devices", value=[{"name": ESCAPES, "type": ESCAPES}])),
         ("split-mode", setting("executed", "b", "split_mode", value=ESCAPES)),
+        ("served-by", setting("executed", "a", "served_by", value=ESCAPES)),
         ("server-props", setting("executed", "a", "server", value=SERVER_PROPS)),
         (
             "rescoring-reasons",
@@ -270,6 +271,14 @@ def _structure_cases() -> list[Case]:
         ),
         "executed-offloaded-negative": with_header(
             setting("executed", "a", "layers_offloaded", value=-1)
+        ),
+        "executed-served-by-number": with_header(setting("executed", "a", "served_by", value=8)),
+        "executed-retries-negative": with_header(setting("executed", "b", "retries", value=-1)),
+        "executed-waited-text": with_header(
+            setting("executed", "a", "waited_seconds", value="1.5 s")
+        ),
+        "executed-restartable-text": with_header(
+            setting("executed", "b", "restartable", value="yes")
         ),
         "executed-rescoring-text": with_header(
             setting("executed", "a", "rescoring", value="2 skipped")
