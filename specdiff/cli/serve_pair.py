@@ -216,24 +216,18 @@ def command_serve_pair(args: argparse.Namespace) -> int:
     from specdiff.cli import main
 
     # also deferred: the engine, session and report modules load only for the command that runs
-    from specdiff.engine.models import base_model_path
-    from specdiff.engine.server.process import LlamaServer, find_llama_server, stop_servers
+    from specdiff.engine.server.process import find_llama_server, stop_servers
 
     command = inner_command(args.inner)
-    binary = find_llama_server(args.llama_server)
+    # from the first child process on (finding the binary runs `llama-server --help`), a
+    # stop signal unwinds: a probe child dies with subprocess.run, servers in the finally
     # the inner command's --quiet silences the servers' start lines too
     status = Status(sys.stderr, "--quiet" not in command)
-    model = base_model_path(args.model or "default", status.message)
-    threads = args.threads or max(1, (os.cpu_count() or 2) // 2)
-    common = ["--ctx-size", str(args.ctx_size), "--threads", str(threads), "--parallel", "1"]
-    common += args.server_arg
-    speculative = LlamaServer(
-        binary, model, [*common, *speculation_arguments(args, binary), *args.server_arg_a]
-    )
-    plain = LlamaServer(binary, model, [*common, *args.server_arg_b])
+    servers: list[LlamaServer] = []
     with stop_signals_unwind():
         try:
-            return _serve(main, command, args.spec_type, status, speculative, plain)
+            servers += _servers(args, status, find_llama_server(args.llama_server))
+            return _serve(main, command, args.spec_type, status, *servers)
         except StopSignal as stop:
             status.message(f"{stop.signal_name}: stopping both llama-servers")
             return int(stop.code)  # type: ignore[arg-type]
@@ -244,7 +238,23 @@ def command_serve_pair(args: argparse.Namespace) -> int:
                 for stop_signal in STOP_SIGNALS:
                     signal.signal(stop_signal, signal.SIG_IGN)
             finally:
-                stop_servers([speculative, plain])
+                stop_servers(servers)
+
+
+def _servers(args: argparse.Namespace, status: Status, binary: Path) -> list[LlamaServer]:
+    """Server a (speculative) and server b (plain), not yet started."""
+    from specdiff.engine.models import base_model_path
+    from specdiff.engine.server.process import LlamaServer
+
+    model = base_model_path(args.model or "default", status.message)
+    threads = args.threads or max(1, (os.cpu_count() or 2) // 2)
+    common = ["--ctx-size", str(args.ctx_size), "--threads", str(threads), "--parallel", "1"]
+    common += args.server_arg
+    speculative = LlamaServer(
+        binary, model, [*common, *speculation_arguments(args, binary), *args.server_arg_a]
+    )
+    plain = LlamaServer(binary, model, [*common, *args.server_arg_b])
+    return [speculative, plain]
 
 
 def _serve(
