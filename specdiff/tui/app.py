@@ -35,6 +35,7 @@ from specdiff.compare import DEFAULT_NEAR_TIE, Fork, align_after, first_divergen
 from specdiff.compare import near_ties as find_near_ties
 from specdiff.engine.worker import PairWorker
 from specdiff.errors import SpecdiffError
+from specdiff.forecast import model_for
 from specdiff.lanes import Pair, apply_overrides, headline, parse_overrides
 from specdiff.safe_text import visible
 from specdiff.sessions.format import PairResult
@@ -73,6 +74,7 @@ from specdiff.tui.widgets import (
     counted,
     lane_differences,
     near_ties_before,
+    pending_forecast,
 )
 
 WITHOUT_CONTROLS = WithoutControls()
@@ -398,11 +400,14 @@ class SpecdiffApp(App[int]):
         self.refresh_bindings()
 
     def on_descendant_focus(self) -> None:
-        self.mark_current_lane()
-        self.refresh_bindings()
+        if self.screen_stack:
+            self.mark_current_lane()
+            self.refresh_bindings()
 
     def on_descendant_blur(self) -> None:
-        self.mark_current_lane()
+        # a blur also arrives while the app shuts down, after its last screen is gone
+        if self.screen_stack:
+            self.mark_current_lane()
 
     def mark_current_lane(self) -> None:
         """Border and title the current lane's pane (the one `l` switches), lit while
@@ -472,15 +477,25 @@ class SpecdiffApp(App[int]):
             fork_index=self.fork.index if self.fork is not None else None,
             cursor=self.cursor if lane_id == self.cursor_lane else None,
             changed_after_fork=frozenset(self.changed[lane_id]),
+            forecast=pending_forecast(
+                self.lanes[lane_id].steps,
+                len(self.lanes["b" if lane_id == "a" else "a"].steps),
+                self.fork is not None,
+                model_for(self.pair.name),
+            ),
         )
 
     def render_lanes(self, follow: bool, panel: bool = True) -> None:
+        forecast_shown = False
         for lane_id, state in self.lanes.items():
             pane = self.query_one(f"#lane-{lane_id}", LanePane)
-            pane.show_tokens(state, self.marks(lane_id), follow=follow)
+            marks = self.marks(lane_id)
+            forecast_shown = forecast_shown or bool(marks.forecast)
+            pane.show_tokens(state, marks, follow=follow)
             # before the first layout a pane has no width: the screen's stands in
             width = pane.content_size.width - 2 if pane.content_size.width else self.size.width
             pane.set_stats(self.stats_line(lane_id, width))
+        self.query_one(Legend).show_forecast(forecast_shown)
         aligned = self.query_one("#aligned", AlignedView)
         if aligned.display:
             aligned.show(self.lanes, {lane_id: self.marks(lane_id) for lane_id in self.lanes})
