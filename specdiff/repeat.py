@@ -95,6 +95,17 @@ def check_repeat(lane: Lane, prompt: str, runs: int, width: int, max_tokens: int
         )
 
 
+def check_batch(lane: Lane, batch: int, max_tokens: int) -> None:
+    """Refused before the model loads: B runs in flight need B x max_tokens KV cells at
+    least (the engine checks again with the prompt's tokens counted)."""
+    if batch * max_tokens > lane.n_ctx:
+        raise PromptError(
+            f"{batch} runs in flight of up to {max_tokens} tokens need over "
+            f"{batch * max_tokens} KV cells; n_ctx is {lane.n_ctx}: raise n_ctx "
+            "(--lane n_ctx=N) or lower --batch or --max-tokens"
+        )
+
+
 RunDone = Callable[[int, int, int], None]
 """A finished run as `run_repeat` reports it: its number, its token count, and how many
 sequences (or requests) it shared its batches with at most."""
@@ -244,6 +255,7 @@ def repeat_batched(
     run's neighbours are the other runs, at other steps, in a KV memory whose free
     cells move as runs end."""
     check_repeat(lane, prompt, runs, 0, max_tokens)
+    check_batch(lane, batch, max_tokens)
     cancel = cancel or threading.Event()
     result = RepeatResult(lane, prompt, max_tokens, batch - 1, [], [], batch=batch)
     ended: dict[int, BatchedRun] = {}

@@ -1,17 +1,28 @@
-"""Repeat mode on the real model: the same prompt beside other sequences in the batch."""
+"""Repeat mode on the real model: the same prompt beside other sequences in the batch,
+its runs continuously batched, and sweeps of the companions; the options' refusals."""
 
 from __future__ import annotations
 
 import json
+import xml.dom.minidom
+from pathlib import Path
 
 import pytest
 
 from specdiff.cli import main
-from specdiff.engine.llama.batched import BatchedLane
+from specdiff.engine.llama.batched import BatchedLane, BatchedRun
 from specdiff.engine.llama.lane import LocalLane
 from specdiff.lanes import Lane
 from specdiff.prompts import DEFAULT_PROMPT
-from specdiff.repeat import companions_for, first_split
+from specdiff.repeat import (
+    RepeatResult,
+    companions_for,
+    first_split,
+    format_sweep,
+    sweep_summary,
+)
+from specdiff.reports.repeat import sweep_chart
+from specdiff.steps import Candidate, TokenStep, text_of
 
 
 @pytest.mark.model
@@ -32,8 +43,39 @@ def test_alone_in_its_batches_a_run_equals_the_plain_lane() -> None:
     assert len(beside.steps) == 40
 
 
+def plain_decode(max_tokens: int) -> tuple[list[int], str]:
+    """The default prompt's greedy tokens and text from the plain lane: one sequence,
+    alone."""
+    plain = LocalLane(Lane(), "a")
+    try:
+        steps = list(plain.generate(plain.tokenize(DEFAULT_PROMPT), max_tokens))
+    finally:
+        plain.close()
+    return [step.token_id for step in steps], text_of(steps)
+
+
+@pytest.mark.model
+@pytest.mark.parametrize(("runs", "batch"), [(3, 1), (7, 3)])
+def test_continuous_batching_keeps_every_run_and_the_batch_full(runs: int, batch: int) -> None:
+    expected, _ = plain_decode(16)
+    ended: list[tuple[int, BatchedRun]] = []
+    with BatchedLane(Lane(), batch - 1) as batched:
+        prompt = batched.tokenize(DEFAULT_PROMPT)
+        batched.run_continuous(prompt, runs, 16, lambda number, run: ended.append((number, run)))
+    assert sorted(number for number, _ in ended) == list(range(runs))
+    for _, run in ended:
+        assert 0 < len(run.steps) <= 16 and len(run.widths) == len(run.steps)
+        assert [step.index for step in run.steps] == list(range(len(run.steps)))
+        assert max(run.widths) <= batch and run.companions == max(run.widths) - 1
+    # runs enter one per decode call, beside the runs already in flight
+    assert max(max(run.widths) for _, run in ended) == min(batch, runs)
+    if batch == 1:  # alone in its calls, a run is the plain lane's greedy decode
+        assert all(run.token_ids == expected for _, run in ended)
+
+
 def test_companions_rotate_and_grow_with_the_run_number() -> None:
     assert [companions_for(r, 3, 12) for r in range(5)] == [[], [1], [2, 3], [3, 4, 5], []]
+    assert [companions_for(r, 2, 12, exact=True) for r in range(3)] == [[0, 1], [1, 2], [2, 3]]
 
 
 def test_first_split() -> None:
@@ -74,3 +116,129 @@ def test_repeat_refuses_a_speculative_lane_and_bad_counts(capsys) -> None:
         assert main(["repeat", "--quiet", *arguments]) == 2
         err = capsys.readouterr().err.strip()
         assert message in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--companions", ""], "--companions: needs whole numbers separated by commas"),
+        (["--companions", "0,,3"], "--companions: needs whole numbers separated by commas"),
+        (["--companions", "1,"], "--companions: needs whole numbers separated by commas"),
+        (["--companions", "0,-1"], "--companions: must be from 0 to 255, got -1"),
+        (["--companions", "0,1,1"], "--companions: lists 1 twice"),
+        (["--companions", "0,one"], "--companions: must be a whole number, got 'one'"),
+        (["--companions", "0,1.5"], "--companions: must be a whole number, got '1.5'"),
+        (["--concurrency", "1,0", "--endpoint", "http://127.0.0.1:9"], "must be from 1 to"),
+        (["--concurrency", "2,2", "--endpoint", "http://127.0.0.1:9"], "lists 2 twice"),
+        (["--concurrency", "1,x", "--endpoint", "http://127.0.0.1:9"], "a whole number"),
+        (["--concurrency", "1,2"], "--concurrency needs --endpoint"),
+        (["--companions", "1", "--endpoint", "http://127.0.0.1:9"], "with --endpoint use"),
+        (["--batch", "0"], "--batch: must be from 1 to 256"),
+        (["--batch", "4", "--companions", "1"], "drop --companions"),
+        (["--batch", "4", "--endpoint", "http://127.0.0.1:9"], "use --concurrency"),
+        (["--plot", "s.svg"], "--plot draws a sweep"),
+        (["--plot", "s.svg", "--batch", "4"], "--plot draws a sweep"),
+        (["--plot", "s.png", "--companions", "0,1"], "name a .svg file"),
+        (["--plot", "no/such/s.svg", "--companions", "0,1"], "folder no/such does not exist"),
+        (["--batch", "255", "--max-tokens", "200"], "raise n_ctx"),
+    ],
+)
+def test_repeat_options_are_refused_in_one_line(capsys, arguments, message) -> None:
+    code = main(["repeat", "--quiet", *arguments])
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "Traceback" not in captured.err, captured.err
+    assert message in lines[0] and captured.out == ""
+
+
+def fake_run(tokens: list[int], companions: int) -> BatchedRun:
+    """A run with the given token ids, each step a clear pick (margin 1)."""
+    run = BatchedRun(companions)
+    for index, token in enumerate(tokens):
+        top = (Candidate(token, 2.0, b"t"), Candidate(token + 1000, 1.0, b"u"))
+        run.steps.append(TokenStep("a", index, token, b"t", top, False, 1, 0.0))
+    return run
+
+
+@pytest.mark.parametrize(
+    ("points", "departs", "splits", "shares"),
+    [
+        ([[[1, 2, 3]] * 3, [[1, 2, 3]] * 3], [None, None], [None, None], [1.0, 1.0]),
+        ([[[1, 2, 3]] * 3, [[1, 2, 3], [1, 5, 3], [1, 2, 3]]], [None, 1], [None, 1], [1, 2 / 3]),
+        ([[[1, 2], [1, 2], [1, 4]], [[1, 4]] * 2], [1, 1], [1, None], [2 / 3, 1.0]),
+        ([[[1, 2, 3]] * 2, [[1, 2]] * 2, [[7]]], [None, 2, 0], [None, None, None], [1, 1, 1]),
+    ],
+)
+def test_a_sweep_counts_splits_and_departures_per_value(
+    points: list[list[list[int]]], departs: list, splits: list, shares: list, tmp_path: Path
+) -> None:
+    values = [0, 1, 3][: len(points)]
+    results = []
+    for value, completions in zip(values, points):
+        runs = [fake_run(tokens, value) for tokens in completions]
+        results.append(RepeatResult(Lane(), "p", 3, value, runs, [[]] * len(runs)))
+    data = sweep_summary(results, values, len(points[0]))
+    assert [p["departs_at"] for p in data["points"]] == departs
+    assert [p["first_split"] for p in data["points"]] == splits
+    assert [p["largest_share"] for p in data["points"]] == pytest.approx(shares)
+    assert [p["unique"] for p in data["points"]] == [len({tuple(c) for c in p}) for p in points]
+    assert not data["cancelled"] and data["sweep"] == "companions"
+    table = format_sweep(data).splitlines()
+    assert len(table) == 2 + len(values)
+    chart = sweep_chart(data)
+    xml.dom.minidom.parseString(chart)  # one well-formed SVG document
+    assert all(f">{value}</text>" in chart for value in values)
+
+
+def test_a_stopped_sweep_says_so_and_charts_the_values_it_reached() -> None:
+    done = RepeatResult(Lane(), "p", 2, 0, [fake_run([1, 2], 0)], [[]])
+    stopped = RepeatResult(Lane(), "p", 2, 3, [], [], cancelled=True)
+    data = sweep_summary([done, stopped], [0, 3, 7], 4)
+    assert data["cancelled"] and len(data["points"]) == 2
+    assert data["points"][1]["unique"] == 0 and data["points"][1]["first_split"] is None
+    assert format_sweep(data).endswith("stopped: the table covers the runs that finished")
+    xml.dom.minidom.parseString(sweep_chart(data))
+
+
+@pytest.mark.model
+def test_a_companion_sweep_reports_each_value_and_plots_it(capsys, tmp_path: Path) -> None:
+    plot = tmp_path / "sweep.svg"
+    argv = ["repeat", "-n", "2", "--companions", "0,2", "--max-tokens", "12", "--json"]
+    code = main([*argv, "--plot", str(plot)])
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    assert data["sweep"] == "companions" and data["values"] == [0, 2]
+    assert [p["runs"] for p in data["points"]] == [2, 2]
+    for point in data["points"]:
+        per_run = point["summary"]["per_run"]
+        assert [len(run["companions"]) for run in per_run] == [point["value"]] * 2
+    alone = data["points"][0]
+    assert alone["unique"] == 1 and alone["departs_at"] is None  # alone, greedy is fixed
+    assert code == (0 if max(p["unique"] for p in data["points"]) == 1 else 1)
+    # the progress goes to stderr, not a line per run: here one at each tenth of 4 runs
+    progress = [line for line in captured.err.splitlines() if " runs · " in line]
+    assert progress and progress[-1].lstrip("[█░] ").startswith("4/4 runs")
+    chart = plot.read_text()
+    xml.dom.minidom.parseString(chart)
+    assert ">0</text>" in chart and ">2</text>" in chart
+    with capsys.disabled():
+        print("\n" + format_sweep(data))
+
+
+@pytest.mark.model
+def test_batched_runs_report_groups_and_the_alone_run_equals_the_plain_lane(capsys) -> None:
+    expected, text = plain_decode(12)
+    code = main(["repeat", "-n", "5", "--batch", "3", "--max-tokens", "12", "--json", "--quiet"])
+    data = json.loads(capsys.readouterr().out)
+    assert data["runs"] == 5 and data["batch"] == 3
+    assert sum(g["count"] for g in data["groups"]) == 5
+    assert sorted(r for g in data["groups"] for r in g["runs"]) == list(range(5))
+    largest = max(g["count"] for g in data["groups"])
+    assert data["largest_share"] == pytest.approx(largest / 5)
+    assert code == (0 if data["unique"] == 1 else 1)
+    main(["repeat", "-n", "2", "--batch", "1", "--max-tokens", "12", "--json", "--quiet"])
+    alone = json.loads(capsys.readouterr().out)
+    assert alone["unique"] == 1 and alone["groups"][0]["tokens"] == len(expected)
+    assert alone["groups"][0]["text"] == text
+    with capsys.disabled():
+        print(f"\nrepeat -n 5 --batch 3: {data['unique']} unique, split {data['first_split']}")

@@ -141,7 +141,7 @@ def command_repeat(args: argparse.Namespace) -> int:
     """Exit 0 when every run gave the same tokens, 1 when they split, 130 when stopped."""
     # deferred: the engine, session and report modules load only for the command that runs
     from specdiff.engine.worker import call_in_worker
-    from specdiff.repeat import check_repeat, run_repeat, run_sweep
+    from specdiff.repeat import check_batch, check_repeat, run_repeat, run_sweep
 
     lane = repeat_lane(args)
     prompt = read_prompt(args)
@@ -149,6 +149,8 @@ def command_repeat(args: argparse.Namespace) -> int:
     values = widths(args, served)
     for value in values:
         check_repeat(lane, prompt, args.runs, value, args.max_tokens)
+    if args.batch is not None:
+        check_batch(lane, args.batch, args.max_tokens)
     if args.plot is not None:
         check_plot(Path(args.plot))
     where = without_credentials(lane.endpoint)
