@@ -110,21 +110,23 @@ def first_fork_chances(chances: Sequence[float]) -> list[float]:
     return firsts
 
 
-def forecast(steps: Sequence[TokenStep], top: int, model: FlipModel) -> Forecast:
-    """The `top` steps most likely to be the run's first fork; ties go to the earlier."""
-    chances = flip_chances(steps, model)
+def forecast(steps: Sequence[TokenStep], top: int, model: FlipModel, start: int = 0) -> Forecast:
+    """The `top` steps most likely to be the run's first fork; ties go to the earlier.
+    With `start`, the steps before it are known to have held (the other lane agreed on
+    them), so the forecast reads from there on."""
+    chances = flip_chances(steps[start:], model)
     firsts = first_fork_chances(chances)
-    ranked = sorted(range(len(steps)), key=lambda i: (-firsts[i], i))[: max(top, 0)]
+    ranked = sorted(range(len(chances)), key=lambda i: (-firsts[i], i))[: max(top, 0)]
     held = math.prod(1.0 - chance for chance in chances)
     return Forecast(
         lane=steps[0].lane if steps else "a",
         steps=tuple(
-            ForecastStep(i, steps[i].margin, chances[i], firsts[i])
+            ForecastStep(start + i, steps[start + i].margin, chances[i], firsts[i])
             for i in ranked
             if chances[i] > 0.0
         ),
         fork_chance=1.0 - held,
-        length=len(steps),
+        length=len(chances),
         model=model,
     )
 

@@ -47,6 +47,7 @@ from specdiff.compare import (
     quoted_piece,
 )
 from specdiff.compare import MARGIN_DISPLAY_CAP as MARGIN_CAP
+from specdiff.forecast import FlipModel, forecast
 from specdiff.lanes import Pair, differences
 from specdiff.safe_text import terminal_text, visible, without_controls
 from specdiff.steps import TokenStep
@@ -113,6 +114,9 @@ class Palette:
     """Margin strip bars above the near-tie threshold."""
     tie_bar: str
     """Margin strip bars below it."""
+    forecast: str = "#5a2a3a"
+    """A forecast step's background: the fork's colour, faint, as a fork not yet seen."""
+    forecast_text: str = "#ffffff"
 
     @classmethod
     def from_variables(cls, variables: dict[str, str]) -> Palette:
@@ -120,6 +124,7 @@ class Palette:
         background = colours.get("background", "#000000")
         fork, cursor = colours["fork"], colours["cursor"]
         shared = colours["shared"]
+        faint_fork = Color.parse(fork).blend(Color.parse(background), FORECAST_FAINTNESS).hex
         return cls(
             background=background,
             shared=shared,
@@ -134,6 +139,8 @@ class Palette:
             cursor_text=readable_on(cursor, shared, background),
             bar=colours.get("secondary", "#af87ff"),
             tie_bar=colours.get("warning", "#ffd75f"),
+            forecast=faint_fork,
+            forecast_text=readable_on(faint_fork, shared, background),
         )
 
     @classmethod
@@ -169,6 +176,14 @@ def shade(palette: Palette, level: int) -> str:
 
 
 FORK, ONLY_A, ONLY_B, SHARED_AFTER, SHARED = "fork", "a only", "b only", "shared after", "shared"
+FORECAST = "forecast"
+"""A step the other lane has not reached yet that the fork forecast ranks among the likeliest
+first forks."""
+FORECAST_FAINTNESS = 0.6
+"""How far a forecast step's background blends from the fork's colour to the pane's:
+kin to the fork, and never mistaken for it."""
+FORECAST_SHOWN = 5
+"""How many forecast steps the lane ahead marks."""
 """A token's role, which picks its colour; one role per token, never stacked."""
 
 
@@ -205,6 +220,8 @@ def look_style(palette: Palette, look: Look) -> Style:
         )
     if look.cursor:
         return Style(color=palette.cursor_text, bgcolor=palette.cursor, bold=True)
+    if look.role == FORECAST:
+        return Style(color=palette.forecast_text, bgcolor=palette.forecast, italic=True)
     return Style(color=colour, bgcolor=background, underline=look.drafted)
 
 
@@ -217,6 +234,8 @@ class TokenMarks:
     fork_index: int | None
     cursor: int | None
     changed_after_fork: frozenset[int] = frozenset()
+    forecast: frozenset[int] = frozenset()
+    """Forecast steps not yet reached by the other lane (`pending_forecast`)."""
 
     def look(self, lane_id: str, index: int, step: TokenStep) -> Look:
         cursor = index == self.cursor
@@ -228,8 +247,21 @@ class TokenMarks:
                 return Look(ONLY_A if lane_id == "a" else ONLY_B, cursor=cursor)
             # greyed text is marked already: no draft underline on top of it
             return Look(SHARED_AFTER, cursor=cursor)
+        if index in self.forecast:
+            return Look(FORECAST, cursor=cursor)
         level = shade_level(step.margin, self.threshold)
         return Look(SHARED, level, cursor, step.drafted and level is None and not cursor)
+
+
+def pending_forecast(
+    steps: Sequence[TokenStep], other_length: int, forked: bool, model: FlipModel
+) -> frozenset[int]:
+    """The steps of a lane ahead that the forecast ranks likeliest to be the first fork,
+    among those the other lane has not reached: the lanes agree so far, so the first fork
+    lies there or nowhere. Nothing once the lanes have forked, or for the lane behind."""
+    if forked or len(steps) <= other_length:
+        return frozenset()
+    return frozenset(forecast(steps, FORECAST_SHOWN, model, start=other_length).indices)
 
 
 class TokenStyles:
@@ -662,7 +694,16 @@ LEGEND = (
         Look(SHARED, cursor=True),
     ),
 )
-LEGEND_ROWS = tuple((entry.long, entry.meaning) for entry in LEGEND) + (
+FORECAST_LEGEND = LegendEntry(
+    "forecast",
+    "forecast",
+    "faint fork colour, italic: ahead of the other lane, a step the forecast ranks among "
+    f"the {FORECAST_SHOWN} likeliest first forks (from this lane's margins)",
+    Look(FORECAST),
+)
+"""Named in the legend line only while a lane ahead shows forecast marks: the line has
+room for the strip's marks at 80 columns only without it."""
+LEGEND_ROWS = tuple((entry.long, entry.meaning) for entry in (*LEGEND, FORECAST_LEGEND)) + (
     (
         "margin strip",
         "under each pane, one bar per step (binned when they outnumber the columns): "
@@ -703,14 +744,15 @@ def _strip_legend(palette: Palette) -> Text:
     return text
 
 
-def legend_text(palette: Palette, width: int) -> Text:
-    """The legend in one line of `width` cells: each mark named in its own look, with
-    long names where they fit, else short ones, with the margin strip's marks where
-    they fit too, else cut."""
+def legend_text(palette: Palette, width: int, forecast: bool = False) -> Text:
+    """The legend in one line of `width` cells: each mark named in its own look (the
+    forecast's while one is shown), with long names where they fit, else short ones, with
+    the margin strip's marks where they fit too, else cut."""
     strip = _strip_legend(palette)
+    entries = (*LEGEND, FORECAST_LEGEND) if forecast else LEGEND
     for label, with_strip in (("long", True), ("short", True), ("long", False), ("short", False)):
         text = Text(no_wrap=True, overflow="ellipsis")
-        for number, entry in enumerate(LEGEND):
+        for number, entry in enumerate(entries):
             if number:
                 text.append("  ")
             text.append_text(_legend_entry(palette, entry, label))
@@ -728,8 +770,16 @@ class Legend(ThemeAware):
 
     DEFAULT_CSS = "Legend { height: 1; padding: 0 1; }"
 
+    forecast = False
+    """Whether a pane shows forecast marks, so the line names them."""
+
+    def show_forecast(self, shown: bool) -> None:
+        if shown != self.forecast:
+            self.forecast = shown
+            self.refresh()
+
     def render(self) -> Text:
-        return legend_text(self.palette, self.content_size.width or 80)
+        return legend_text(self.palette, self.content_size.width or 80, self.forecast)
 
 
 class LanePane(Vertical):
