@@ -179,7 +179,7 @@ FORK, ONLY_A, ONLY_B, SHARED_AFTER, SHARED = "fork", "a only", "b only", "shared
 FORECAST = "forecast"
 """A step the other lane has not reached yet that the fork forecast ranks among the likeliest
 first forks."""
-FORECAST_FAINTNESS = 0.6
+FORECAST_FAINTNESS = 0.5
 """How far a forecast step's background blends from the fork's colour to the pane's:
 kin to the fork, and never mistaken for it."""
 FORECAST_SHOWN = 5
