@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import email.utils
 import json
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -177,6 +179,18 @@ def _secret(authorization: str) -> str:
     return value
 
 
+BUSY_MODES = ("429", "429date", "503", "pooled")
+"""Modes that answer over HTTP/1.1 keep-alive and count: MODE:N:SECONDS answers its first
+N POSTs with MODE's status (429date: 429 with the Retry-After as an HTTP date; 503 with
+none when SECONDS is left out), then as steady does; pooled is steady. GET /stats says
+how many connections were opened and POSTs received."""
+
+
+def busy_mode(status: str, count: int, seconds: float | None = None) -> str:
+    """The mode string of a busy fault server."""
+    return f"{status}:{count}" + ("" if seconds is None else f":{seconds:g}")
+
+
 class _Faulty(BaseHTTPRequestHandler):
     """Answers as `mode` says. ok: no tokens; steady: four tokens and a finish; endless:
     tokens until the client leaves, whatever max_tokens says; nan / inf: a second token
@@ -194,6 +208,14 @@ class _Faulty(BaseHTTPRequestHandler):
 
     mode = "ok"
     props_asked = 0
+    connections = 0
+    posts = 0
+    counting = threading.Lock()
+
+    def setup(self) -> None:
+        super().setup()
+        with _Faulty.counting:
+            _Faulty.connections += 1
 
     def log_message(self, *_: object) -> None:
         return None
@@ -220,6 +242,9 @@ class _Faulty(BaseHTTPRequestHandler):
         self.close_connection = True
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        if self.path == "/stats":
+            self._json(200, {"connections": _Faulty.connections, "posts": _Faulty.posts})
+            return
         secret = _secret(self.headers.get("Authorization", ""))
         if self.mode in WRONG_PROPS and self.path in ("/props", "/slots"):
             # each lane that asks gets the next shape: the wrong value at another level
@@ -240,6 +265,9 @@ class _Faulty(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length", 0))
         self.rfile.read(length)
         authorization = self.headers.get("Authorization", "")
+        if self.mode.partition(":")[0] in BUSY_MODES:
+            self._busy()
+            return
         if self.mode == "password" and _secret(authorization) != PASSWORD:
             self._json(401, {"error": {"message": "wrong password"}})
             return
@@ -269,6 +297,33 @@ class _Faulty(BaseHTTPRequestHandler):
         self.end_headers()
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             self._stream(_secret(authorization))
+
+    def _busy(self) -> None:
+        """A busy mode's answer: the status with its Retry-After while the first N POSTs
+        last, then a steady stream with its length, so the connection stays open."""
+        status, _, rest = self.mode.partition(":")
+        count, _, seconds = rest.partition(":")
+        with _Faulty.counting:
+            _Faulty.posts += 1
+            early = _Faulty.posts <= int(count or 0)
+        if early and status != "pooled":
+            headers = {}
+            if seconds and status == "429date":
+                headers["Retry-After"] = email.utils.formatdate(
+                    time.time() + float(seconds), usegmt=True
+                )
+            elif seconds:
+                headers["Retry-After"] = seconds
+            self._json(503 if status == "503" else 429, {"error": "busy"}, **headers)
+            return
+        words = (" Hello", " world", " again", ".")
+        body = b"".join(_event(word) for word in words)
+        body += _event("", logprobs=False, finish="length") + b"data: [DONE]\n\n"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     def _stream(self, secret: str) -> None:
         write = self.wfile.write
@@ -341,4 +396,6 @@ class _Faulty(BaseHTTPRequestHandler):
 
 if __name__ == "__main__":
     _Faulty.mode = sys.argv[1]
+    if _Faulty.mode.partition(":")[0] in BUSY_MODES:
+        _Faulty.protocol_version = "HTTP/1.1"  # keep-alive: every answer has its length
     ThreadingHTTPServer(("127.0.0.1", int(sys.argv[2])), _Faulty).serve_forever()

@@ -149,10 +149,9 @@ def backoff_delay(attempt: int, retry_after: float | None = None) -> float:
     """Seconds to wait before attempt number `attempt` + 1: the server's Retry-After, or
     the exponential back-off where it named none, stretched by up to JITTER; at most
     MAX_WAIT, and never less than the Retry-After (itself capped at MAX_WAIT)."""
-    base = BACKOFF_FIRST * 2 ** min(attempt, 16)
-    if retry_after is not None:
-        base = max(min(retry_after, MAX_WAIT), 0.0)
-    return min(base * (1 + random.uniform(0, JITTER)), max(MAX_WAIT, base))
+    base = BACKOFF_FIRST * 2 ** min(attempt, 16) if retry_after is None else retry_after
+    base = min(max(base, 0.0), MAX_WAIT)
+    return min(base * (1 + random.uniform(0, JITTER)), MAX_WAIT)
 
 
 def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
@@ -351,6 +350,8 @@ class EndpointPool:
                     if why is None:
                         raise
                     self.failed(endpoint, why)
+                    if pinned is not None and endpoint.set_aside:
+                        raise  # its cool-down is no wait for: the prompt may go elsewhere
                     if tries >= self.max_retries:
                         if pinned is None and len(self.endpoints) > 1 and self.all_set_aside():
                             raise self.down() from None
