@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from specdiff.cli import options
 from specdiff.cli.common import Exit, Subcommands, add_command, config_theme
 from specdiff.cli.run import read_chat_request
+from specdiff.control import refuse_uncontrollable
 
 if TYPE_CHECKING:
     from specdiff.tui.app import SpecdiffApp
@@ -22,6 +23,7 @@ def add_parser(commands: Subcommands) -> None:
     )
     options.add_request_options(live)
     options.add_chat_options(live)
+    options.add_control(live)
     live.add_argument("--theme", help="theme name (default: config file, else specdiff-dark)")
     live.add_argument("--sessions-dir", help="where `s` saves sessions")
     live.add_argument("--no-start", action="store_true", help="open without starting a run")
@@ -36,6 +38,8 @@ def live_app(args: argparse.Namespace) -> SpecdiffApp:
     """The app the command line asks for, its prompt box holding the prompt, or with
     --messages / --system the conversation; bad input is refused before Textual loads."""
     known, pair, prompt = read_chat_request(args)
+    if args.control:
+        refuse_uncontrollable(pair)
     known[pair.name] = pair
     # deferred: Textual loads only for the commands that open a screen
     from specdiff.tui.app import make_app
@@ -53,4 +57,5 @@ def live_app(args: argparse.Namespace) -> SpecdiffApp:
         autostart=not args.no_start,
         sessions_dir=args.sessions_dir,
         overrides=overrides,
+        control=args.control,
     )

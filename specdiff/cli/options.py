@@ -159,6 +159,15 @@ def add_teacher_forced(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_control(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="also run lane a again, cold, and label a fork that a vs a' shows too as the "
+        "noise floor",
+    )
+
+
 def add_quiet(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
 

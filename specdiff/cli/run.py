@@ -14,6 +14,7 @@ from specdiff.chat import MAX_CONVERSATION_CHARS, ChatError, conversation, mixed
 from specdiff.cli import options
 from specdiff.cli.common import Exit, Status, Subcommands, add_command, interrupt_sets, read_request
 from specdiff.compare import run_fork_index
+from specdiff.control import refuse_uncontrollable
 from specdiff.errors import SpecdiffError
 from specdiff.files import read_limited
 from specdiff.lanes import Pair
@@ -34,6 +35,7 @@ def add_parser(commands: Subcommands) -> None:
     options.add_chat_options(run)
     options.add_stop(run)
     options.add_teacher_forced(run)
+    options.add_control(run)
     options.add_json_summary(run)
     options.add_quiet(run)
     run.add_argument(
@@ -57,6 +59,8 @@ def command_run(args: argparse.Namespace) -> int:
     from specdiff.reports.text import format_result, result_json
 
     _, pair, prompt = read_chat_request(args)
+    if args.control:
+        refuse_uncontrollable(pair)
     note = mixed_note(pair.a, pair.b)
     if note is not None:
         print(f"specdiff: note: {note}", file=sys.stderr)
@@ -83,7 +87,13 @@ def command_run(args: argparse.Namespace) -> int:
         try:
             with interrupt_sets(cancel):
                 result = runner.run(
-                    prompt, args.max_tokens, args.stop, args.near_tie, on_step, args.teacher_forced
+                    prompt,
+                    args.max_tokens,
+                    args.stop,
+                    args.near_tie,
+                    on_step,
+                    args.teacher_forced,
+                    args.control,
                 )
         except SpecdiffError:
             if writer is not None:

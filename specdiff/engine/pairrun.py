@@ -9,6 +9,10 @@ Each lane is timed only while its own generator runs.
 A server lane rescores its accepted drafts only once both lanes' streams have ended: two
 lanes may share one server, and a rescoring request beside the other lane's stream
 would share the server's batches with it and change what that lane measures.
+
+With `control`, lane a runs once more after the pair, alone, on a lane opened for that
+run (a new context, or a new connection to the server) and closed after it: nothing
+the first run left behind is shared with it (specdiff.control).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 
 from specdiff import __version__
 from specdiff.compare import DEFAULT_NEAR_TIE, compare
+from specdiff.control import warm_second_run
 from specdiff.engine.backends import open_lane
 from specdiff.engine.base import Cancelled, Generation, LaneBackend, Prompt, StreamsARun
 from specdiff.engine.llama.context import ModelPool
@@ -50,6 +55,7 @@ class PairRun(StreamsARun):
         cancel: threading.Event | None = None,
     ) -> None:
         self.pair = pair
+        self.progress = progress
         self.cancel = cancel or threading.Event()
         self.pool = ModelPool()
         self.lanes: dict[str, LaneBackend] = {}
@@ -104,13 +110,15 @@ class PairRun(StreamsARun):
         stop: Sequence[str] = (),
         near_tie: float = DEFAULT_NEAR_TIE,
         teacher_forced: bool = False,
+        control: bool = False,
     ) -> Iterator[TokenStep]:
         """Yield both lanes' steps as they are produced; `self.result` holds the outcome
         once the iterator is exhausted.
 
         `teacher_forced`: lane A runs first, then lane B is fed A's tokens instead of its
         own picks (see LocalLane.generate), so every step of B is computed on the same
-        text as A's."""
+        text as A's. `control`: then lane a runs again, cold (its steps are not
+        yielded: the result holds them)."""
         tokens = self.tokenize(prompt)
         self.check(tokens, max_tokens)
         stop_bytes = [s.encode("utf-8") for s in stop if s]
@@ -142,6 +150,10 @@ class PairRun(StreamsARun):
             for generator in generators.values():
                 generator.close()
         self._settle(stopped)
+        again = None
+        if control and not cancelled:
+            again = self._control_run(prompt, max_tokens, stop_bytes)
+            cancelled = again.stop_reason == "cancelled"
         self.result = PairResult(
             pair=self.pair,
             prompt=prompt,
@@ -155,7 +167,42 @@ class PairRun(StreamsARun):
             cancelled=cancelled,
             teacher_forced=teacher_forced,
             stop=list(stop),
+            control=again,
         )
+
+    def _control_run(self, prompt: str, max_tokens: int, stop: list[bytes]) -> LaneOutcome:
+        """Lane a once more, alone, on a lane opened for this run and closed after it."""
+        outcome = LaneOutcome("a", self.pair.a)
+        warm = warm_second_run(self.pair.a)
+        if warm is not None:
+            # the command line refuses this pair; a pair picked later (the TUI) lands here
+            outcome.error = f"not run: {warm}"
+            return outcome
+        self.progress("control: lane a again, cold")
+        try:
+            again = open_lane(self.pair.a, "a", self.pool, self.progress, self.cancel)
+        except SpecdiffError as error:
+            outcome.error = str(error)
+            return outcome
+        try:
+            # its own ids: a chat lane formats the prompt, a server lane picks its endpoint
+            ids = Prompt(prompt, again.tokenize(prompt))
+            generator = again.generate(ids, max_tokens, stop)
+            try:
+                while self._advance(outcome, generator) is not None:
+                    pass
+            except Cancelled:
+                outcome.stop_reason = "cancelled"
+            finally:
+                generator.close()
+            outcome.stop_reason = outcome.stop_reason or again.generation.stop_reason
+            outcome.executed = again.executed()
+            outcome.reported_tokens_per_second = again.tokens_per_second(outcome.steps)
+        except SpecdiffError as error:
+            outcome.error = str(error)
+        finally:
+            again.close()
+        return outcome
 
     def _lockstep(
         self,
@@ -172,7 +219,7 @@ class PairRun(StreamsARun):
             fresh: dict[str, TokenStep] = {}
             for lane_id in list(live):
                 try:
-                    step = self._advance(lane_id, live[lane_id])
+                    step = self._advance(self.outcomes[lane_id], live[lane_id])
                 except Cancelled:
                     cancelled = True
                     break
@@ -199,10 +246,9 @@ class PairRun(StreamsARun):
             if isinstance(local, ServerLane):
                 local.streams = self.streams
 
-    def _advance(self, lane_id: str, generator: Iterator[TokenStep]) -> TokenStep | None:
-        """A lane's next step, its time added to the lane's; None once the lane has
-        finished or failed (its error noted in its outcome). Raises Cancelled."""
-        outcome = self.outcomes[lane_id]
+    def _advance(self, outcome: LaneOutcome, generator: Iterator[TokenStep]) -> TokenStep | None:
+        """A lane's next step, its time added to the lane's outcome; None once the lane
+        has finished or failed (its error noted in its outcome). Raises Cancelled."""
         began = time.perf_counter()
         try:
             step = next(generator)

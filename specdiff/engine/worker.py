@@ -364,9 +364,11 @@ class PairWorker(StreamsARun):
         stop: Sequence[str] = (),
         near_tie: float = DEFAULT_NEAR_TIE,
         teacher_forced: bool = False,
+        control: bool = False,
     ) -> Iterator[TokenStep]:
         """Yield both lanes' steps as the worker produces them; `self.result` holds the
-        outcome once the iterator is exhausted, a crash included."""
+        outcome once the iterator is exhausted, a crash included. `control` runs lane a
+        again, cold, in the worker after the pair (PairRun.stream)."""
         self.result = None
         self._received = {"a": [], "b": []}
         self._live = {}
@@ -376,7 +378,14 @@ class PairWorker(StreamsARun):
         self._cancel_sent_at = 0.0
         self._due.write_bytes(b"")
         self._send(
-            "stream", self.cancel.is_set(), prompt, max_tokens, list(stop), near_tie, teacher_forced
+            "stream",
+            self.cancel.is_set(),
+            prompt,
+            max_tokens,
+            list(stop),
+            near_tie,
+            teacher_forced,
+            control,
         )
         self._streaming = self._busy = True
         try:

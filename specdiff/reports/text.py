@@ -27,6 +27,7 @@ from specdiff.compare import (
     run_fork_verdict,
     teacher_flips,
 )
+from specdiff.control import control_sentence
 from specdiff.lanes import Lane, differences
 from specdiff.safe_text import terminal_text, visible
 from specdiff.sessions.format import CRASHED, LaneOutcome, PairResult
@@ -99,6 +100,9 @@ def format_result(result: PairResult) -> str:
         out.extend(_teacher_forced_lines(result))
     else:
         out.extend(_no_fork_lines(result) if fork is None else _fork_lines(result, fork))
+    control = control_sentence(result.summary())
+    if control is not None:
+        out.append(control)
     out.append("")
     out.extend(_executed_lines(result))
     return "\n".join(out)

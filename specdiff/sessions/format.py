@@ -22,9 +22,11 @@ from specdiff.compare import (
     DEFAULT_NEAR_TIE,
     FORK_CLASSES,
     Comparison,
+    first_divergence,
     run_fork_index,
     run_fork_verdict,
 )
+from specdiff.control import noise_floor_label
 from specdiff.lanes import Lane, Pair, lane_from_dict
 from specdiff.steps import Candidate, Probe, TokenStep
 
@@ -122,6 +124,8 @@ class PairResult:
     teacher_forced: bool = False
     """Lane B was fed lane A's tokens: compare B's argmax with A's pick, step by step."""
     stop: list[str] = field(default_factory=list)
+    control: LaneOutcome | None = None
+    """Lane a run again, cold, after the pair (--control); None without it."""
 
     @property
     def speedup(self) -> float | None:
@@ -170,6 +174,11 @@ class PairResult:
             seconds=(self.a.seconds, self.b.seconds),
             first_token_seconds=(self.a.first_token_seconds, self.b.first_token_seconds),
             near_tie=self.comparison.near_tie_threshold,
+            control=None
+            if self.control is None
+            else ControlRun.of_steps(
+                self.a.steps, self.control.steps, self.control.stop_reason, self.control.error
+            ),
         )
 
 
@@ -572,6 +581,64 @@ class Serving:
         return cls(endpoint, retries, wait)
 
 
+@dataclass(frozen=True)
+class ControlRun:
+    """The noise-floor control: lane a run again, cold, compared with lane a's first run
+    (see specdiff.control)."""
+
+    fork_index: int | None
+    """The first step where a and a' differ; None where one is a prefix of the other."""
+    fork_margins: tuple[float, float] | None
+    """Lane a's and a''s margins at that step."""
+    generated: int
+    """Tokens a' produced."""
+    output_sha256: str
+    stop_reason: str = ""
+    error: str | None = None
+
+    @property
+    def identical(self) -> bool:
+        return self.fork_index is None and not self.error
+
+    @classmethod
+    def of_steps(
+        cls, a: Sequence[TokenStep], again: Sequence[TokenStep], stop_reason: str, error: str | None
+    ) -> ControlRun:
+        fork = first_divergence(a, again)
+        return cls(
+            fork_index=fork,
+            fork_margins=None if fork is None else (a[fork].margin, again[fork].margin),
+            generated=len(again),
+            output_sha256=output_sha256(again),
+            stop_reason=stop_reason,
+            error=error,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fork_index": self.fork_index,
+            "fork_margins": None
+            if self.fork_margins is None
+            else [_finite_or_none(m) for m in self.fork_margins],
+            "generated": self.generated,
+            "output_sha256": self.output_sha256,
+            "stop_reason": self.stop_reason,
+            "error": self.error,
+        }
+
+    @classmethod
+    def from_json(cls, value: object) -> ControlRun:
+        record = check_object(value, "control")
+        return cls(
+            fork_index=_optional(record.get("fork_index"), _fork_index),
+            fork_margins=_optional(record.get("fork_margins"), _margins),
+            generated=_count(record.get("generated"), "control.generated"),
+            output_sha256=check_text(record.get("output_sha256"), "control.output_sha256"),
+            stop_reason=check_text(record.get("stop_reason", ""), "control.stop_reason"),
+            error=_error(record.get("error"), "control.error"),
+        )
+
+
 MEASURED_FIELDS = ("tokens_per_second", "stop_reasons", "errors", "drafted", "accepted")
 """RunSummary fields only the run itself knows: a partial session (no footer) lacks them,
 while the rest follow from its steps."""
@@ -611,6 +678,15 @@ class RunSummary:
     serving: tuple[Serving | None, Serving | None] | None = None
     """Per server lane: the endpoint that served the run, its retries and back-off; None
     for an in-process lane and in files written before it was recorded."""
+    control: ControlRun | None = None
+    """Lane a run again, cold (--control); None for a run without the control."""
+
+    @property
+    def control_label(self) -> str | None:
+        """The fork's noise-floor label (specdiff.control); None without a fork or a control."""
+        if self.control is None:
+            return None
+        return noise_floor_label(self.fork_index, self.control.fork_index, self.control.generated)
 
     @property
     def generation_seconds(self) -> float:
@@ -687,6 +763,9 @@ class RunSummary:
             record["near_tie"] = self.near_tie
         if self.serving is not None:
             record["serving"] = [None if s is None else s.to_json() for s in self.serving]
+        if self.control is not None:
+            # the label is written for readers of the JSON; a reader works it out again
+            record["control"] = self.control.to_json() | {"label": self.control_label}
         return record
 
     @classmethod
@@ -710,6 +789,7 @@ class RunSummary:
             fork_class=_optional(record.get("fork_class"), _fork_class),
             near_tie=_optional(record.get("near_tie"), _near_tie),
             serving=_optional_two(record, "serving", _serving),
+            control=_optional(record.get("control"), ControlRun.from_json),
         )
 
 

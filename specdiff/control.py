@@ -1,0 +1,100 @@
+"""The noise-floor control: lane a run a second time, cold, beside the pair.
+
+A fork between two configurations proves nothing if the first configuration, run twice
+on its own, forks too: a server under load batches requests with whatever else it is
+serving, so the same greedy request may come back different. `--control` runs lane a
+once more on a context (or connection) of its own after the pair, and compares a with
+a'. A fork of a vs b is the *noise floor* when a vs a' forks at the same step or
+earlier (the configuration alone already moved the text there), else an *effect* of
+what the lanes differ in.
+
+Pure: this module only reads fork indices, so reports and the suite use it without
+the engine.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from specdiff.errors import LaneConfigError
+from specdiff.lanes import Lane, Pair
+from specdiff.safe_text import visible
+
+if TYPE_CHECKING:
+    from specdiff.sessions.format import RunSummary
+
+NOISE_FLOOR = "noise floor"
+"""a vs a' forked at the a-vs-b fork or before it: the fork is within run-to-run noise."""
+EFFECT = "effect"
+"""a vs a' agreed through the a-vs-b fork: what the lanes differ in moved the text."""
+CUT_SHORT = "control cut short"
+"""a' stopped (failed or was stopped) before the a-vs-b fork: nothing to say."""
+LABELS = (NOISE_FLOOR, EFFECT, CUT_SHORT)
+
+
+def noise_floor_label(
+    fork_index: int | None, control_fork: int | None, control_length: int
+) -> str | None:
+    """The label of a run's a-vs-b fork at `fork_index` given its control: where a vs a'
+    first differ (`control_fork`) and how many tokens a' produced. None without a fork."""
+    if fork_index is None:
+        return None
+    if control_fork is not None and control_fork <= fork_index:
+        return NOISE_FLOOR
+    if control_length <= fork_index:
+        return CUT_SHORT
+    return EFFECT
+
+
+def refuse_uncontrollable(pair: Pair) -> None:
+    """Refuse --control where lane a cannot run a second time cold: a server lane that
+    asks the server to keep its prompt cache would find the first run's tokens there."""
+    reason = warm_second_run(pair.a)
+    if reason is not None:
+        raise LaneConfigError(
+            f"--control runs lane a twice, cold, but {reason}, so its second run would reuse "
+            "the first one's cache; drop --control, or swap the lanes (--pair with lane a "
+            "uncached)"
+        )
+
+
+def warm_second_run(lane: Lane) -> str | None:
+    """Why a second run of `lane` would not be cold; None where it would be."""
+    if lane.backend != "server":
+        # an in-process lane's second run gets a context of its own: nothing carries over
+        return None
+    if lane.prefix == "cached":
+        return "lane a primes llama-server's prompt cache (prefix=cached)"
+    extra = json.loads(lane.request) if lane.request else {}
+    if extra.get("cache_prompt") is True:
+        return 'lane a asks the server for cache_prompt (request={"cache_prompt": true})'
+    return None
+
+
+def control_sentence(summary: RunSummary) -> str | None:
+    """One line on the control of a run: what a vs a' did and the fork's label; None for
+    a run without the control. Its texts pass through `visible`."""
+    control = summary.control
+    if control is None:
+        return None
+    head = "control (lane a again, cold):"
+    if control.error:
+        return f"{head} failed after {control.generated} tokens: {visible(control.error)}"
+    if control.fork_index is None:
+        seen = f"same tokens as lane a over {control.generated}"
+    else:
+        margins = control.fork_margins or (0.0, 0.0)
+        seen = (
+            f"forked from lane a at token {control.fork_index} "
+            f"(margins {margins[0]:.3f} / {margins[1]:.3f})"
+        )
+    fork = summary.fork_index
+    label = summary.control_label
+    if fork is None:
+        verdict = "a and b agreed" if control.fork_index is None else "though a and b agreed"
+    elif label == CUT_SHORT:
+        verdict = f"it stopped ({visible(control.stop_reason)}) before the fork at token {fork}"
+    else:
+        verdict = f"the fork at token {fork} is {'the ' if label == NOISE_FLOOR else 'an '}{label}"
+    return f"{head} {seen}; {verdict}"
