@@ -122,6 +122,7 @@ class StreamsARun:
         stop: Sequence[str] = (),
         near_tie: float = DEFAULT_NEAR_TIE,
         teacher_forced: bool = False,
+        control: bool = False,
     ) -> Iterator[TokenStep]:
         raise NotImplementedError
 
@@ -133,9 +134,11 @@ class StreamsARun:
         near_tie: float = DEFAULT_NEAR_TIE,
         on_step: Callable[[TokenStep], None] | None = None,
         teacher_forced: bool = False,
+        control: bool = False,
     ) -> PairResult:
-        """The whole run; `on_step` sees each step as it comes."""
-        for step in self.stream(prompt, max_tokens, stop, near_tie, teacher_forced):
+        """The whole run; `on_step` sees each step as it comes; `control` runs lane a
+        again, cold, after the pair."""
+        for step in self.stream(prompt, max_tokens, stop, near_tie, teacher_forced, control):
             if on_step is not None:
                 on_step(step)
         assert self.result is not None

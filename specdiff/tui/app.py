@@ -33,6 +33,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 from specdiff.chat import Conversation, shown_prompt, typed_prompt
 from specdiff.compare import DEFAULT_NEAR_TIE, Fork, align_after, first_divergence, fork_at
 from specdiff.compare import near_ties as find_near_ties
+from specdiff.control import control_sentence
 from specdiff.engine.worker import PairWorker
 from specdiff.errors import SpecdiffError
 from specdiff.forecast import model_for
@@ -174,6 +175,7 @@ class SpecdiffApp(App[int]):
         refused_pairs: dict[str, str] | None = None,
         pause_at_fork: bool = False,
         overrides: dict[str, str] | None = None,
+        control: bool = False,
     ) -> None:
         """`session` opens a recorded run: at once when `replay_speed` is None, else
         played at the recorded pace times `replay_speed`; `session_stream`, when given,
@@ -191,6 +193,8 @@ class SpecdiffApp(App[int]):
         self.initial_max_tokens = max_tokens
         self.initial_overrides = overrides or {}
         self.near_tie = near_tie
+        self.control = control
+        """Run lane a again, cold, after each run (--control)."""
         self.requested_theme = theme_name
         self.autostart = autostart
         self.session = session
@@ -959,7 +963,8 @@ class SpecdiffApp(App[int]):
             self.post_message(RunStarted(len(tokens)))
             buffer = []
             last = time.monotonic()
-            for step in runner.stream(prompt, max_tokens, near_tie=self.near_tie):
+            stream = runner.stream(prompt, max_tokens, near_tie=self.near_tie, control=self.control)
+            for step in stream:
                 buffer.append(step)
                 now = time.monotonic()
                 if now - last >= BATCH_SECONDS:
@@ -1051,6 +1056,8 @@ class SpecdiffApp(App[int]):
         else:
             summary = "same tokens, different lengths"
         speed = f" · speed a/b {result.speedup:.2f}x" if result.speedup else ""
+        control = control_sentence(result.summary())
+        speed += f" · {control}" if control else ""
         jump = "d jumps to the fork · " if self.fork is not None else ""
         # the keys first: a narrow status line keeps what to press
         self.set_status(f"{jump}s saves · e writes a report · {summary}{speed}")
