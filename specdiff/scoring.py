@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from specdiff.lanes import LaneConfigError, Pair
+
 ROWS_PER_BLOCK = 16
 """Rows converted to float64 at once: 16 x 262,144 x 8 bytes = 32 MiB per lane."""
 
@@ -236,3 +238,13 @@ def plan_chunks(token_count: int, chunk: int, convention: str) -> list[Chunk]:
         Chunk(start, min(chunk, token_count - start), 0)
         for start in range(0, max(token_count - 1, 0), chunk - 1)
     ]
+
+
+def check_scorable(pair: Pair) -> None:
+    """Scoring reads full logits rows, which only in-process lanes give."""
+    for lane_id, lane in (("a", pair.a), ("b", pair.b)):
+        if lane.backend != "local":
+            raise LaneConfigError(
+                f"score runs in-process lanes only, and lane {lane_id} is a server lane; "
+                "pick an in-process pair (e.g. --pair quant)"
+            )

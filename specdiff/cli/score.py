@@ -78,14 +78,16 @@ def add_parser(commands: Subcommands) -> None:
 def command_score(args: argparse.Namespace) -> int:
     """Exit 0 when both lanes' top-1 agree at every position, 1 when any flips, 130 when
     stopped."""
-    # deferred: the engine and report modules load only for the command that runs
-    from specdiff.engine.llama.score import check_scorable, score_text
-    from specdiff.engine.worker import call_in_worker
-    from specdiff.reports.score import format_score, score_json
+    # deferred: the engine and report modules load only once the input is known good
+    from specdiff.scoring import check_scorable
 
     pair = resolve_named_pair(args, known_pairs(args))
     check_scorable(pair)
     text = read_text(args.text)
+    from specdiff.engine.llama.score import score_text
+    from specdiff.engine.worker import call_in_worker
+    from specdiff.reports.score import format_score, score_json
+
     status = Status(sys.stderr, not args.quiet)
     if not set(differences(pair.a, pair.b)) & SCORING_KEYS:
         status.message(

@@ -29,6 +29,7 @@ from specdiff.scoring import (
     Chunk,
     PositionScore,
     ScoreResult,
+    check_scorable,
     plan_chunks,
     score_rows,
 )
@@ -79,16 +80,6 @@ class ScoringLane:
 
     def close(self) -> None:
         self.context.close()
-
-
-def check_scorable(pair: Pair) -> None:
-    """Scoring reads full logits rows, which only in-process lanes give."""
-    for lane_id, lane in (("a", pair.a), ("b", pair.b)):
-        if lane.backend != "local":
-            raise LaneConfigError(
-                f"score runs in-process lanes only, and lane {lane_id} is a server lane; "
-                "pick an in-process pair (e.g. --pair quant)"
-            )
 
 
 def score_text(
