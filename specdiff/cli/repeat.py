@@ -187,6 +187,7 @@ def check_plot(path: Path) -> None:
 
 
 def opening_line(args: argparse.Namespace, values: list[int], where: str, served: bool) -> str:
+    """What the command is about to do, before the model loads."""
     what = f"a sweep of {len(values)} values x {args.runs} runs" if len(values) > 1 else ""
     if served:
         return f"repeat: {what or f'{args.runs} requests'} to {where}, " + (
@@ -200,6 +201,7 @@ def opening_line(args: argparse.Namespace, values: list[int], where: str, served
 
 
 def list_text(values: list[int]) -> str:
+    """Values as the option reads them: 0,1,3,7."""
     return ",".join(str(value) for value in values)
 
 
