@@ -1,7 +1,14 @@
 """Running a suite: every pair (variant) over every prompt, each run written to its
 session file as it goes; runs whose files exist already are read back instead.
 
-The lanes run in a worker process (`PairWorker`): a native crash in llama.cpp ends one
+With --concurrency N (server lanes only), up to N prompts of a pair are in flight at once,
+each run in a thread of this process with lanes of its own, so that the runs of one lane
+share that lane's endpoint pool (least-loaded endpoint, back-off, circuit breaking, one
+kept-alive connection pool per endpoint); a server lane decodes nothing here, it only
+tokenizes. A run whose server lane's endpoint failed in a way a fresh start may mend runs
+again from the start.
+
+Otherwise the lanes run in a worker process (`PairWorker`): a native crash in llama.cpp ends one
 prompt's run, whose session keeps every step that arrived and names the crash in its
 footer, and a fresh worker runs the next prompt. A run whose session file cannot be
 read back (corrupt, cut short, holding a value a reader rejects) is recorded as failed
@@ -13,6 +20,7 @@ session's footer beside the run's summary (the steps are the run's, untouched)."
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import deque
@@ -51,6 +59,7 @@ from specdiff.suite.records import (
 from specdiff.suite.settings import SuiteSettings
 
 if TYPE_CHECKING:
+    from specdiff.engine.pairrun import PairRun
     from specdiff.engine.worker import PairWorker
 
 UNREADABLE_ERRORS = (SpecdiffError, ValueError, TypeError, KeyError, IndexError, RecursionError)
@@ -256,7 +265,8 @@ class _Variant:
     label: str
     pair: Pair
     quant: str
-    runner: PairWorker
+    runner: PairWorker | PairRun | None
+    """None until it has loaded, and where it would not."""
 
 
 class SuiteRun:
@@ -288,6 +298,7 @@ class SuiteRun:
         self.drain = drain or threading.Event()
         """Start no new run; those in flight finish."""
         self._drain_noted = False
+        self._loading = threading.Lock()
         self.skipped_runs = 0
         """Runs that could not start (a prompt too long, a pair that would not load)."""
         self.unloaded: list[str] = []
@@ -357,20 +368,25 @@ class SuiteRun:
         self, label: str, pair: Pair, quant: str, pending: list[SuitePrompt], tally: _Tally
     ) -> bool:
         """Run the pending prompts under one pair (variant), up to --concurrency of them at
-        once, each on a worker of its own; True when the suite was stopped."""
+        once, each on a runner of its own; True when the suite was stopped."""
         self.on_message(f"{label}: {pair.description or pair.name}")
         queue = _Pending(deque(pending))
+        slots = min(self.settings.concurrency, len(pending))
+        # no run starts before every runner has loaded: the load is N from the first run
+        loaded = threading.Barrier(slots)
         helpers = [
             threading.Thread(
-                target=self._slot, args=(label, pair, quant, queue, tally, False), daemon=True
+                target=self._slot,
+                args=(_Variant(label, pair, quant, None), queue, tally, loaded, False),
+                daemon=True,
             )
-            for _ in range(1, min(self.settings.concurrency, len(pending)))
+            for _ in range(1, slots)
         ]
         for helper in helpers:
             helper.start()
         try:
             # this thread runs prompts too: with one at a time, it runs them all
-            self._slot(label, pair, quant, queue, tally)
+            self._slot(_Variant(label, pair, quant, None), queue, tally, loaded)
         finally:
             for helper in helpers:
                 helper.join()
@@ -378,31 +394,33 @@ class SuiteRun:
 
     def _slot(
         self,
-        label: str,
-        pair: Pair,
-        quant: str,
+        variant: _Variant,
         queue: _Pending,
         tally: _Tally,
+        loaded: threading.Barrier,
         loud: bool = True,
     ) -> None:
-        """Take prompts from the queue and run them one after another on one worker (a
-        fresh one after a crash) until the queue is empty or the suite stops; only a
-        `loud` one says what its worker loads (the others load the same)."""
-        variant: _Variant | None = None
+        """Load a runner, then take prompts from the queue and run them one after another
+        (on a fresh worker after a crash) until the queue is empty or the suite stops;
+        only a `loud` slot says what its runner loads (the others load the same)."""
         try:
-            while (prompt := self._next_prompt(queue)) is not None:
-                if variant is None or not variant.runner.alive:
-                    if variant is not None:
-                        variant.runner.close()  # the last prompt crashed the worker
-                    runner = self._open_worker(
-                        label, pair, lambda: [prompt, *queue.take_all()], tally, loud
+            variant.runner = self._open_worker(variant, queue.take_all, tally, loud)
+        finally:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                loaded.wait()
+        try:
+            while variant.runner is not None and (prompt := self._next_prompt(queue)):
+                # a run in this process has no worker to lose: it is never spent
+                if not getattr(variant.runner, "alive", True):
+                    variant.runner.close()  # the last prompt crashed the worker
+                    variant.runner = self._open_worker(
+                        variant, lambda: [prompt, *queue.take_all()], tally, loud
                     )
-                    if runner is None:
+                    if variant.runner is None:
                         return
-                    variant = _Variant(label, pair, quant, runner)
                 self._run_job(variant, prompt, queue, tally)
         finally:
-            if variant is not None:
+            if variant.runner is not None:
                 variant.runner.close()
 
     def _next_prompt(self, queue: _Pending) -> SuitePrompt | None:
@@ -460,27 +478,40 @@ class SuiteRun:
 
     def _open_worker(
         self,
-        label: str,
-        pair: Pair,
+        variant: _Variant,
         pending: Callable[[], list[SuitePrompt]],
         tally: _Tally,
         loud: bool = True,
-    ) -> PairWorker | None:
-        """A worker with the pair loaded; None, with the `pending` prompts skipped, when
+    ) -> PairWorker | PairRun | None:
+        """A runner with the pair loaded; None, with the `pending` prompts skipped, when
         the pair will not load (or its worker crashes loading it): the other pairs still
         can."""
-        # the worker module loads only once something runs, so the input checks before it
-        # stay quick; llama.cpp itself loads in the worker process only
+        label = variant.label
+        try:
+            return self._new_runner(variant.pair, self.on_message if loud else _quiet)
+        except SpecdiffError as error:
+            with tally.lock:
+                # the runners side by side load the same pair: its failure is told once
+                if any(entry.startswith(f"{label}: ") for entry in self.unloaded):
+                    return None
+                self.unloaded.append(f"{label}: {error}")
+            self._skip(tally, label, [f"{p.id}: {error}" for p in pending()], str(error))
+            return None
+
+    def _new_runner(self, pair: Pair, progress: Callable[[str], None]) -> PairWorker | PairRun:
+        """The runs side by side (server lanes only) are threads of this process, so each
+        lane's runs share its endpoint pool; one at a time, a worker process."""
+        # the engine loads only once something runs, so the input checks before it stay
+        # quick; an in-process lane's llama.cpp loads in the worker process only
         from specdiff.engine.worker import PairWorker
 
-        try:
-            return PairWorker(pair, self.on_message if loud else _quiet, self.cancel)
-        except SpecdiffError as error:
-            skipped = [f"{prompt.id}: {error}" for prompt in pending()]
-            self._skip(tally, label, skipped, str(error))
-            with tally.lock:
-                self.unloaded.append(f"{label}: {error}")
-            return None
+        if self.settings.concurrency == 1:
+            return PairWorker(pair, progress, self.cancel)
+        from specdiff.engine.pairrun import PairRun
+
+        # one lane loads its tokenizer at a time: llama.cpp's loader is not to be raced
+        with self._loading:
+            return PairRun(pair, progress, self.cancel)
 
     def _skip(self, tally: _Tally, label: str, runs: list[str], why: str) -> None:
         """Note runs that cannot start, one entry each, and say why once."""
