@@ -38,40 +38,52 @@ from specdiff.forecast import (  # noqa: E402
     fit_flip_model,
     observed_flips,
 )
+from specdiff.steps import TokenStep  # noqa: E402
 
 PAIRS = ("ubatch", "spec-vs-plain", "cache-vs-fresh")
 SETS = ("coding", "divergence", "open", "questions", "repetitive")
 
 
-def measure(per_set: int, tokens: int) -> list[dict[str, Any]]:
+def measure(per_set: int, tokens: int, sets: list[str], save: Path | None) -> list[dict[str, Any]]:
     """One record per (pair, prompt): lane a's margins over the steps both lanes reached
-    with one context, and where the run forked."""
+    with one context, and where the run forked. Every pair runs each prompt before the
+    next prompt starts, and each record is appended to `save` as it comes, so a
+    measurement stopped halfway still covers every pair."""
+    from contextlib import ExitStack
+
     from specdiff.engine.pairrun import PairRun
     from specdiff.lanes import presets
 
     runs = []
-    for pair_name in PAIRS:
-        started = time.perf_counter()
-        with PairRun(presets()[pair_name]) as runner:
-            for set_name in SETS:
-                for number, text in enumerate(prompts(set_name)[:per_set]):
+    started = time.perf_counter()
+    with ExitStack() as stack:
+        runners = {name: stack.enter_context(PairRun(presets()[name])) for name in PAIRS}
+        for set_name in sets:
+            for number, text in enumerate(prompts(set_name)[:per_set]):
+                for pair_name, runner in runners.items():
                     result = runner.run(text, tokens)
-                    observed = observed_flips(result.a.steps, result.b.steps)
-                    fork = next((i for i, (_, flipped) in enumerate(observed) if flipped), None)
-                    runs.append(
-                        {
-                            "pair": pair_name,
-                            "prompt": f"{set_name}/{number}",
-                            "margins": [m if math.isfinite(m) else None for m, _ in observed],
-                            "all_margins": [
-                                s.margin if math.isfinite(s.margin) else None
-                                for s in result.a.steps
-                            ],
-                            "fork": fork,
-                        }
+                    record = _record(
+                        pair_name, f"{set_name}/{number}", result.a.steps, result.b.steps
                     )
-        print(f"{pair_name}: measured in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+                    runs.append(record)
+                    if save is not None:
+                        with save.open("a") as lines:
+                            lines.write(json.dumps(record) + "\n")
+                print(
+                    f"{set_name}/{number}: {time.perf_counter() - started:.0f} s", file=sys.stderr
+                )
     return runs
+
+
+def _record(pair: str, prompt: str, a: list[TokenStep], b: list[TokenStep]) -> dict[str, Any]:
+    observed = observed_flips(a, b)
+    return {
+        "pair": pair,
+        "prompt": prompt,
+        "margins": [m if math.isfinite(m) else None for m, _ in observed],
+        "all_margins": [s.margin if math.isfinite(s.margin) else None for s in a],
+        "fork": next((i for i, (_, flipped) in enumerate(observed) if flipped), None),
+    }
 
 
 def _margins(values: list[float | None]) -> list[float]:
@@ -159,17 +171,18 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--per-set", type=int, default=6, help="prompts from each set")
     parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--save", help="write the measured runs to this JSON file")
+    parser.add_argument("--sets", default=",".join(SETS), help="bundled sets, comma-separated")
+    parser.add_argument("--save", help="append each measured run to this JSONL file")
     parser.add_argument("--load", help="report on runs saved before, without the model")
     args = parser.parse_args()
     if args.load:
-        runs = json.loads(Path(args.load).read_text())
+        runs = [json.loads(line) for line in Path(args.load).read_text().splitlines()]
     else:
-        runs = measure(args.per_set, args.tokens)
-        if args.save:
-            Path(args.save).write_text(json.dumps(runs))
+        runs = measure(
+            args.per_set, args.tokens, args.sets.split(","), Path(args.save) if args.save else None
+        )
     print(
-        f"{len(runs)} runs: pairs {', '.join(PAIRS)}; sets {', '.join(SETS)}; "
+        f"{len(runs)} runs: pairs {', '.join(PAIRS)}; sets {args.sets}; "
         f"up to {args.per_set} prompts each, {args.tokens} tokens"
     )
     report(runs)
