@@ -1,0 +1,155 @@
+"""The noise-floor control (--control): lane a run again, cold, beside the pair.
+
+In-process lanes are deterministic, so their control matches lane a token for token on
+the real model; a server that answers each request differently (tests/servers.py's
+drift mode) makes a vs a' fork, and the fork of a vs b is then the noise floor."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from specdiff.cli import main
+from specdiff.control import CUT_SHORT, EFFECT, NOISE_FLOOR, noise_floor_label
+from specdiff.sessions.format import ControlRun, RunSummary
+from specdiff.sessions.store import load_session
+from specdiff.steps import Candidate, TokenStep
+from tests.servers import fault_server
+
+
+def step(index: int, token_id: int, margin: float = 1.0) -> TokenStep:
+    top = (Candidate(token_id, 0.0), Candidate(token_id + 1, -margin))
+    return TokenStep("a", index, token_id, b"x", top, False, 1, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("fork", "control_fork", "control_length", "label"),
+    [
+        (None, None, 10, None),  # no fork: nothing to label
+        (None, 3, 10, None),
+        (5, 5, 10, NOISE_FLOOR),  # a vs a' forked at the same step
+        (5, 0, 10, NOISE_FLOOR),  # ... or before it
+        (5, 6, 10, EFFECT),  # a' agreed through the fork, forked later
+        (5, None, 10, EFFECT),  # a' identical
+        (5, None, 5, CUT_SHORT),  # a' stopped before reaching the fork
+        (0, None, 0, CUT_SHORT),
+    ],
+)
+def test_the_label_follows_where_a_vs_a_prime_forks(fork, control_fork, control_length, label):
+    assert noise_floor_label(fork, control_fork, control_length) == label
+
+
+@pytest.mark.parametrize(
+    ("first", "again", "fork"),
+    [
+        ([1, 2, 3], [1, 2, 3], None),
+        ([1, 2, 3], [1, 9, 3], 1),
+        ([1, 2, 3], [1, 2], None),  # cut short: a prefix, no fork
+        ([4], [5], 0),
+    ],
+)
+def test_a_control_record_survives_its_footer(first, again, fork):
+    a = [step(i, t) for i, t in enumerate(first)]
+    a_again = [step(i, t, margin=0.25) for i, t in enumerate(again)]
+    control = ControlRun.of_steps(a, a_again, "length", None)
+    assert control.fork_index == fork
+    assert control.identical == (fork is None)
+    summary = RunSummary.of_steps(a, a, control=control)
+    record = json.loads(json.dumps(summary.to_json()))
+    assert record["control"]["label"] == summary.control_label
+    assert RunSummary.from_json(record).control == control
+    if fork is not None:
+        assert control.fork_margins == (1.0, 0.25)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("fork_index", "2", "fork_index"),
+        ("fork_index", -1, "fork_index"),
+        ("generated", None, "control.generated"),
+        ("generated", 1.5, "control.generated"),
+        ("output_sha256", 7, "control.output_sha256"),
+        ("stop_reason", ["length"], "control.stop_reason"),
+        ("error", {"x": 1}, "control.error"),
+        ("fork_margins", [1.0], "fork_margins"),
+    ],
+)
+def test_a_control_of_the_wrong_type_is_named(field, value, words):
+    record = ControlRun(1, (0.5, math.inf), 4, "00", "length").to_json() | {field: value}
+    with pytest.raises(ValueError, match=words):
+        ControlRun.from_json(record)
+
+
+@pytest.mark.parametrize("command", ["run", "live"])
+@pytest.mark.parametrize(
+    ("lane_a", "words"),
+    [
+        (["--pair", "server-cache-vs-fresh"], "prefix=cached"),
+        (["--pair", "servers", "--lane-a", 'request={"cache_prompt": true}'], "cache_prompt"),
+    ],
+)
+def test_control_refuses_a_lane_a_whose_second_run_is_warm(command, lane_a, words, capsys):
+    code = main([command, *lane_a, "--control", "--max-tokens", "4"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert "--control runs lane a twice" in err and words in err
+
+
+def run_json(arguments: list[str], capsys) -> tuple[int, dict]:
+    code = main(["run", *arguments, "--control", "--json", "--quiet"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.model
+def test_an_in_process_control_matches_lane_a_token_for_token(tmp_path: Path, capsys):
+    """Lane a speculative: its second run drafts and verifies on contexts of its own."""
+    arguments = ["--pair", "spec-vs-plain", "--max-tokens", "16", "--save"]
+    code, record = run_json([*arguments, "--sessions-dir", str(tmp_path)], capsys)
+    assert code in (0, 1)
+    control = record["control"]
+    assert control["fork_index"] is None and control["error"] is None
+    assert control["generated"] == record["generated"][0] == 16
+    assert control["output_sha256"] == record["output_sha256"][0]
+    # a fork of a vs b, wherever it lands, is an effect: lane a alone is deterministic
+    assert control["label"] == (None if record["fork_index"] is None else EFFECT)
+    (saved,) = tmp_path.glob("*.jsonl")
+    assert load_session(saved).summary().control == ControlRun.from_json(control)
+    assert main(["export", str(saved), "-o", str(tmp_path / "r.md")]) == 0
+    assert "Control (lane a again, cold): same tokens as lane a over 16" in (
+        tmp_path / "r.md"
+    ).read_text(encoding="utf-8")
+
+
+@pytest.mark.server
+@pytest.mark.model
+@pytest.mark.parametrize(("lane_a_mode", "label"), [("drift", NOISE_FLOOR), ("steady", EFFECT)])
+def test_a_server_control_tells_the_noise_floor_from_an_effect(
+    lane_a_mode, label, tmp_path: Path, capsys
+):
+    """Lane b on a server that answers every request differently; lane a on the same
+    server (its control forks too: noise floor) or on a steady one (an effect)."""
+    with fault_server("drift") as drifting, fault_server(lane_a_mode) as other:
+        lane_a = drifting if lane_a_mode == "drift" else other
+        arguments = [
+            "run", "--pair", "servers", "--lane-a", f"endpoint={lane_a}",
+            "--lane-b", f"endpoint={drifting}", "--max-tokens", "5", "--control", "--quiet",
+            "--save", "--sessions-dir", str(tmp_path),
+        ]  # fmt: skip
+        assert main(arguments) == 1
+    (saved,) = tmp_path.glob("*.jsonl")
+    summary = load_session(saved).summary()
+    assert summary.fork_index == 2 and summary.control is not None
+    assert summary.control_label == label
+    assert summary.control.fork_index == (2 if label == NOISE_FLOOR else None)
+    out = capsys.readouterr().out
+    (line,) = [line for line in out.splitlines() if line.startswith("control (lane a again")]
+    if label == NOISE_FLOOR:
+        assert "forked from lane a at token 2" in line
+        assert line.endswith("the fork at token 2 is the noise floor")
+    else:
+        assert "same tokens as lane a over 4" in line
+        assert line.endswith("the fork at token 2 is an effect")
