@@ -126,6 +126,8 @@ ESCAPES = "\x1b]52;c;c3BlY2RpZmY=\x07\x1b]0;pwned\x07\x1b[31m"
 a colour."""
 PASSWORD = "pw-hostile-9876543210"
 """The password the `password` mode asks for (basic auth, from the endpoint URL)."""
+DRIFT_WORDS = (" today", " here", " now", " there")
+"""The drift mode's third word, one per request in turn: none is steady's " again"."""
 ENDLESS_CAP = 200_000
 """Tokens an endless stream sends at most before it gives up on a client that never left."""
 
@@ -203,7 +205,8 @@ class _Faulty(BaseHTTPRequestHandler):
     inside an event of the wrong shape; echo-finish: the secret as the finish reason;
     echo-basic: an HTTP 500 quoting the Authorization header (basic auth: base64);
     trickle: an event line that grows by a byte every half second; redirect-control: a
-    307 whose Location holds an escape sequence; props-*: a /props and /slots whose every
+    307 whose Location holds an escape sequence; drift: steady, but the third word differs
+from one request to the next (DRIFT_WORDS); props-*: a /props and /slots whose every
     field holds the wrong value WRONG_PROPS names."""
 
     mode = "ok"
@@ -344,6 +347,14 @@ class _Faulty(BaseHTTPRequestHandler):
             return
         elif self.mode in ("steady", "password"):
             for word in (" Hello", " world", " again", "."):
+                write(_event(word))
+            write(_event("", logprobs=False, finish="length"))
+        elif self.mode == "drift":
+            # a server whose batches change with its load: no two requests agree
+            with _Faulty.counting:
+                _Faulty.posts += 1
+                third = DRIFT_WORDS[(_Faulty.posts - 1) % len(DRIFT_WORDS)]
+            for word in (" Hello", " world", third, "."):
                 write(_event(word))
             write(_event("", logprobs=False, finish="length"))
         elif self.mode == "endless":

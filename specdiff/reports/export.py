@@ -28,6 +28,7 @@ from specdiff.compare import (
     run_fork_sentence,
     run_fork_verdict,
 )
+from specdiff.control import control_sentence
 from specdiff.errors import SpecdiffError
 from specdiff.files import lost_output, write_text_atomic
 from specdiff.lanes import differences, headline
@@ -243,6 +244,9 @@ def _findings(report: _Report) -> list[str]:
             f"After the fork the texts stay {after.similarity:.0%} similar "
             "(normalized Indel similarity)."
         )
+    control = control_sentence(report.session.summary())
+    if control is not None:
+        lines.append(f"{control[0].upper()}{control[1:]}.")
     return lines + _lane_notes(report)
 
 
