@@ -206,7 +206,7 @@ class _Faulty(BaseHTTPRequestHandler):
     echo-basic: an HTTP 500 quoting the Authorization header (basic auth: base64);
     trickle: an event line that grows by a byte every half second; redirect-control: a
     307 whose Location holds an escape sequence; drift: steady, but the third word differs
-from one request to the next (DRIFT_WORDS); props-*: a /props and /slots whose every
+    from one request to the next (DRIFT_WORDS); props-*: a /props and /slots whose every
     field holds the wrong value WRONG_PROPS names."""
 
     mode = "ok"
