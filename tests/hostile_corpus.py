@@ -28,6 +28,15 @@ ESCAPES = (
 """What a shared file might hold to act on the terminal of whoever reads it."""
 SERVER_PROPS = {"speculative": {ESCAPES: ESCAPES}, "slots": [{"id": ESCAPES}], "n_batch": -1}
 """llama-server's /props and /slots as a session header keeps them, every text hostile."""
+CONTROL = {
+    "fork_index": 1,
+    "fork_margins": [0.5, None],
+    "generated": 8,
+    "output_sha256": "0" * 64,
+    "stop_reason": "length",
+    "error": None,
+}
+"""A footer's noise-floor control (lane a run again), as `run --control` writes it."""
 WRONG_VALUES: tuple[Any, ...] = ([1], {"x": 1}, "x", -1)
 DEEP = 100_000
 
@@ -164,6 +173,12 @@ def _escape_cases() -> list[Case]:
     cases.append(
         Case("escapes-stop-reason", with_footer(setting("stop_reasons", value=[ESCAPES] * 2)), "ok")
     )
+    # a control cut short before the fork names its stop reason; one that failed, its error
+    for key, value in (("stop_reason", ESCAPES), ("error", ESCAPES), ("label", ESCAPES)):
+        control = CONTROL | {"fork_index": None, "generated": 0, key: value}
+        cases.append(
+            Case(f"escapes-control-{key}", with_footer(setting("control", value=control)), "ok")
+        )
     return cases
 
 
@@ -336,6 +351,25 @@ def _structure_cases() -> list[Case]:
         ),
         "footer-serving-wait-nan": with_footer(
             setting("serving", value=[None, {"endpoint": "http://a:1", "wait_seconds": math.nan}])
+        ),
+        "footer-control-text": with_footer(setting("control", value="noise floor")),
+        "footer-control-fork-text": with_footer(
+            setting("control", value=CONTROL | {"fork_index": "1"})
+        ),
+        "footer-control-generated-missing": with_footer(
+            setting("control", value={k: v for k, v in CONTROL.items() if k != "generated"})
+        ),
+        "footer-control-generated-negative": with_footer(
+            setting("control", value=CONTROL | {"generated": -1})
+        ),
+        "footer-control-margins-nan": with_footer(
+            setting("control", value=CONTROL | {"fork_margins": [math.nan, 1.0]})
+        ),
+        "footer-control-sha-number": with_footer(
+            setting("control", value=CONTROL | {"output_sha256": 5})
+        ),
+        "footer-control-error-list": with_footer(
+            setting("control", value=CONTROL | {"error": [ESCAPES]})
         ),
     }
     ok = {
