@@ -152,8 +152,10 @@ class BatchedLane:
         self, prompt: Sequence[int], runs: int, max_tokens: int, on_end: RunEnded
     ) -> None:
         """`runs` greedy decodes of `prompt`, up to one per sequence at once, each
-        handed to `on_end` as it ends. One run enters per decode call, so the runs
-        stand at different steps and a run's neighbours change as others end."""
+        handed to `on_end` as it ends. Runs enter a few per decode call (one, unless
+        the batch outnumbers the steps of a run), so the runs stand at different steps
+        and a run's neighbours change as others end."""
+        entering = self._entering(max_tokens)
         self._check_continuous(len(prompt), max_tokens)
         context = self.context
         context.clear()
@@ -163,7 +165,7 @@ class BatchedLane:
         while flying or entered < runs:
             rows: list[Row] = [(f.token, f.position, f.sequence) for f in flying]
             wanted = [True] * len(rows)
-            if free and entered < runs:
+            for _ in range(min(len(free), runs - entered, entering)):
                 newcomer = _InFlight(entered, free.pop(), BatchedRun(0), len(prompt) - 1)
                 rows += [(token, i, newcomer.sequence) for i, token in enumerate(prompt)]
                 wanted += [False] * (len(prompt) - 1) + [True]
@@ -194,12 +196,19 @@ class BatchedLane:
         flight.position += 1
         return False
 
+    def _entering(self, max_tokens: int) -> int:
+        """Runs that enter in one call: as many as end per call once the batch is full
+        (a run lasts up to max_tokens calls), so the batch stays full."""
+        return -(-self.sequences // max_tokens)
+
     def _check_continuous(self, prompt_tokens: int, max_tokens: int) -> None:
         """Every run in flight must have its KV cells, and a call its rows."""
-        if prompt_tokens + self.sequences - 1 > self.lane.n_batch:
+        entering = self._entering(max_tokens)
+        rows = entering * prompt_tokens + self.sequences - entering
+        if rows > self.lane.n_batch:
             raise PromptError(
-                f"a prompt of {prompt_tokens} tokens beside {self.sequences - 1} runs "
-                f"needs {prompt_tokens + self.sequences - 1} rows in one batch; "
+                f"{entering} prompts of {prompt_tokens} tokens beside "
+                f"{self.sequences - entering} runs need {rows} rows in one batch; "
                 f"n_batch is {self.lane.n_batch}: raise n_batch or lower --batch"
             )
         needed = self.sequences * (prompt_tokens + max_tokens)
