@@ -14,11 +14,16 @@ it sent, the most streams it had at once (`peak`), and its settings (`mode`).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.request import urlopen
 
 WORDS = (" Hello", " world", " and", " again", ".")
 
@@ -107,6 +112,26 @@ class Streamer(BaseHTTPRequestHandler):
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
+
+
+@contextlib.contextmanager
+def serving(mode: str) -> Iterator[str]:
+    """This server in a process of its own on a free loopback port; yields its URL."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen([sys.executable, __file__, mode, str(port)])
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            with contextlib.suppress(OSError):
+                urlopen(f"{url}/v1/models", timeout=1).close()
+                break
+            time.sleep(0.1)
+        yield url
+    finally:
+        process.kill()
+        process.wait()
 
 
 def main() -> None:

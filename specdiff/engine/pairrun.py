@@ -53,11 +53,14 @@ class PairRun(StreamsARun):
         pair: Pair,
         progress: Progress = _quiet,
         cancel: threading.Event | None = None,
+        pool: ModelPool | None = None,
     ) -> None:
         self.pair = pair
         self.progress = progress
         self.cancel = cancel or threading.Event()
-        self.pool = ModelPool()
+        # runs side by side share one pool: each would otherwise hold its own weights
+        self._own_pool = pool is None
+        self.pool = pool or ModelPool()
         self.lanes: dict[str, LaneBackend] = {}
         try:
             for lane_id, lane, other in (("a", pair.a, pair.b), ("b", pair.b, pair.a)):
@@ -316,7 +319,8 @@ class PairRun(StreamsARun):
         for local in self.lanes.values():
             local.close()
         self.lanes.clear()
-        self.pool.close()
+        if self._own_pool:
+            self.pool.close()
 
     def __enter__(self) -> PairRun:
         return self

@@ -59,6 +59,7 @@ from specdiff.suite.records import (
 from specdiff.suite.settings import SuiteSettings
 
 if TYPE_CHECKING:
+    from specdiff.engine.llama.context import ModelPool
     from specdiff.engine.pairrun import PairRun
     from specdiff.engine.worker import PairWorker
 
@@ -299,6 +300,8 @@ class SuiteRun:
         """Start no new run; those in flight finish."""
         self._drain_noted = False
         self._loading = threading.Lock()
+        self._models: ModelPool | None = None
+        """The weights the runs side by side share (their tokenizers), while they run."""
         self.skipped_runs = 0
         """Runs that could not start (a prompt too long, a pair that would not load)."""
         self.unloaded: list[str] = []
@@ -390,6 +393,9 @@ class SuiteRun:
         finally:
             for helper in helpers:
                 helper.join()
+            if self._models is not None:
+                self._models.close()
+                self._models = None
         return queue.stopped
 
     def _slot(
@@ -508,10 +514,18 @@ class SuiteRun:
         if self.settings.concurrency == 1:
             return PairWorker(pair, progress, self.cancel)
         from specdiff.engine.pairrun import PairRun
+        from specdiff.engine.server.pool import configure
 
-        # one lane loads its tokenizer at a time: llama.cpp's loader is not to be raced
+        # each endpoint's connections, shared by the runs, are sized to the concurrency
+        configure(concurrency=self.settings.concurrency)
+        from specdiff.engine.llama.context import ModelPool
+
+        # one lane loads its tokenizer at a time (llama.cpp's loader is not to be raced),
+        # and all load it from one pool: N copies of the weights would grow with N
         with self._loading:
-            return PairRun(pair, progress, self.cancel)
+            if self._models is None:
+                self._models = ModelPool()
+            return PairRun(pair, progress, self.cancel, self._models)
 
     def _skip(self, tally: _Tally, label: str, runs: list[str], why: str) -> None:
         """Note runs that cannot start, one entry each, and say why once."""

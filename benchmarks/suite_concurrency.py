@@ -1,0 +1,182 @@
+"""A suite at server scale: its throughput against the server's ceiling, and its memory
+and report time over thousands of prompts.
+
+Default: starts llama-server (the bundled model, --parallel 8) and, at concurrency 1, 2,
+4 and 8, runs a suite of the same prompts on two server lanes (both on this server) and,
+side by side in the same run, a bare httpx client that sends the same requests (the
+suite's own request bodies) from a thread pool at the same number of streams in flight.
+Prints generated tokens per second of each and their ratio (target: the suite >= 0.9x
+of the bare client at every level).
+
+--fake: runs 1,000 and then 10,000 prompts at concurrency 8 against
+benchmarks/stream_server.py (a few tokens per request, no delay), each size in a fresh
+process, and prints the peak resident memory of each (flat: it must not grow with the
+prompt count) and the time to build and write the reports (target < 10 s).
+
+    python benchmarks/suite_concurrency.py [--prompts 16] [--max-tokens 32]
+    python benchmarks/suite_concurrency.py --fake [--sizes 1000,10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+
+from specdiff.engine.models import bundled_model_path
+from specdiff.engine.server.dialects import dialect_for, request_body
+from specdiff.engine.server.process import LlamaServer, find_llama_server
+from specdiff.lanes import Lane, Pair
+from specdiff.reports.suite import write_reports
+from specdiff.suite.folder import write_settings
+from specdiff.suite.prompts import SuitePrompt, load_suite_prompts
+from specdiff.suite.runner import FinishedRun, SuiteRun
+from specdiff.suite.settings import SuiteSettings
+from specdiff.suite.stats import outcome_json
+
+sys.path.insert(0, str(Path(__file__).parent))
+from stream_server import serving  # noqa: E402 - this folder is no package
+
+LEVELS = (1, 2, 4, 8)
+
+
+def server_pair(url: str, api: str = "completions") -> Pair:
+    lane = Lane(backend="server", endpoint=url, api=api)
+    return Pair("servers", lane, lane, "both lanes on one server")
+
+
+def run_suite(
+    prompts: list[SuitePrompt], pair: Pair, max_tokens: int, concurrency: int, folder: Path
+) -> tuple[float, float]:
+    """(generated tokens, seconds from the first run's start to the last run's end)."""
+    settings = SuiteSettings(
+        source="benchmark", pairs=(pair,), max_tokens=max_tokens, concurrency=concurrency
+    )
+    folder.mkdir(parents=True)
+    write_settings(folder, settings, prompts)
+    last: list[FinishedRun] = []
+    outcome = SuiteRun(settings, prompts, folder, on_finished=last.append).run()
+    assert outcome.finished_runs == len(prompts), outcome.nothing_ran()
+    progress = max((run.progress for run in last), key=lambda p: p.run_seconds)
+    return float(progress.tokens), progress.run_seconds
+
+
+def run_bare(
+    prompts: list[SuitePrompt], lane: Lane, max_tokens: int, streams: int
+) -> tuple[float, float]:
+    """The same requests from a bare httpx client, `streams` at a time: (tokens, s)."""
+    dialect = dialect_for(lane.api, lambda _: b"")
+    bodies = [
+        request_body(lane, dialect, p.prompt, max_tokens, (), {}) for p in prompts for _ in "ab"
+    ]
+    client = httpx.Client(base_url=lane.endpoint, timeout=120.0)
+    lock, counted = threading.Lock(), [0]
+
+    def send(body: dict) -> None:
+        tokens = 0
+        with client.stream("POST", dialect.path, json=body) as response:
+            for line in response.iter_lines():
+                if line.startswith("data: {"):
+                    tokens += bool(json.loads(line[6:])["choices"][0].get("text"))
+        with lock:
+            counted[0] += tokens
+
+    began = time.perf_counter()
+    with ThreadPoolExecutor(streams) as pool:
+        list(pool.map(send, bodies))
+    seconds = time.perf_counter() - began
+    client.close()
+    return float(counted[0]), seconds
+
+
+def llama_server_levels(args: argparse.Namespace) -> None:
+    prompts = load_suite_prompts("questions")[0][: args.prompts]
+    arguments = ["--parallel", "8", "--threads", str(args.threads), "--no-cache-prompt"]
+    with LlamaServer(find_llama_server(), bundled_model_path(), arguments) as server:
+        pair = server_pair(server.url)
+        print(
+            f"{len(prompts)} prompts x 2 lanes, {args.max_tokens} tokens, llama-server --parallel 8"
+        )
+        print("concurrency  suite tok/s  bare tok/s  suite/bare")
+        with tempfile.TemporaryDirectory() as folder:
+            for level in LEVELS:
+                report = Path(folder) / f"c{level}"
+                tokens, seconds = run_suite(prompts, pair, args.max_tokens, level, report)
+                bare_tokens, bare_seconds = run_bare(prompts, pair.a, args.max_tokens, 2 * level)
+                suite_rate, bare_rate = tokens / seconds, bare_tokens / bare_seconds
+                print(
+                    f"{level:>11}  {suite_rate:>11.1f}  {bare_rate:>10.1f}  "
+                    f"{suite_rate / bare_rate:>9.2f}x"
+                )
+
+
+def fake_size(count: int, concurrency: int) -> dict[str, float]:
+    """One size in this process: peak RSS and the report's time, as JSON on stdout."""
+    prompts = [SuitePrompt(id=f"p{n}", prompt=f"Say hello {n}") for n in range(count)]
+    with serving("tokens=4") as url, tempfile.TemporaryDirectory() as folder:
+        settings = SuiteSettings(
+            source="benchmark", pairs=(server_pair(url),), max_tokens=4, concurrency=concurrency
+        )
+        report = Path(folder) / "report"
+        report.mkdir()
+        write_settings(report, settings, prompts)
+        began = time.perf_counter()
+        outcome = SuiteRun(settings, prompts, report).run()
+        run_seconds = time.perf_counter() - began
+        began = time.perf_counter()
+        write_reports(report, outcome_json(outcome))
+        report_seconds = time.perf_counter() - began
+    return {
+        "prompts": count,
+        "finished": outcome.finished_runs,
+        "run_seconds": run_seconds,
+        "report_seconds": report_seconds,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def fake_sizes(args: argparse.Namespace) -> None:
+    print("prompts  finished  run s  report s  peak RSS MB")
+    for count in (int(size) for size in args.sizes.split(",")):
+        child = subprocess.run(
+            [sys.executable, __file__, "--one-size", str(count), "--concurrency", "8"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        size = json.loads(child.stdout.splitlines()[-1])
+        print(
+            f"{size['prompts']:>7}  {size['finished']:>8}  {size['run_seconds']:>5.0f}  "
+            f"{size['report_seconds']:>8.2f}  {size['peak_rss_mb']:>11.0f}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--prompts", type=int, default=16)
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=2, help="llama-server's --threads")
+    parser.add_argument("--fake", action="store_true", help="thousands of prompts, a fake server")
+    parser.add_argument("--sizes", default="1000,10000")
+    parser.add_argument("--one-size", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--concurrency", type=int, default=8, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one_size:
+        print(json.dumps(fake_size(args.one_size, args.concurrency)))
+    elif args.fake:
+        fake_sizes(args)
+    else:
+        llama_server_levels(args)
+
+
+if __name__ == "__main__":
+    main()
