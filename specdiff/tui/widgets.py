@@ -341,7 +341,7 @@ class TokenView(ScrollView, can_focus=False):
             height = -(-height // LINE_CHUNK) * LINE_CHUNK
         size = Size(width, height)
         if size != self.virtual_size or redraw_all:
-            self.virtual_size = size
+            self.grow_to(size)
             self.refresh()
             return
         # only the lines that changed, where they are on screen
@@ -349,6 +349,14 @@ class TokenView(ScrollView, can_focus=False):
         bottom = min(len(self.lines) - self.scroll_offset.y, self.size.height)
         if bottom > top:
             self.refresh(Region(0, top, self.size.width, bottom - top))
+
+    def grow_to(self, size: Size) -> None:
+        """Take a new scrollable size without a layout of the whole screen: the screen
+        never reads a scroll view's virtual size, so only its scrollbars need it (and
+        they ask for a layout themselves the one time they appear or go)."""
+        if size != self.virtual_size:
+            self.set_reactive(TokenView.virtual_size, size)
+            self._scroll_update(size)
 
     @property
     def text_height(self) -> int:
