@@ -11,6 +11,7 @@ import math
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from rich.cells import cell_len, chop_cells
 from rich.console import Group, RenderableType
@@ -646,21 +647,36 @@ class MarginStrip(ThemeAware):
             character = BAR_CHARACTERS[max(0, min(8, height - floor))]
             style = strip_cell_style(marks, first, last, margin < marks.threshold, band)
             segments.append(Segment(character, base + style))
-        return Strip(segments).crop_extend(0, width, base)
+        # neighbouring cells mostly share a style: fewer segments for the screen to draw
+        return Strip(segments).simplify().crop_extend(0, width, base)
 
 
 def strip_cell_style(marks: TokenMarks, first: int, last: int, near_tie: bool, band: bool) -> Style:
     """One cell of the margin strip; `first`..`last` are the steps it stands for, and
     `band` marks a cell below the near-tie threshold's level."""
-    palette = marks.palette
-    background = Color.parse(palette.background)
     if marks.fork_index is not None and first <= marks.fork_index <= last:
+        kind = FORK
+    elif marks.cursor is not None and first <= marks.cursor <= last:
+        kind = "cursor"
+    elif marks.fork_index is not None and first > marks.fork_index:
+        kind = SHARED_AFTER
+    else:
+        kind = SHARED
+    return strip_kind_style(marks.palette, kind, near_tie, band)
+
+
+@lru_cache(maxsize=256)
+def strip_kind_style(palette: Palette, kind: str, near_tie: bool, band: bool) -> Style:
+    """A margin strip cell's style by what it marks: a strip has a few kinds of cell and
+    a streaming lane redraws every one of them each time, so each style is built once."""
+    background = Color.parse(palette.background)
+    if kind == FORK:
         tint = Color.parse(palette.fork).blend(background, 0.6).hex
         return Style(color=palette.fork, bgcolor=tint)
-    if marks.cursor is not None and first <= marks.cursor <= last:
+    if kind == "cursor":
         return Style(color=palette.cursor_text, bgcolor=palette.cursor)
     colour = palette.tie_bar if near_tie else palette.bar
-    if marks.fork_index is not None and first > marks.fork_index:
+    if kind == SHARED_AFTER:
         # after the fork the lanes' contexts differ: their margins compare nothing
         colour = Color.parse(colour).blend(background, 0.6).hex
     return Style(color=colour, bgcolor=shade(palette, 0) if band else None)
