@@ -15,7 +15,7 @@ from functools import lru_cache
 
 from rich.cells import cell_len, chop_cells
 from rich.console import Group, RenderableType
-from rich.segment import Segment
+from rich.segment import Segment, SegmentLines
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
@@ -556,17 +556,32 @@ class Panel(ThemeAware):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.view: PanelView | None = None
+        self.body: tuple[tuple[object, ...], SegmentLines | None] = ((), None)
+        """The candidates as drawn, with what they were drawn from: while lanes stream
+        the panel is redrawn for its token count, and the table is most of its cost."""
 
     def show(self, view: PanelView) -> None:
         if view != self.view:
             self.view = view
             self.refresh()
 
+    def theme_changed(self, theme: Theme) -> None:
+        self.body = ((), None)
+        super().theme_changed(theme)
+
     def render(self) -> RenderableType:
         if self.view is None:
             return Text("")
-        size = self.content_size
-        return panel_renderable(self.view, size.width or 120, size.height or 12, self.palette)
+        width, height = self.content_size.width or 120, self.content_size.height or 12
+        lines = panel_lines(self.view, width, height, self.palette)
+        key = body_key(self.view, width, height - len(lines))
+        if key != self.body[0]:
+            body = panel_body(self.view, width, height - len(lines))
+            console = self.app.console
+            options = self.app.console_options.update(highlight=False, width=width)
+            drawn = console.render_lines(body, options, pad=False) if body is not None else None
+            self.body = (key, SegmentLines(drawn, new_lines=True) if drawn else None)
+        return Group(*lines, *([self.body[1]] if self.body[1] is not None else []))
 
 
 def strip_columns(margins: Sequence[float], width: int) -> list[tuple[int, int, float]]:
@@ -912,23 +927,46 @@ the fork beside the candidates."""
 def panel_renderable(view: PanelView, width: int, height: int, palette: Palette | None) -> Group:
     """The panel laid out for `width` x `height` cells, the most important lines first
     (the fork and why; then the margins; then as many candidates as fit)."""
+    lines = panel_lines(view, width, height, palette)
+    body = panel_body(view, width, height - len(lines))
+    return Group(*lines, *([body] if body is not None else []))
+
+
+def panel_lines(view: PanelView, width: int, height: int, palette: Palette | None) -> list[Text]:
+    """The panel's lines above its candidates: the fork, why, the margins."""
     # a tall panel gives the verdict a second line; a short one keeps the candidates
-    lines = _panel_lines(view, palette, width if height >= WHY_WRAP_HEIGHT else None)
+    return _panel_lines(view, palette, width if height >= WHY_WRAP_HEIGHT else None)
+
+
+def panel_body(view: PanelView, width: int, rows: int) -> RenderableType | None:
+    """The candidates in `rows` lines, with the side notes beside them where the width
+    allows; None without a selected step or room."""
     if view.index is None:
-        return Group(*lines)
-    room = height - len(lines) - 1
-    parts: list[RenderableType] = list(lines)
-    table = _candidate_table(view.a, view.b, room) if room > 0 else None
-    notes = _side_notes(view, max(0, height - len(lines))) if width >= SIDE_NOTES_WIDTH else None
+        return None
+    table = _candidate_table(view.a, view.b, rows - 1) if rows > 1 else None
+    notes = _side_notes(view, max(0, rows)) if width >= SIDE_NOTES_WIDTH else None
     if table is not None and notes is not None:
         grid = Table.grid(expand=True, padding=(0, 0, 0, 3))
         grid.add_column(no_wrap=True)
         grid.add_column(ratio=1, overflow="ellipsis")
         grid.add_row(table, notes)
-        parts.append(grid)
-    elif table is not None:
-        parts.append(table)
-    return Group(*parts)
+        return grid
+    return table
+
+
+def body_key(view: PanelView, width: int, rows: int) -> tuple[object, ...]:
+    """What the panel's body is drawn from: the token count and the similarity after the
+    fork, which change with every streamed batch, are not in it."""
+    return (
+        view.index is None,
+        view.a,
+        view.b,
+        view.differences,
+        view.fork is not None,
+        view.near_ties_before,
+        width,
+        rows,
+    )
 
 
 def _one_line(*parts: str | tuple[str, str | Style]) -> Text:
