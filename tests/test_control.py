@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -153,3 +154,38 @@ def test_a_server_control_tells_the_noise_floor_from_an_effect(
     else:
         assert "same tokens as lane a over 4" in line
         assert line.endswith("the fork at token 2 is an effect")
+
+
+@pytest.mark.server
+@pytest.mark.model
+def test_a_suite_control_gives_both_rates_and_refuses_a_resume_that_drops_it(
+    tmp_path: Path, capsys
+):
+    """Both lanes on one drifting server: every prompt forks a vs b and a vs a' at its
+    third token, so every fork is the noise floor."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(
+        "".join(json.dumps({"id": f"p{i}", "prompt": f"Say hello {i}."}) + "\n" for i in range(2))
+    )
+    report = tmp_path / "report"
+    with fault_server("drift") as drifting:
+        command = [
+            "suite", str(prompts), "--pair", "servers", "--both", f"endpoint={drifting}",
+            "--max-tokens", "5", "--report", str(report), "--quiet",
+        ]  # fmt: skip
+        assert main([*command, "--control"]) == 0
+        out = capsys.readouterr().out
+        assert json.loads((report / "suite.json").read_text())["control"] is True
+        assert main([*command, "--resume"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("specdiff: error: the control given differ") and "\n" not in err
+    assert "a vs a' 2/2 (noise floor) · 2 of 2 forks the noise floor" in out
+    for file in (report / "sessions").rglob("*.jsonl"):
+        summary = load_session(file).summary()
+        assert summary.control_label == NOISE_FLOOR and summary.control.fork_index == 2
+    markdown = (report / "report.md").read_text(encoding="utf-8")
+    assert "| a vs b forked (controlled runs) | 2/2 |" in markdown
+    assert "| a vs a' forked (noise floor rate) | 2/2 |" in markdown
+    # each prompt's row labels its fork beside the fork's class
+    for prompt_id in ("p0", "p1"):
+        assert re.search(rf"\| {prompt_id} \| 2 \([a-z -]+; noise floor\) \|", markdown), markdown

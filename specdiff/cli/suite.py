@@ -70,6 +70,7 @@ def add_parser(commands: Subcommands) -> None:
     suite.add_argument("--report", required=True, metavar="DIR", help="the report folder")
     options.add_near_tie(suite)
     options.add_teacher_forced(suite)
+    options.add_control(suite)
     suite.add_argument(
         "--quants",
         metavar="LIST",
@@ -283,6 +284,7 @@ def given_suite(
     """The settings, prompts and skipped lines the command names; (None, None, []) for a
     --resume without PROMPTS, which takes all of them from the stopped suite."""
     # deferred: the engine, session and report modules load only for the command that runs
+    from specdiff.control import refuse_uncontrollable
     from specdiff.suite.prompts import load_suite_prompts, select_prompts
     from specdiff.suite.settings import SuiteSettings, check_concurrency, check_quants
 
@@ -309,8 +311,11 @@ def given_suite(
         limit=args.limit,
         ids=prompt_ids(args.ids),
         concurrency=args.concurrency or 1,
+        control=args.control,
     )
     check_concurrency(settings)
+    for pair in settings.pairs if settings.control else ():
+        refuse_uncontrollable(pair)
     prompts, skipped = load_suite_prompts(args.prompts, args.skip_bad)
     prompts = select_prompts(prompts, settings.ids, settings.limit, args.prompts)
     check_graders(settings, prompts)
@@ -377,6 +382,7 @@ def refuse_run_options(args: argparse.Namespace) -> None:
             ("--max-tokens", args.max_tokens),
             ("--quants", args.quants),
             ("--teacher-forced", args.teacher_forced or None),
+            ("--control", args.control or None),
             ("--stop", args.stop),
             ("--grade", args.grade or None),
             ("--no-exec", args.no_exec or None),

@@ -29,6 +29,7 @@ from specdiff.reports._markup import finite, html_table, md_table, page_head
 from specdiff.reports.svg import LANE_COLORS, Rule, Series, histogram, line_chart
 from specdiff.safe_text import csv_cell, markdown_cell, visible
 from specdiff.sessions.format import CRASHED
+from specdiff.suite.noise_floor import control_part, control_rows
 
 PAIR_COLORS = ("#3b7dd8", "#e0761b", "#2e9e5b", "#a23bd8", "#d83b5e", "#6b6b6b")
 CSV_COLUMNS = (
@@ -201,6 +202,7 @@ def paired_line(summary: dict[str, Any]) -> str:
     classes = _class_counts_text(summary)
     if classes:
         parts.append(f"forks: {classes}")
+    parts += [part for part in [control_part(summary)] if part]
     return " · ".join(parts)
 
 
@@ -225,7 +227,8 @@ def _paired_rows(summary: dict[str, Any]) -> list[list[str]]:
             for lane, r in zip("ab", grades["forked_pass_at_1"])
         ]
         rows.append(["left out of pass@1", str(len(grades["excluded"])), ""])
-    return rows + [[f"forks: {name}", str(count), ""] for name, count in _shown_classes(summary)]
+    classes = [[f"forks: {name}", str(count), ""] for name, count in _shown_classes(summary)]
+    return rows + classes + control_rows(summary, _rate_row)
 
 
 PAIRED_CELLS = {"both": "both pass", "only_a": "only a", "only_b": "only b", "neither": "neither"}
@@ -513,7 +516,9 @@ def _fork_cell(record: dict[str, Any]) -> str:
         return "identical"
     if fork is None:
         return "–"
-    kind = record.get("fork_class")
+    # the noise-floor control's label beside the class, where the suite ran it
+    labels = [record.get("fork_class"), (record.get("control") or {}).get("label")]
+    kind = "; ".join(label for label in labels if label)
     return f"{fork} ({kind})" if kind else str(fork)
 
 

@@ -609,6 +609,7 @@ class SuiteRun:
                 self.settings.near_tie,
                 on_step,
                 teacher_forced=self.settings.teacher_forced,
+                control=self.settings.control,
             )
         except WorkerCrashed as crash:
             # died before its first step: nothing to keep, and --resume runs it again

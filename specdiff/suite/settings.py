@@ -33,10 +33,11 @@ RESUMED_KEYS = (
     "limit",
     "ids",
     "concurrency",
+    "control",
 )
 """The settings a resumed suite must share with the stopped one, as suite.json names them
 (those of grading and picking prompts only where they were given)."""
-RESUMED_DEFAULTS: dict[str, Any] = {"concurrency": 1}
+RESUMED_DEFAULTS: dict[str, Any] = {"concurrency": 1, "control": False}
 """What a suite.json written before a setting was recorded ran with."""
 
 
@@ -61,6 +62,8 @@ class SuiteSettings:
     concurrency: int = 1
     """Prompts in flight at once per pair, each lane's requests independent (server
     lanes only: an in-process lane runs one prompt at a time)."""
+    control: bool = False
+    """Run lane a again, cold, after each prompt (the noise-floor control)."""
 
     def in_process_pair(self) -> Pair | None:
         """The first pair with a lane run in process, which cannot run prompts side by
@@ -128,6 +131,7 @@ class SuiteSettings:
             "quants": list(self.quants),
             "stop": list(self.stop),
             "concurrency": self.concurrency,
+            "control": self.control,
             **self.grading_json(prompts),
         }
 
@@ -175,6 +179,7 @@ def settings_from_json(data: dict[str, Any]) -> SuiteSettings:
         quants=check_quants(_strings(data, "quants")),
         stop=tuple(_strings(data, "stop")),
         concurrency=_concurrency(data),
+        control=_typed(data, "control", bool) if "control" in data else False,
         **_grading_from_json(data),
     )
 

@@ -12,6 +12,7 @@ from typing import Any
 from specdiff import __version__
 from specdiff.compare import DEFAULT_SPLIT_THRESHOLD, FORK_CLASSES
 from specdiff.sessions.format import RunSummary
+from specdiff.suite.noise_floor import control_summary
 from specdiff.suite.paired import PairedOutcomes, Rate
 from specdiff.suite.records import MARGIN_BUCKETS, PromptRecord, TeacherStats, bucket_index
 from specdiff.suite.runner import SuiteOutcome
@@ -72,6 +73,7 @@ def summarize(records: Sequence[PromptRecord], max_tokens: int, near_tie: float)
         "split_threshold": DEFAULT_SPLIT_THRESHOLD,
         "grades": graded_summary(records),
         "serving": serving_summary(records),
+        "control": control_summary(runs),
     }
     teachers = [r.teacher for r in ok if r.teacher is not None]
     if teachers:
