@@ -382,7 +382,7 @@ class ServerClient:
                 message = message.get("message", text)
         message = " ".join(str(message if message is not None else text).split())
         busy = status in BUSY_STATUSES
-        tried = f" (sent {self.backoff.retries + 1} times; raise the retries)" if busy else ""
+        tried = f" (sent {self.backoff.retries + 1} times; raise retries=N)" if busy else ""
         raise self.fail(f"HTTP {status}: {self.quote(message) or 'no details'}{tried}", busy)
 
     def identity(self) -> dict[str, Any]:

@@ -38,8 +38,9 @@ endpoint is set aside, a request waits for the earliest to come back, within its
 budget, else fails with one line naming each endpoint and its last error.
 
 Connections: one httpx.Client per endpoint, kept alive between requests, its connection
-limit sized to the concurrency ``configure(concurrency=N)`` announced (plus the lane's
-own side requests).
+limit sized to the requests that may be in flight: the lane's users of the pool or the
+concurrency ``configure(concurrency=N)`` announced, whichever is more, plus the lane's
+own side requests.
 """
 
 from __future__ import annotations
@@ -200,6 +201,8 @@ class EndpointPool:
         self._lock = threading.Lock()
         self._turn = itertools.count()
         self._users = 0
+        self._retired: list[Any] = []
+        """Clients replaced by larger ones, closed with the pool."""
         self._key: tuple[Any, ...] | None = None
 
     # -- settings --------------------------------------------------------------------
@@ -247,6 +250,19 @@ class EndpointPool:
             yield endpoint
         finally:
             self.unclaim(endpoint)
+
+    def fit_connections(self, users: int) -> None:
+        """Room for `users` requests in flight on each endpoint: a pool that has less
+        makes new clients for the requests to come; the old ones finish what they carry
+        and close with the pool."""
+        with self._lock:
+            if users + SPARE_CONNECTIONS <= self.connections:
+                return
+            self.connections = users + SPARE_CONNECTIONS
+            for endpoint in self.endpoints:
+                if endpoint.client is not None:
+                    self._retired.append(endpoint.client)
+                    endpoint.client = None
 
     def client(self, endpoint: Endpoint) -> Any:
         """The endpoint's httpx.Client, made on first use: keep-alive, a connection
@@ -341,7 +357,7 @@ class EndpointPool:
                     delay = backoff_delay(tries, busy.retry_after)
                     if busy.status in FAILED_STATUSES:
                         self.failed(endpoint, f"HTTP {busy.status}")
-                    if tries >= self.max_retries:
+                    if tries >= self.max_retries or (pinned is not None and endpoint.set_aside):
                         raise
                     self.hold_off(endpoint, delay)
                     delay = 0.0 if pinned is None and len(self.endpoints) > 1 else delay
@@ -380,6 +396,8 @@ class EndpointPool:
     def close(self) -> None:
         with self._lock:
             clients = [e.client for e in self.endpoints if e.client is not None]
+            clients += self._retired
+            self._retired = []
             for endpoint in self.endpoints:
                 endpoint.client = None
         for client in clients:
@@ -402,4 +420,5 @@ def shared_pool(lane: Lane, headers: dict[str, str]) -> EndpointPool:
             pool._key = key
             _SHARED[key] = pool
         pool._users += 1
+        pool.fit_connections(pool._users)
         return pool
