@@ -100,6 +100,15 @@ def test_control_refuses_a_lane_a_whose_second_run_is_warm(command, lane_a, word
     assert "--control runs lane a twice" in err and words in err
 
 
+@pytest.mark.parametrize("where", [[], ["--endpoint", "http://127.0.0.1:9"]])
+def test_repeat_refuses_control_saying_why(where, capsys):
+    assert main(["repeat", *where, "--control", "-n", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err.startswith("specdiff: error: --control has no meaning for repeat") and "\n" not in err
+    )
+
+
 def run_json(arguments: list[str], capsys) -> tuple[int, dict]:
     code = main(["run", *arguments, "--control", "--json", "--quiet"])
     return code, json.loads(capsys.readouterr().out)

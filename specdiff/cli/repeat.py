@@ -76,6 +76,11 @@ def add_parser(commands: Subcommands) -> None:
     parser.add_argument(
         "--lane", action="append", default=[], metavar="KEY=VALUE", help="lane setting"
     )
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="refused: every run of repeat is lane a again, so the runs are each other's control",
+    )
     options.add_json_summary(parser)
     options.add_quiet(parser)
 
@@ -143,6 +148,12 @@ def command_repeat(args: argparse.Namespace) -> int:
     from specdiff.engine.worker import call_in_worker
     from specdiff.repeat import check_batch, check_repeat, run_repeat, run_sweep
 
+    if args.control:
+        raise ArgumentError(
+            "--control has no meaning for repeat: every run is the same lane again, so the "
+            "runs are each other's control; for the noise floor without the load, sweep "
+            "down to it (--companions 0,3 or --concurrency 1,4)"
+        )
     lane = repeat_lane(args)
     prompt = read_prompt(args)
     served = lane.backend == "server"
