@@ -388,6 +388,25 @@ class SpecdiffApp(App[int]):
         """A recorded session is on screen (no live run has replaced it)."""
         return self.session is not None
 
+    @property
+    def running(self) -> bool:
+        """The lanes are generating."""
+        return self._lanes_running
+
+    @running.setter
+    def running(self, running: bool) -> None:
+        self._lanes_running = running
+        if not self.screen_stack:  # not composed yet: no field to stop
+            return
+        # A blinking cursor repaints its field twice a second, and while lanes stream
+        # every frame is CPU their decode threads lose; the cursor stays shown meanwhile.
+        for field in self.query(Input):
+            if field.has_focus or running:
+                field.cursor_blink = not running
+            else:
+                # an unfocused field's timer would tick, unseen, until it is focused
+                field.set_reactive(Input.cursor_blink, True)
+
     def action_panes(self) -> None:
         """Leave an input (or the open config bar) for the panes, where the keys act."""
         self.remove_class("configuring")
