@@ -198,3 +198,23 @@ def test_a_suite_control_gives_both_rates_and_refuses_a_resume_that_drops_it(
     # each prompt's row labels its fork beside the fork's class
     for prompt_id in ("p0", "p1"):
         assert re.search(rf"\| {prompt_id} \| 2 \([a-z -]+; noise floor\) \|", markdown), markdown
+
+
+@pytest.mark.server
+@pytest.mark.model
+async def test_live_control_ends_the_status_line_with_its_label() -> None:
+    """The TUI (live --control) on a drifting server: its status gives the control."""
+    from specdiff.lanes import Lane, Pair
+    from specdiff.tui.app import make_app
+    from tests.conftest import wait_for
+
+    with fault_server("drift") as drifting:
+        lane = Lane(backend="server", endpoint=drifting)
+        pair = Pair("drifting", lane, lane, "one server that answers each request differently")
+        app = make_app({pair.name: pair}, pair.name, "Say hello.", 5, control=True)
+        async with app.run_test(size=(200, 30)) as pilot:
+            await wait_for(pilot, lambda: app.result is not None)
+            status = app.query_one("#status").plain
+    assert app.result is not None and app.result.control is not None
+    assert "forked from lane a at token 2" in status
+    assert status.endswith("the fork at token 2 is the noise floor")
