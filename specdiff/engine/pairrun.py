@@ -120,18 +120,12 @@ class PairRun(StreamsARun):
 
         `teacher_forced`: lane A runs first, then lane B is fed A's tokens instead of its
         own picks (see LocalLane.generate), so every step of B is computed on the same
-        text as A's. `control`: then lane a runs again, cold (its steps are not
-        yielded: the result holds them)."""
+        text as A's. `control`: lane a then runs again, cold, into `result.control`."""
         tokens = self.tokenize(prompt)
         self.check(tokens, max_tokens)
         stop_bytes = [s.encode("utf-8") for s in stop if s]
         started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        outcomes = self.outcomes = {
-            lane_id: LaneOutcome(lane_id, local.lane) for lane_id, local in self.lanes.items()
-        }
-        for local in self.lanes.values():
-            # a lane whose loop never starts (cancelled first) must not show the last run's
-            local.generation = Generation(prompt_tokens=len(tokens))
+        outcomes = self._begin(len(tokens))
         # each lane takes the ids or, a server lane, the text they came from
         ids = Prompt(prompt, tokens)
         generators = {
@@ -153,10 +147,10 @@ class PairRun(StreamsARun):
             for generator in generators.values():
                 generator.close()
         self._settle(stopped)
-        again = None
-        if control and not cancelled:
-            again = self._control_run(prompt, max_tokens, stop_bytes)
-            cancelled = again.stop_reason == "cancelled"
+        again = (
+            None if cancelled or not control else self._control_run(prompt, max_tokens, stop_bytes)
+        )
+        cancelled = cancelled or again is not None and again.stop_reason == "cancelled"
         self.result = PairResult(
             pair=self.pair,
             prompt=prompt,
@@ -172,6 +166,16 @@ class PairRun(StreamsARun):
             stop=list(stop),
             control=again,
         )
+
+    def _begin(self, prompt_tokens: int) -> dict[str, LaneOutcome]:
+        """A run's new outcomes, each lane's counters cleared: a lane whose loop never
+        starts (cancelled first) must not show the last run's."""
+        self.outcomes = {
+            lane_id: LaneOutcome(lane_id, local.lane) for lane_id, local in self.lanes.items()
+        }
+        for local in self.lanes.values():
+            local.generation = Generation(prompt_tokens=prompt_tokens)
+        return self.outcomes
 
     def _control_run(self, prompt: str, max_tokens: int, stop: list[bytes]) -> LaneOutcome:
         """Lane a once more, alone, on a lane opened for this run and closed after it."""
