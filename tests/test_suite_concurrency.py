@@ -297,12 +297,14 @@ def test_two_llama_servers_per_lane_one_killed_mid_run_the_suite_completes_on_th
         both = f"{killed.url},{kept.url}"
         command = suite_command(prompts, both, report, "--concurrency", "4")
         command[command.index("8")] = "16"  # --max-tokens
+        command += ["--both", "api=llama-server"]  # its own API gives the probabilities
         suite = Watched(command)
         suite.wait_for(r"^suite: 1/8 servers p\d ")
         assert killed.process is not None
         killed.process.kill()  # a crash: the runs streaming from it break mid-stream
         assert suite.finish() == 0, suite.lines
-        refused = run(suite_command(prompts, both, report, "--concurrency", "2", "--resume"))
+        resumed = suite_command(prompts, both, report, "--concurrency", "2", "--resume")
+        refused = run([*resumed, "--both", "api=llama-server"])
     assert refused.returncode == 2 and "--concurrency 2 differs from the 4" in refused.stderr
     assert [f.stem for f in session_files(report)] == [f"p{n}" for n in range(8)]
     served = [load_session(f).footer.serving for f in session_files(report)]  # type: ignore[union-attr]
