@@ -7,7 +7,8 @@ arrives, and reports:
   chance of the first fork (the forecast) and by the margin alone;
 - a calibration table: predicted flip chance per bin against the observed flip rate over
   every step both lanes reached with the same context. Predictions are cross-validated:
-  each half of the prompts is scored with a model fitted on the other half;
+  each run is scored with a model fitted on the pair's other runs (leave one out; on
+  every pair's where its own hold too few forks);
 - the flip model fitted on all of it, per pair and pooled, to paste into
   MEASURED_MODELS / POOLED_MODEL.
 
@@ -126,13 +127,17 @@ def hit_rates(runs: list[dict[str, Any]], models: dict[int, FlipModel]) -> dict[
     return rates
 
 
-def held_out_models(runs: list[dict[str, Any]]) -> dict[int, FlipModel]:
-    """For each run, a model fitted on the other half of the prompts (even / odd)."""
+def held_out_models(
+    chosen: list[dict[str, Any]], everything: list[dict[str, Any]]
+) -> dict[int, FlipModel]:
+    """For each chosen run, a model fitted on the other chosen runs (leave one run out),
+    or on every other run of every pair where the chosen ones hold too few forks."""
     models = {}
-    for half in (0, 1):
-        train = [r for i, r in enumerate(runs) if i % 2 != half]
-        model = _fit(train, "held out")
-        models.update({i: model for i in range(len(runs)) if i % 2 == half})
+    for i, run in enumerate(chosen):
+        try:
+            models[i] = _fit([r for r in chosen if r is not run], "held out")
+        except ValueError:
+            models[i] = _fit([r for r in everything if r is not run], "held out, pooled")
     return models
 
 
@@ -145,7 +150,7 @@ def report(runs: list[dict[str, Any]]) -> None:
         if not forks:
             continue
         try:
-            models = held_out_models(chosen)
+            models = held_out_models(chosen, runs)
         except ValueError as error:
             print(f"too few forks to validate: {error}")
             continue
@@ -163,8 +168,11 @@ def report(runs: list[dict[str, Any]]) -> None:
                 f"| {row.low:g}-{row.high:g} | {row.steps} | {row.predicted:.3f} "
                 f"| {row.observed:.3f} |"
             )
-        model = _fit(chosen, f"{pair_name}: {len(chosen)} runs")
-        print(f"fitted: FlipModel({model.intercept:.3f}, {model.slope:.3f})")
+        try:
+            model = _fit(chosen, f"{pair_name}: {len(chosen)} runs")
+            print(f"fitted: FlipModel({model.intercept:.3f}, {model.slope:.3f})")
+        except ValueError as error:
+            print(f"no model of its own: {error}")
 
 
 def main() -> None:
