@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from specdiff.compare import counted
 from specdiff.errors import LaneConfigError
 from specdiff.lanes import Lane, Pair
 from specdiff.safe_text import visible
@@ -80,7 +81,8 @@ def control_sentence(summary: RunSummary) -> str | None:
         return None
     head = "control (lane a again, cold):"
     if control.error:
-        return f"{head} failed after {control.generated} tokens: {visible(control.error)}"
+        done = counted(control.generated, "token")
+        return f"{head} failed after {done}: {visible(control.error)}"
     if control.fork_index is None:
         seen = f"same tokens as lane a over {control.generated}"
     else:
@@ -98,3 +100,16 @@ def control_sentence(summary: RunSummary) -> str | None:
     else:
         verdict = f"the fork at token {fork} is {'the ' if label == NOISE_FLOOR else 'an '}{label}"
     return f"{head} {seen}; {verdict}"
+
+
+def control_brief(summary: RunSummary) -> str | None:
+    """The control in a few words, for a status line: `control: noise floor (a' forked
+    at 2)`; None for a run without the control."""
+    control = summary.control
+    if control is None:
+        return None
+    if control.error:
+        return "control failed"
+    seen = "a' = a" if control.fork_index is None else f"a' forked at {control.fork_index}"
+    label = summary.control_label
+    return f"control: {label} ({seen})" if label else f"control: {seen}"

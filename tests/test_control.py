@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 
 from specdiff.cli import main
-from specdiff.control import CUT_SHORT, EFFECT, NOISE_FLOOR, noise_floor_label
+from specdiff.control import (
+    CUT_SHORT,
+    EFFECT,
+    NOISE_FLOOR,
+    control_brief,
+    control_sentence,
+    noise_floor_label,
+)
 from specdiff.sessions.format import ControlRun, RunSummary
 from specdiff.sessions.store import load_session
 from specdiff.steps import Candidate, TokenStep
@@ -64,6 +71,35 @@ def test_a_control_record_survives_its_footer(first, again, fork):
     assert RunSummary.from_json(record).control == control
     if fork is not None:
         assert control.fork_margins == (1.0, 0.25)
+
+
+@pytest.mark.parametrize(
+    ("ab", "again", "stop", "error", "sentence", "brief"),
+    [
+        ([1, 2, 3], [1, 2, 3], "length", None, "same tokens as lane a over 3; a and b agreed",
+         "control: a' = a"),
+        ([1, 2, 3], [1, 9, 3], "length", None, "at token 1 (margins 1.000 / 0.250); though a "
+         "and b agreed", "control: a' forked at 1"),
+        ([1, 7, 3], [1, 9, 3], "length", None, "the fork at token 1 is the noise floor",
+         "control: noise floor (a' forked at 1)"),
+        ([1, 2, 7], [1, 2, 3], "length", None, "the fork at token 2 is an effect",
+         "control: effect (a' = a)"),
+        ([1, 2, 7], [1], "cancelled", None, "it stopped (cancelled) before the fork at token 2",
+         "control: control cut short (a' = a)"),
+        ([1, 2, 7], [1], "", "\x1b]0;x\x07 broke", "failed after 1 token: \\x1b]0;x\\x07 broke",
+         "control failed"),
+    ],
+)  # fmt: skip
+def test_the_control_reads_as_one_line(ab, again, stop, error, sentence, brief):
+    a = [step(i, t) for i, t in enumerate([1, 2, 3])]
+    b = [step(i, t) for i, t in enumerate(ab)]
+    a_again = [step(i, t, margin=0.25) for i, t in enumerate(again)]
+    summary = RunSummary.of_steps(a, b, control=ControlRun.of_steps(a, a_again, stop, error))
+    line = control_sentence(summary)
+    assert line is not None and line.startswith("control (lane a again, cold): ")
+    assert line.endswith(sentence) and "\x1b" not in line
+    assert control_brief(summary) == brief
+    assert control_sentence(RunSummary.of_steps(a, b)) is None
 
 
 @pytest.mark.parametrize(
@@ -202,8 +238,9 @@ def test_a_suite_control_gives_both_rates_and_refuses_a_resume_that_drops_it(
 
 @pytest.mark.server
 @pytest.mark.model
-async def test_live_control_ends_the_status_line_with_its_label() -> None:
-    """The TUI (live --control) on a drifting server: its status gives the control."""
+async def test_live_control_gives_its_label_in_the_status_line() -> None:
+    """The TUI (live --control) on a drifting server: its status gives the control
+    beside the fork, where a narrow line keeps it."""
     from specdiff.lanes import Lane, Pair
     from specdiff.tui.app import make_app
     from tests.conftest import wait_for
@@ -216,5 +253,6 @@ async def test_live_control_ends_the_status_line_with_its_label() -> None:
             await wait_for(pilot, lambda: app.result is not None)
             status = app.query_one("#status").plain
     assert app.result is not None and app.result.control is not None
-    assert "forked from lane a at token 2" in status
-    assert status.endswith("the fork at token 2 is the noise floor")
+    assert "forked at token 2 (a 4 tokens, b 4 tokens) · control: noise floor (a' forked at 2)" in (
+        status
+    )

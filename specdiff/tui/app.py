@@ -33,7 +33,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 from specdiff.chat import Conversation, shown_prompt, typed_prompt
 from specdiff.compare import DEFAULT_NEAR_TIE, Fork, align_after, first_divergence, fork_at
 from specdiff.compare import near_ties as find_near_ties
-from specdiff.control import control_sentence
+from specdiff.control import control_brief
 from specdiff.engine.worker import PairWorker
 from specdiff.errors import SpecdiffError
 from specdiff.forecast import model_for
@@ -1074,9 +1074,9 @@ class SpecdiffApp(App[int]):
             summary = f"forked at token {comparison.fork.index} (a {lengths[0]}, b {lengths[1]})"
         else:
             summary = "same tokens, different lengths"
+        control = control_brief(result.summary())
+        summary += f" · {control}" if control else ""
         speed = f" · speed a/b {result.speedup:.2f}x" if result.speedup else ""
-        control = control_sentence(result.summary())
-        speed += f" · {control}" if control else ""
         jump = "d jumps to the fork · " if self.fork is not None else ""
         # the keys first: a narrow status line keeps what to press
         self.set_status(f"{jump}s saves · e writes a report · {summary}{speed}")
