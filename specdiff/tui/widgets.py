@@ -10,7 +10,7 @@ import codecs
 import math
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from rich.cells import cell_len, chop_cells
@@ -319,10 +319,8 @@ class TokenView(ScrollView, can_focus=False):
             self.strips.clear()
             self.width_used = width
             redraw_all = True
-        if marks != self.marks:
-            self.marks = marks
-            self.strips.clear()
-            redraw_all = True
+        restyled = self.restyle(marks)
+        redraw_all = redraw_all or restyled is None
         trailer = f"[lane error] {visible(state.error)}" if state.error else None
         if trailer != self.trailer or redraw_all:
             self.trailer = trailer
@@ -332,10 +330,11 @@ class TokenView(ScrollView, can_focus=False):
         for index in range(len(self.token_lines), len(state.steps)):
             self.token_lines.append(len(self.lines) - 1)
             self._place(index, state.texts[index] or "\u2205", width)
-        for line in range(first_dirty, len(self.lines)):
+        dirty = set(range(first_dirty, len(self.lines))) | (restyled or set())
+        for line in dirty:
             self.strips.pop(line, None)
         # Past one screenful the virtual height grows in steps of LINE_CHUNK lines: each
-        # change costs a new layout of the whole screen, which a streaming lane would
+        # change redraws the whole view and its scrollbar, which a streaming lane would
         # otherwise ask for on almost every update.
         height = self.text_height
         if height > self.size.height:
@@ -346,10 +345,36 @@ class TokenView(ScrollView, can_focus=False):
             self.refresh()
             return
         # only the lines that changed, where they are on screen
-        top = max(first_dirty - self.scroll_offset.y, 0)
-        bottom = min(len(self.lines) - self.scroll_offset.y, self.size.height)
-        if bottom > top:
-            self.refresh(Region(0, top, self.size.width, bottom - top))
+        rows = sorted(line - self.scroll_offset.y for line in dirty)
+        shown = [Region(0, row, self.size.width, 1) for row in rows if 0 <= row < self.size.height]
+        if shown:
+            self.refresh(*shown)
+
+    def restyle(self, marks: TokenMarks) -> set[int] | None:
+        """Take new marks; the lines whose looks they change, or None when they may
+        change every line. While a lane streams its forecast marks and the diff after
+        the fork move with every batch, and a new look for all its lines would redraw
+        the whole view each time."""
+        old, self.marks = self.marks, marks
+        if old == marks:
+            return set()
+        if (
+            old is None
+            or replace(
+                old,
+                cursor=marks.cursor,
+                changed_after_fork=marks.changed_after_fork,
+                forecast=marks.forecast,
+            )
+            != marks
+        ):
+            self.strips.clear()
+            return None
+        tokens = (old.changed_after_fork ^ marks.changed_after_fork) | (
+            old.forecast ^ marks.forecast
+        )
+        tokens |= {index for index in (old.cursor, marks.cursor) if index is not None}
+        return {self.token_lines[index] for index in tokens if index < len(self.token_lines)}
 
     def grow_to(self, size: Size) -> None:
         """Take a new scrollable size without a layout of the whole screen: the screen
