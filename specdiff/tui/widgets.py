@@ -280,7 +280,27 @@ class TokenStyles:
         return cached
 
 
-class TokenView(ScrollView, can_focus=False):
+class LineDrawn(Widget):
+    """A widget drawn line by line on its own style, worked out once per repaint:
+    Textual's `rich_style` walks every ancestor's styles on each call, which for a
+    streaming pane's every line was most of the cost of drawing it."""
+
+    _repaint_style: Style | None = None
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._repaint_style = self.rich_style
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._repaint_style = None
+
+    @property
+    def line_style(self) -> Style:
+        """The widget's style, for a line drawn now."""
+        return self._repaint_style if self._repaint_style is not None else self.rich_style
+
+
+class TokenView(LineDrawn, ScrollView, can_focus=False):
     """A lane's tokens, wrapped at token boundaries into cached lines.
 
     Layout (which token sits on which line) depends only on the text and the width;
@@ -423,7 +443,7 @@ class TokenView(ScrollView, can_focus=False):
     def render_line(self, y: int) -> Strip:
         line = y + self.scroll_offset.y
         width = self.scrollable_content_region.width
-        base = self.rich_style
+        base = self.line_style
         if line >= len(self.lines) or self.marks is None:
             row = line - len(self.lines) - 1
             if 0 <= row < len(self.trailer_lines):
@@ -639,7 +659,7 @@ def strip_height(margin: float, threshold: float, rows: int) -> int:
 BAR_CHARACTERS = " ▁▂▃▄▅▆▇█"
 
 
-class MarginStrip(ThemeAware):
+class MarginStrip(LineDrawn, ThemeAware):
     """Every step's margin under a pane: bars below the near-tie threshold in their own
     colour (in two rows, over a band that ends at the threshold), the fork marked, the
     steps after it dimmed, the cursor marked, nothing before the first token."""
@@ -674,7 +694,7 @@ class MarginStrip(ThemeAware):
 
     def render_line(self, y: int) -> Strip:
         width, rows = self.size.width, self.size.height
-        base = self.rich_style
+        base = self.line_style
         if self.marks is None or not self.margins or width <= 0:
             return Strip.blank(width, base)
         marks = self.marks
@@ -682,11 +702,15 @@ class MarginStrip(ThemeAware):
         # in two rows or more the bottom row is the band below the threshold
         band = rows > 1 and y == rows - 1 and marks.threshold > 0
         segments = []
+        styles: dict[tuple[str, bool], Style] = {}  # the few kinds of cell on this line
         for first, last, margin in self.strip_columns(width):
             height = strip_height(margin, marks.threshold, rows)
             character = BAR_CHARACTERS[max(0, min(8, height - floor))]
-            style = strip_cell_style(marks, first, last, margin < marks.threshold, band)
-            segments.append(Segment(character, base + style))
+            look = (strip_cell_kind(marks, first, last), margin < marks.threshold)
+            style = styles.get(look)
+            if style is None:
+                style = styles[look] = base + strip_kind_style(marks.palette, *look, band)
+            segments.append(Segment(character, style))
         # neighbouring cells mostly share a style: fewer segments for the screen to draw
         return Strip(segments).simplify().crop_extend(0, width, base)
 
@@ -694,15 +718,19 @@ class MarginStrip(ThemeAware):
 def strip_cell_style(marks: TokenMarks, first: int, last: int, near_tie: bool, band: bool) -> Style:
     """One cell of the margin strip; `first`..`last` are the steps it stands for, and
     `band` marks a cell below the near-tie threshold's level."""
+    return strip_kind_style(marks.palette, strip_cell_kind(marks, first, last), near_tie, band)
+
+
+def strip_cell_kind(marks: TokenMarks, first: int, last: int) -> str:
+    """What a margin strip cell for steps `first`..`last` marks: the fork, the cursor,
+    a step after the fork or one before it."""
     if marks.fork_index is not None and first <= marks.fork_index <= last:
-        kind = FORK
-    elif marks.cursor is not None and first <= marks.cursor <= last:
-        kind = "cursor"
-    elif marks.fork_index is not None and first > marks.fork_index:
-        kind = SHARED_AFTER
-    else:
-        kind = SHARED
-    return strip_kind_style(marks.palette, kind, near_tie, band)
+        return FORK
+    if marks.cursor is not None and first <= marks.cursor <= last:
+        return "cursor"
+    if marks.fork_index is not None and first > marks.fork_index:
+        return SHARED_AFTER
+    return SHARED
 
 
 @lru_cache(maxsize=256)
