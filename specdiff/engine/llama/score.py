@@ -54,9 +54,8 @@ class ScoringLane:
         )
         self.lane_id = lane_id
         path = resolve_model(lane.model, lane.quant, lane.threads, progress)
-        self.model: LoadedModel = pool.get(
-            path, repack_choice(self.lane, path).on, Offload.of(self.lane)
-        )
+        # as the probe decided for the lane as given (its own n_ubatch, not the capped one)
+        self.model: LoadedModel = pool.get(path, repack_choice(lane, path).on, Offload.of(lane))
         self.context = Context(self.model, self.lane, cancel)
 
     def executed(self) -> dict[str, Any]:
