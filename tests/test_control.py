@@ -22,9 +22,13 @@ from specdiff.control import (
     control_sentence,
     noise_floor_label,
 )
+from specdiff.lanes import presets
 from specdiff.sessions.format import ControlRun, RunSummary
 from specdiff.sessions.store import load_session
 from specdiff.steps import Candidate, TokenStep
+from specdiff.suite import SuiteError
+from specdiff.suite.prompts import SuitePrompt
+from specdiff.suite.settings import SuiteSettings, check_resume, settings_from_json
 from tests.servers import fault_server
 
 
@@ -134,6 +138,34 @@ def test_control_refuses_a_lane_a_whose_second_run_is_warm(command, lane_a, word
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
     assert "--control runs lane a twice" in err and words in err
+
+
+def suite_json(control: bool | None) -> dict:
+    """A suite.json of one prompt and pair, with `control` as given (None: left out, as
+    a suite written before the control was recorded)."""
+    settings = SuiteSettings("prompts.jsonl", (presets()["ubatch"],), 8, control=bool(control))
+    data = settings.as_json([SuitePrompt("p0", "Hello")])
+    if control is None:
+        del data["control"]
+    return data
+
+
+@pytest.mark.parametrize(("stored", "given"), [(None, True), (False, True), (True, False)])
+def test_a_resume_that_changes_the_control_is_refused(stored, given, tmp_path: Path):
+    resumed = SuiteSettings("prompts.jsonl", (presets()["ubatch"],), 8, control=given)
+    with pytest.raises(SuiteError, match="the control given differ"):
+        check_resume(suite_json(stored), resumed, [SuitePrompt("p0", "Hello")], tmp_path)
+
+
+@pytest.mark.parametrize(("value", "read"), [(None, False), (True, True), (False, False)])
+def test_suite_json_reads_the_control_and_defaults_it_off(value, read):
+    assert settings_from_json(suite_json(value)).control is read
+
+
+@pytest.mark.parametrize("wrong", ["yes", 1, None, [True]])
+def test_a_suite_json_control_of_the_wrong_type_is_named(wrong):
+    with pytest.raises(ValueError, match="control has the wrong type"):
+        settings_from_json(suite_json(True) | {"control": wrong})
 
 
 @pytest.mark.parametrize("where", [[], ["--endpoint", "http://127.0.0.1:9"]])
