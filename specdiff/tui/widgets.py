@@ -675,6 +675,7 @@ class MarginStrip(LineDrawn, ThemeAware):
         """The steps' margins, extended as steps arrive: a long session's are not read
         again on every repaint."""
         self.columns: tuple[tuple[int, int], list[tuple[int, int, float]]] = ((0, 0), [])
+        self.cells: tuple[tuple[object, ...], list[tuple[int, tuple[str, bool]]]] = ((), [])
 
     def show(self, steps: Sequence[TokenStep], marks: TokenMarks) -> None:
         if steps is not self.steps or len(self.margins) > len(steps):
@@ -692,6 +693,26 @@ class MarginStrip(LineDrawn, ThemeAware):
             self.columns = (key, strip_columns(self.margins, width))
         return self.columns[1]
 
+    def strip_cells(
+        self, marks: TokenMarks, width: int, rows: int
+    ) -> list[tuple[int, tuple[str, bool]]]:
+        """Each cell's bar height (in eighths) and look (its kind, and whether it is a
+        near tie), worked out once for all of the strip's rows."""
+        key = (len(self.margins), width, rows, marks)
+        if self.cells[0] != key:
+            threshold = marks.threshold
+            self.cells = (
+                key,
+                [
+                    (
+                        strip_height(margin, threshold, rows),
+                        (strip_cell_kind(marks, first, last), margin < threshold),
+                    )
+                    for first, last, margin in self.strip_columns(width)
+                ],
+            )
+        return self.cells[1]
+
     def render_line(self, y: int) -> Strip:
         width, rows = self.size.width, self.size.height
         base = self.line_style
@@ -703,10 +724,8 @@ class MarginStrip(LineDrawn, ThemeAware):
         band = rows > 1 and y == rows - 1 and marks.threshold > 0
         segments = []
         styles: dict[tuple[str, bool], Style] = {}  # the few kinds of cell on this line
-        for first, last, margin in self.strip_columns(width):
-            height = strip_height(margin, marks.threshold, rows)
+        for height, look in self.strip_cells(marks, width, rows):
             character = BAR_CHARACTERS[max(0, min(8, height - floor))]
-            look = (strip_cell_kind(marks, first, last), margin < marks.threshold)
             style = styles.get(look)
             if style is None:
                 style = styles[look] = base + strip_kind_style(marks.palette, *look, band)
