@@ -86,7 +86,7 @@ def run_bare(
         with client.stream("POST", dialect.path, json=body) as response:
             for line in response.iter_lines():
                 if line.startswith("data: {"):
-                    tokens += bool(json.loads(line[6:])["choices"][0].get("text"))
+                    tokens += has_token(json.loads(line[6:]))
         with lock:
             counted[0] += tokens
 
@@ -98,11 +98,19 @@ def run_bare(
     return float(counted[0]), seconds
 
 
+def has_token(event: dict) -> bool:
+    """Whether a streamed event carries a token: its text (OpenAI's completions API) or
+    its content (llama-server's own)."""
+    if "choices" in event:
+        return bool(event["choices"][0].get("text"))
+    return bool(event.get("content"))
+
+
 def llama_server_levels(args: argparse.Namespace) -> None:
     prompts = load_suite_prompts("questions")[0][: args.prompts]
     arguments = ["--parallel", "8", "--threads", str(args.threads), "--no-cache-prompt"]
     with LlamaServer(find_llama_server(), bundled_model_path(), arguments) as server:
-        pair = server_pair(server.url)
+        pair = server_pair(server.url, "llama-server")  # its own API gives the probabilities
         print(
             f"{len(prompts)} prompts x 2 lanes, {args.max_tokens} tokens, llama-server --parallel 8"
         )
