@@ -99,19 +99,24 @@ async def test_the_tui_streams_two_llama_servers(binary: Path, model_path: Path)
             assert app.result is not None and app.result.a.drafted > 0
 
 
-def test_repeat_with_concurrent_requests(plain_server: str, capsys) -> None:
+def test_repeat_sweeps_concurrent_requests(plain_server: str, capsys, tmp_path: Path) -> None:
+    from specdiff.repeat import format_sweep
+
     code = main(
-        ["repeat", "--endpoint", plain_server, "--lane", "api=llama-server", "-n", "8",
-         "--concurrency", "4", "--max-tokens", "48", "--json", "--quiet"]
+        ["repeat", "--endpoint", plain_server, "--lane", "api=llama-server", "-n", "4",
+         "--concurrency", "1,4", "--max-tokens", "32", "--json", "--quiet",
+         "--plot", str(tmp_path / "sweep.svg")]
     )  # fmt: skip
     data = json.loads(capsys.readouterr().out)
-    assert data["runs"] == 8 and sum(g["count"] for g in data["groups"]) == 8
-    assert code == (0 if data["unique"] == 1 else 1)
+    assert data["sweep"] == "concurrency" and [p["value"] for p in data["points"]] == [1, 4]
+    for point in data["points"]:
+        summary = point["summary"]
+        assert summary["runs"] == 4 and sum(g["count"] for g in summary["groups"]) == 4
+        assert summary["concurrency"] == point["value"]
+    assert code == (0 if max(p["unique"] for p in data["points"]) == 1 else 1)
+    assert (tmp_path / "sweep.svg").read_text().startswith("<svg")
     with capsys.disabled():
-        print(
-            f"\nllama-server, 8 requests 4 at a time: {data['unique']} unique, first split "
-            f"{data['first_split']}"
-        )
+        print("\nllama-server, 4 requests at concurrency 1 and 4:\n" + format_sweep(data))
 
 
 def test_a_chat_lane_streams_ids_bytes_and_top_k(plain_server: str) -> None:
