@@ -50,10 +50,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=64, help="decode steps per round")
     parser.add_argument("--chunk", type=int, default=256, help="scoring chunk (n_ctx)")
+    parser.add_argument("--chars", type=int, default=1500, help="length of the scored text")
     args = parser.parse_args()
     lane = Lane()
     pair = Pair("cost", lane, lane)
-    text = "\n\n".join(prompts("coding"))[:4000]
+    text = "\n\n".join(prompts("coding"))[: args.chars]
     decode, scored, statistics = [], [], []
     decoder = LocalLane(lane)
     try:
