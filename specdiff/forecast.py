@@ -6,7 +6,8 @@ summation order, another kernel). A step flips when that noise moves the top-2 c
 above the top-1, so its chance falls with the margin (top-1 minus top-2 logit) at a rate
 set by the size of the noise between the two lanes. The chance is a logistic in the
 margin, fitted on measured forks by maximum likelihood (`fit_flip_model`); the fitted
-parameters per pair live in MEASURED_MODELS, made by benchmarks/forecast_validation.py.
+parameters live in POOLED_MODEL (and per pair in MEASURED_MODELS), made by
+benchmarks/forecast_validation.py.
 
 A run forks at its *first* differing token: after it the lanes' contexts differ and
 later steps no longer compare. So the steps are ranked by the chance that the first fork
@@ -52,14 +53,20 @@ class FlipModel:
         return 1.0 / (1.0 + math.exp(z))
 
 
-MEASURED_MODELS: dict[str, FlipModel] = {
-    "ubatch": FlipModel(2.0, 6.0, "placeholder"),
-}
-"""Fitted per pair on the bundled prompt sets (benchmarks/forecast_validation.py, one
-2-core AVX-512 machine: other CPUs fork elsewhere, so the figures are this machine's)."""
+MEASURED_MODELS: dict[str, FlipModel] = {}
+"""Flip models fitted on one pair alone, for pairs measured with enough forks to hold
+one. None yet: fitted alone on 2-4 forks each, the ubatch, spec-vs-plain and
+cache-vs-fresh slopes ran from 7 to 21, more spread than so few forks support, so
+every pair reads the pooled fit."""
 
-POOLED_MODEL = FlipModel(2.0, 6.0, "placeholder")
-"""Fitted on every measured pair together: the model for a pair not measured alone."""
+POOLED_MODEL = FlipModel(
+    1.250,
+    10.804,
+    "fitted on ubatch, spec-vs-plain and cache-vs-fresh together: 23 runs x 48 tokens, "
+    "9 forks, one 2-core AVX-512 CPU",
+)
+"""Fitted by benchmarks/forecast_validation.py on the bundled divergence and open sets
+(forks land elsewhere on other CPUs, so the figures are that machine's)."""
 
 
 def model_for(pair_name: str) -> FlipModel:
