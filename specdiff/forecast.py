@@ -62,8 +62,7 @@ every pair reads the pooled fit."""
 POOLED_MODEL = FlipModel(
     1.250,
     10.804,
-    "fitted on ubatch, spec-vs-plain and cache-vs-fresh together: 23 runs x 48 tokens, "
-    "9 forks, one 2-core AVX-512 CPU",
+    "pooled fit: ubatch, spec-vs-plain, cache-vs-fresh; 9 forks, one AVX-512 CPU",
 )
 """Fitted by benchmarks/forecast_validation.py on the bundled divergence and open sets
 (forks land elsewhere on other CPUs, so the figures are that machine's)."""
