@@ -76,6 +76,12 @@ def add_parser(commands: Subcommands) -> None:
         metavar="LIST",
         help="run each pair once per weight type, e.g. base,q8_0,f16 (base = the model as is)",
     )
+    suite.add_argument(
+        "--prompt-lengths",
+        metavar="LIST",
+        help="run each pair once per token length, e.g. 128,512: every prompt padded to it "
+        "with fixed filler text before it (a longer prompt is skipped at that length)",
+    )
     options.add_stop(suite)
     add_grading_options(suite)
     add_load_options(suite)
@@ -285,6 +291,7 @@ def given_suite(
     --resume without PROMPTS, which takes all of them from the stopped suite."""
     # deferred: the engine, session and report modules load only for the command that runs
     from specdiff.control import refuse_uncontrollable
+    from specdiff.suite.lengths import check_room
     from specdiff.suite.prompts import load_suite_prompts, select_prompts
     from specdiff.suite.settings import SuiteSettings, check_concurrency, check_quants
 
@@ -312,7 +319,9 @@ def given_suite(
         ids=prompt_ids(args.ids),
         concurrency=args.concurrency or 1,
         control=args.control,
+        prompt_lengths=given_lengths(args.prompt_lengths),
     )
+    check_room(settings.prompt_lengths, settings.pairs, settings.max_tokens)
     check_concurrency(settings)
     for pair in settings.pairs if settings.control else ():
         refuse_uncontrollable(pair)
@@ -320,6 +329,12 @@ def given_suite(
     prompts = select_prompts(prompts, settings.ids, settings.limit, args.prompts)
     check_graders(settings, prompts)
     return settings, prompts, skipped
+
+
+def given_lengths(value: str | None) -> tuple[int, ...]:
+    from specdiff.suite.lengths import parse_prompt_lengths
+
+    return () if value is None else parse_prompt_lengths(value)
 
 
 def with_retries(pairs: list[Pair], retries: int | None) -> tuple[Pair, ...]:
@@ -381,6 +396,7 @@ def refuse_run_options(args: argparse.Namespace) -> None:
             ("--pair", args.pair_names),
             ("--max-tokens", args.max_tokens),
             ("--quants", args.quants),
+            ("--prompt-lengths", args.prompt_lengths),
             ("--teacher-forced", args.teacher_forced or None),
             ("--control", args.control or None),
             ("--stop", args.stop),

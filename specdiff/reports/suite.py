@@ -26,6 +26,11 @@ from specdiff.compare import (
 )
 from specdiff.files import write_text_atomic
 from specdiff.reports._markup import finite, html_table, md_table, page_head
+from specdiff.reports.suite_lengths import (
+    LENGTH_HEADER,
+    fork_rate_by_prompt_length_svg,
+    length_rows,
+)
 from specdiff.reports.svg import LANE_COLORS, Rule, Series, histogram, line_chart
 from specdiff.safe_text import csv_cell, markdown_cell, visible
 from specdiff.sessions.format import CRASHED
@@ -649,6 +654,8 @@ def _md_overview(data: dict[str, Any]) -> list[str]:
     lines += _md_section("Summary", SUMMARY_HEADER, _summary_rows(data))
     lines += ["", SUMMARY_NOTE]
     lines += _md_section("Forked by generation length", *_by_length_table(data))
+    if length_rows(data):
+        lines += _md_section("Fork rate by prompt length", LENGTH_HEADER, length_rows(data))
     matrix = _quant_matrix(data)
     if matrix is not None:
         lines += _md_section("By weight type", *matrix)
@@ -776,6 +783,9 @@ def _html_overview(data: dict[str, Any]) -> list[str]:
         parts.append(f'<figure class="plot">{fork_histogram_svg(pair, color)}</figure>')
     parts.append("</div>")
     parts += _html_section("Forked by generation length", *_by_length_table(data))
+    if length_rows(data):
+        parts += _html_section("Fork rate by prompt length", LENGTH_HEADER, length_rows(data))
+        parts.append(f'<figure class="plot">{fork_rate_by_prompt_length_svg(data)}</figure>')
     matrix = _quant_matrix(data)
     if matrix is not None:
         parts += _html_section("By weight type", *matrix)

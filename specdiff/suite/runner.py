@@ -49,6 +49,7 @@ from specdiff.sessions.store import (
 from specdiff.steps import TokenStep
 from specdiff.suite import SuiteError
 from specdiff.suite.folder import session_path
+from specdiff.suite.lengths import padded_prompt, skipped_message
 from specdiff.suite.prompts import SuitePrompt
 from specdiff.suite.records import (
     PromptRecord,
@@ -458,6 +459,7 @@ class SuiteRun:
         job_began = time.perf_counter()
         restarts = {"a": 0, "b": 0}
         try:
+            prompt = self._padded(variant, prompt)
             while True:
                 try:
                     path, stopped = self._run_one(variant, prompt, tally, key, restarts)
@@ -481,6 +483,18 @@ class SuiteRun:
         seconds = time.perf_counter() - job_began
         tally.ended(key, counted=True)
         self.on_finished(FinishedRun(tally.progress(variant.label, prompt.id), record, seconds))
+
+    def _padded(self, variant: _Variant, prompt: SuitePrompt) -> SuitePrompt:
+        """The prompt as the variant runs it: padded to its --prompt-lengths length, if
+        any; PromptSkipped when the prompt alone is longer."""
+        length = self.settings.prompt_length(variant.label)
+        if length is None or variant.runner is None:
+            return prompt
+        padded = padded_prompt(prompt, length, variant.runner.tokenize)
+        if padded is None:
+            tokens = len(variant.runner.tokenize(prompt.prompt))
+            raise PromptSkipped(f"{prompt.where}: {skipped_message(length, tokens)}")
+        return padded
 
     def _open_worker(
         self,

@@ -15,6 +15,7 @@ from specdiff.grading import DEFAULT_TIMEOUT
 from specdiff.grading import MAX_TIMEOUT as MAX_GRADE_TIMEOUT
 from specdiff.lanes import QUANT_TYPES, Pair, lane_from_dict
 from specdiff.suite import MAX_CONCURRENCY, SuiteError
+from specdiff.suite.lengths import length_label
 from specdiff.suite.prompts import SuitePrompt, prompts_digest
 
 BASE_QUANT = "base"
@@ -34,10 +35,11 @@ RESUMED_KEYS = (
     "ids",
     "concurrency",
     "control",
+    "prompt_lengths",
 )
 """The settings a resumed suite must share with the stopped one, as suite.json names them
 (those of grading and picking prompts only where they were given)."""
-RESUMED_DEFAULTS: dict[str, Any] = {"concurrency": 1, "control": False}
+RESUMED_DEFAULTS: dict[str, Any] = {"concurrency": 1, "control": False, "prompt_lengths": []}
 """What a suite.json written before a setting was recorded ran with."""
 
 
@@ -64,6 +66,8 @@ class SuiteSettings:
     lanes only: an in-process lane runs one prompt at a time)."""
     control: bool = False
     """Run lane a again, cold, after each prompt (the noise-floor control)."""
+    prompt_lengths: tuple[int, ...] = ()
+    """Run every pair once per length, each prompt padded to it (suite.lengths)."""
 
     def in_process_pair(self) -> Pair | None:
         """The first pair with a lane run in process, which cannot run prompts side by
@@ -97,7 +101,17 @@ class SuiteSettings:
         return data
 
     def variants(self) -> list[tuple[str, Pair, str]]:
-        """(label, pair as run, quant) for every pair and weight type, in run order."""
+        """(label, pair as run, quant) for every pair, weight type and prompt length, in
+        run order."""
+        out = self.base_variants()
+        return [
+            (length_label(label, length), pair, quant)
+            for label, pair, quant in out
+            for length in self.prompt_lengths
+        ] or out
+
+    def base_variants(self) -> list[tuple[str, Pair, str]]:
+        """(label, pair as run, quant) for every pair and weight type."""
         if not self.quants:
             return [(pair.name, pair, "") for pair in self.pairs]
         out = []
@@ -109,6 +123,15 @@ class SuiteSettings:
                 )
                 out.append((f"{pair.name}@{quant}", variant, quant))
         return out
+
+    def prompt_length(self, label: str) -> int | None:
+        """The token length a variant's prompts are padded to; None without a sweep."""
+        lengths = {
+            length_label(variant, length): length
+            for variant, _, _ in self.base_variants()
+            for length in self.prompt_lengths
+        }
+        return lengths.get(label)
 
     def as_json(self, prompts: Sequence[SuitePrompt]) -> dict[str, Any]:
         return {
@@ -132,6 +155,7 @@ class SuiteSettings:
             "stop": list(self.stop),
             "concurrency": self.concurrency,
             "control": self.control,
+            "prompt_lengths": list(self.prompt_lengths),
             **self.grading_json(prompts),
         }
 
@@ -180,6 +204,7 @@ def settings_from_json(data: dict[str, Any]) -> SuiteSettings:
         stop=tuple(_strings(data, "stop")),
         concurrency=_concurrency(data),
         control=_typed(data, "control", bool) if "control" in data else False,
+        prompt_lengths=_prompt_lengths(data),
         **_grading_from_json(data),
     )
 
@@ -200,6 +225,16 @@ def _grading_from_json(data: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"limit must be at least 1, not {limit}")
         out["limit"] = limit
     return out
+
+
+def _prompt_lengths(data: dict[str, Any]) -> tuple[int, ...]:
+    """suite.json's prompt lengths; none in a file written before they were recorded."""
+    value = data.get("prompt_lengths", [])
+    if not isinstance(value, list) or not all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in value
+    ):
+        raise ValueError("prompt_lengths must be a list of whole numbers >= 1")
+    return tuple(value)
 
 
 def _concurrency(data: dict[str, Any]) -> int:

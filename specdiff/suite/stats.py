@@ -287,6 +287,7 @@ def outcome_json(outcome: SuiteOutcome) -> dict[str, Any]:
                     "concurrency": settings.concurrency,
                 },
                 "configuration": outcome.executed.get(label),
+                "prompt_length": settings.prompt_length(label),
             }
         )
     jobs = len(settings.variants()) * len(outcome.prompts)
