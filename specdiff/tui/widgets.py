@@ -280,17 +280,19 @@ class TokenStyles:
         return cached
 
 
-class LineDrawn(Widget):
-    """A widget drawn line by line on its own style, worked out once per repaint:
+class LineDrawn:
+    """For a widget drawn line by line on its own style, worked out once per repaint:
     Textual's `rich_style` walks every ancestor's styles on each call, which for a
-    streaming pane's every line was most of the cost of drawing it."""
+    streaming pane's every line was most of the cost of drawing it. A plain mixin, put
+    first: Textual takes a widget's default CSS from its first widget base alone."""
 
     _repaint_style: Style | None = None
+    rich_style: Style  # the widget's own, from the class this is mixed into
 
     def render_lines(self, crop: Region) -> list[Strip]:
         self._repaint_style = self.rich_style
         try:
-            return super().render_lines(crop)
+            return super().render_lines(crop)  # type: ignore[misc]
         finally:
             self._repaint_style = None
 
@@ -394,7 +396,19 @@ class TokenView(LineDrawn, ScrollView, can_focus=False):
             old.forecast ^ marks.forecast
         )
         tokens |= {index for index in (old.cursor, marks.cursor) if index is not None}
-        return {self.token_lines[index] for index in tokens if index < len(self.token_lines)}
+        placed = (index for index in tokens if index < len(self.token_lines))
+        return {line for index in placed for line in self.token_span(index)}
+
+    def token_span(self, index: int) -> range:
+        """The lines a placed token may take: from the line it was placed at to the one
+        the next token was (a token that does not fit there starts a new line)."""
+        following = index + 1
+        last = (
+            self.token_lines[following]
+            if following < len(self.token_lines)
+            else len(self.lines) - 1
+        )
+        return range(self.token_lines[index], last + 1)
 
     def grow_to(self, size: Size) -> None:
         """Take a new scrollable size without a layout of the whole screen: the screen
