@@ -382,15 +382,15 @@ def test_strip_margins_follow_growing_cut_and_replaced_steps(lengths: tuple[int,
         assert strip.strip_columns(4) == strip_columns(strip.margins, 4)
 
 
+WRAPPED_PIECES = [
+    [" is", " a", " fascinating", " one", ".", " It", " was"],
+    ["...", ".", " ..", "\n", "a" * 30, ". ", "\t", "x"],
+    ["漢字", "かな", " wide", "字" * 9, "\x1b[31m", " end"],
+]
+
+
 @pytest.mark.parametrize("width", [8, 9, 13, 37])
-@pytest.mark.parametrize(
-    "pieces",
-    [
-        [" is", " a", " fascinating", " one", ".", " It", " was"],
-        ["...", ".", " ..", "\n", "a" * 30, ". ", "\t", "x"],
-        ["漢字", "かな", " wide", "字" * 9, "\x1b[31m", " end"],
-    ],
-)
+@pytest.mark.parametrize("pieces", WRAPPED_PIECES)
 def test_the_token_wrapper_never_drops_or_repeats_a_character(width: int, pieces) -> None:
     """Whatever a line starts with (a '.' or a wide character), the lines read back
     every token's text once, in order, and none is wider than the view."""
@@ -407,3 +407,35 @@ def test_the_token_wrapper_never_drops_or_repeats_a_character(width: int, pieces
         shown = "".join(text for line in view.lines for i, text in line if i == index)
         assert shown == terminal_text(pieces[index], tab=TAB).replace("\n", "")
     assert all(sum(cell_len(text) for _, text in line) <= width for line in view.lines)
+
+
+@pytest.mark.parametrize("width", [8, 9, 13, 37])
+@pytest.mark.parametrize("pieces", WRAPPED_PIECES)
+def test_every_line_a_token_takes_is_in_its_span(width: int, pieces) -> None:
+    """A restyled token redraws its span: a token that did not fit where it was placed,
+    or one wrapped over several lines, lies within it all the same."""
+    view = TokenView("a")
+    for index, piece in enumerate(pieces):
+        view.token_lines.append(len(view.lines) - 1)
+        view._place(index, piece, width)
+    for index in range(len(pieces)):
+        taken = {number for number, line in enumerate(view.lines) for i, _ in line if i == index}
+        assert taken <= set(view.token_span(index))
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+@pytest.mark.parametrize("keys", [["d", "right"], ["d", "n"], ["left"]])
+async def test_a_moving_cursor_leaves_every_line_as_a_fresh_drawing_has_it(size, keys) -> None:
+    """Only the lines whose tokens change look are drawn again as the cursor moves: each
+    kept line must match the line drawn from nothing."""
+    app = session_app("specdiff-dark")
+    async with app.run_test(size=size) as pilot:
+        await pilot.press(*keys[:-1])
+        for _ in range(10):
+            await pilot.press(keys[-1])
+            await pilot.pause()
+            for lane_id in ("a", "b"):
+                view = app.query_one(f"#lane-{lane_id} TokenView", TokenView)
+                kept = [view.render_line(y) for y in range(view.size.height)]
+                view.strips.clear()
+                assert [view.render_line(y) for y in range(view.size.height)] == kept
