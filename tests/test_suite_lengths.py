@@ -140,20 +140,22 @@ def test_each_length_runs_as_a_variant_with_its_table_and_plot(tmp_path: Path, c
     prompts.write_text("\n".join(lines) + "\n", encoding="utf-8")
     report = tmp_path / "report"
     arguments = [
-        "suite", str(prompts), "--report", str(report), "--pair", "ubatch", "--both",
+        "suite", str(prompts), "--report", str(report), "--pair", "spec-vs-plain", "--both",
         "n_ctx=128", "--max-tokens", "8",
     ]  # fmt: skip
     assert main([*arguments, "--prompt-lengths", "12,48", "--quiet"]) in (0, 1)
     data = json.loads((report / "report.json").read_text(encoding="utf-8"))
     assert data["settings"]["prompt_lengths"] == [12, 48]
     assert [(p["label"], p["prompt_length"]) for p in data["pairs"]] == [
-        ("ubatch@12tok", 12),
-        ("ubatch@48tok", 48),
+        ("spec-vs-plain@12tok", 12),
+        ("spec-vs-plain@48tok", 48),
     ]
     # the long prompt does not fit in 12 tokens: skipped there, counted in the report
     assert [p["summary"]["prompts"] for p in data["pairs"]] == [1, 2]
     (skipped,) = data["skipped_prompts"]
-    assert skipped.startswith("ubatch@12tok: ") and "longer than --prompt-lengths 12" in skipped
+    assert (
+        skipped.startswith("spec-vs-plain@12tok: ") and "longer than --prompt-lengths 12" in skipped
+    )
     for session in report.rglob("*.jsonl"):
         header = load_session(session).header
         length = 12 if "12tok" in str(session) else 48
@@ -161,7 +163,7 @@ def test_each_length_runs_as_a_variant_with_its_table_and_plot(tmp_path: Path, c
         assert header.prompt.endswith(SHORT if "short" in session.name else LONG)
     markdown = (report / "report.md").read_text(encoding="utf-8")
     assert "## Fork rate by prompt length" in markdown
-    assert "| ubatch@12tok | 12 | 1 | 1 |" in markdown
+    assert "| spec-vs-plain@12tok | 12 | 1 | 1 |" in markdown
     html = (report / "report.html").read_text(encoding="utf-8")
     assert "<title>Fork rate by prompt length</title>" in html
     capsys.readouterr()
