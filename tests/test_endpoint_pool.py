@@ -4,7 +4,6 @@ connections kept alive, and bad endpoint lists refused with one line."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import threading
@@ -326,75 +325,3 @@ def test_lanes_of_one_endpoint_list_share_one_pool_and_spread_their_load() -> No
     assert sorted(pinned) == sorted([first, second] * 2)
     assert posts == [2, 2]
     assert not pools._SHARED  # the last client closed the pool
-
-
-# -- two real llama-server processes ---------------------------------------------------
-
-FLEET_PROMPTS = 8
-
-
-def _served_by(session: Path) -> tuple[str, dict]:
-    """A session's lane-a endpoint (from its header) and its footer."""
-    lines = session.read_text(encoding="utf-8").splitlines()
-    header, footer = json.loads(lines[0]), json.loads(lines[-1])
-    return header["executed"]["a"].get("served_by", ""), footer
-
-
-@pytest.mark.model
-@pytest.mark.server
-def test_a_lane_over_two_llama_servers_survives_losing_one(
-    model_path: Path, tmp_path: Path
-) -> None:
-    """Lane a spreads its prompts over two llama-server processes; each session names
-    the one that served it; once one is killed mid-run, every prompt begun after it
-    is served by the other, and the suite still completes every prompt."""
-    from specdiff.engine.server.process import LlamaServer, find_llama_server
-
-    prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text(
-        "".join(
-            json.dumps({"id": f"p{i}", "prompt": f"Count from {i} to {i + 20}:"}) + "\n"
-            for i in range(FLEET_PROMPTS)
-        )
-    )
-    binary = find_llama_server()
-    flags = ["--threads", "1", "--parallel", "4"]
-    with (
-        LlamaServer(binary, model_path, flags) as first,
-        LlamaServer(binary, model_path, flags) as second,
-    ):
-        pairs = tmp_path / "pairs.toml"
-        pairs.write_text(
-            "[pairs.fleet]\n"
-            f'a = {{ backend = "server", api = "llama-server", '
-            f'endpoint = ["{first.url}", "{second.url}"] }}\n'
-            "b = {}\n"
-        )
-        report = tmp_path / "report"
-        suite = subprocess.Popen(
-            [sys.executable, "-m", "specdiff", "suite", str(prompts), "--pairs", str(pairs)]
-            + ["--pair", "fleet", "--max-tokens", "8", "--report", str(report), "--quiet"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        sessions = report / "sessions"
-        deadline = time.monotonic() + 300
-        while len(list(sessions.rglob("*.jsonl"))) < 3 and time.monotonic() < deadline:
-            assert suite.poll() is None, suite.communicate()
-            time.sleep(0.2)
-        begun = {path.name for path in sessions.rglob("*.jsonl")}
-        second.stop()  # mid-run: the third prompt has begun
-        out, err = suite.communicate(timeout=600)
-    assert suite.returncode in (0, 1), err
-    served = {path.name: _served_by(path) for path in sorted(sessions.rglob("*.jsonl"))}
-    assert len(served) == FLEET_PROMPTS
-    for name, (endpoint, footer) in served.items():
-        assert endpoint in (first.url, second.url), name
-        assert footer["errors"] == [None, None], (name, footer["errors"])
-        if name not in begun:
-            assert endpoint == first.url, name  # begun after the kill: the live server's
-    assert {endpoint for name, (endpoint, _) in served.items() if name in begun} == {
-        first.url,
-        second.url,
-    }
