@@ -49,6 +49,7 @@ from specdiff.sessions.store import (
 from specdiff.steps import TokenStep
 from specdiff.suite import SuiteError
 from specdiff.suite.folder import session_path
+from specdiff.suite.kld import score_teacher_forced
 from specdiff.suite.lengths import padded_prompt, skipped_message
 from specdiff.suite.prompts import SuitePrompt
 from specdiff.suite.records import (
@@ -180,6 +181,8 @@ class SuiteOutcome:
     """Time spent grading the runs of this invocation, its programs' time included."""
     program_seconds: float = 0.0
     """Of that, the time the graded programs ran in the sandbox."""
+    kld: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per variant label, teacher-forced: KL divergence over the whole vocabulary."""
 
     @property
     def finished_runs(self) -> int:
@@ -322,6 +325,10 @@ class SuiteRun:
                 cancelled = True
                 break
         # runs side by side end in any order; the report lists them in the suite's
+        kld = score_teacher_forced(
+            self.settings, self.report_dir, tally.records, self.cancel, self.on_message,
+            score_new=not cancelled,
+        )  # fmt: skip
         order = {
             (label, p.id): n
             for n, (label, p) in enumerate(
@@ -343,6 +350,7 @@ class SuiteRun:
             executed_code=self.settings.executes_code(self.prompts),
             grading_seconds=self.grading_seconds,
             program_seconds=self.program_seconds,
+            kld=kld,
         )
 
     def _read_back(self, label: str, quant: str, tally: _Tally) -> list[SuitePrompt]:

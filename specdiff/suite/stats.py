@@ -285,6 +285,7 @@ def outcome_json(outcome: SuiteOutcome) -> dict[str, Any]:
                     **summarize(records, settings.max_tokens, settings.near_tie),
                     # the load every figure was measured under, beside each of them
                     "concurrency": settings.concurrency,
+                    "kld": outcome.kld.get(label),
                 },
                 "configuration": outcome.executed.get(label),
                 "prompt_length": settings.prompt_length(label),

@@ -10,9 +10,10 @@ lane are held at a time.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -91,6 +92,16 @@ def score_text(
 ) -> ScoreResult:
     """Force `text` through both lanes of `pair` in `chunk`-token evaluations and compare
     their distributions at every scored position (see `specdiff.scoring.plan_chunks`)."""
+    with scoring_lanes(pair, chunk, cancel, progress) as (a, b):
+        return _score(a, b, text, chunk, convention, progress)
+
+
+@contextlib.contextmanager
+def scoring_lanes(
+    pair: Pair, chunk: int, cancel: threading.Event, progress: Progress
+) -> Iterator[tuple[ScoringLane, ScoringLane]]:
+    """Both lanes of an in-process pair loaded with `chunk`-token contexts, their kernels
+    trusted; closed on leaving."""
     # deferred: the probe module starts processes of its own
     from specdiff.engine.probe import trust_kernels
     from specdiff.engine.runtime import refuse_unsupported_offload
@@ -103,7 +114,7 @@ def score_text(
     try:
         for lane_id, lane in (("a", pair.a), ("b", pair.b)):
             lanes.append(ScoringLane(lane, lane_id, chunk, pool, cancel, progress))
-        return _score(lanes[0], lanes[1], text, chunk, convention, progress)
+        yield lanes[0], lanes[1]
     finally:
         for opened in lanes:
             opened.close()
