@@ -445,6 +445,7 @@ def print_summary(data: dict[str, Any], paths: list[Path]) -> None:
     """A line per pair (identical runs, pass@1 and McNemar when graded, fork classes,
     speed, flips, failures, crashes), then where the report is."""
     from specdiff.reports.suite import backoff_text, left_out_text, paired_line
+    from specdiff.reports.suite_kld import kld_line
     from specdiff.safe_text import visible
 
     for pair in data["pairs"]:
@@ -464,7 +465,7 @@ def print_summary(data: dict[str, Any], paths: list[Path]) -> None:
             parts.append(f"teacher-forced flips {teacher['flips']} of {teacher['steps']} steps")
         load = f"concurrency {summary.get('concurrency', 1)}"
         print(" · ".join([*parts, load, *failures]))
-        for note in (left_out_text(summary), backoff_text(summary)):
+        for note in (left_out_text(summary), backoff_text(summary), kld_line(summary.get("kld"))):
             if note:
                 print(f"  {visible(note, 400)}")
     print(f"report: {paths[2]} (also {', '.join(p.name for p in paths if p != paths[2])})")

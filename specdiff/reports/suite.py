@@ -26,6 +26,7 @@ from specdiff.compare import (
 )
 from specdiff.files import write_text_atomic
 from specdiff.reports._markup import finite, html_table, md_table, page_head
+from specdiff.reports.suite_kld import KLD_PROMPT_HEADER, kld_line, kld_prompt_rows
 from specdiff.reports.suite_lengths import (
     LENGTH_HEADER,
     fork_rate_by_prompt_length_svg,
@@ -721,6 +722,9 @@ def _md_pair(pair: dict[str, Any]) -> list[str]:
             "",
             *_md_table(MARGIN_HEADER, _margin_rows(teacher)),
         ]
+    if kld_line(summary.get("kld")):
+        lines += ["", markdown_cell(kld_line(summary["kld"]))]
+        lines += ["", *_md_table(KLD_PROMPT_HEADER, kld_prompt_rows(summary["kld"]))]
     rows = _lane_rows(pair.get("configuration"))
     if rows:
         lines += [
@@ -823,6 +827,9 @@ def _html_pair(pair: dict[str, Any]) -> list[str]:
             "<p>Flips by lane a's margin m:</p>",
             _html_table(MARGIN_HEADER, _margin_rows(teacher)),
         ]
+    if kld_line(summary.get("kld")):
+        parts.append(f"<p>{html.escape(kld_line(summary['kld']))}</p>")
+        parts.append(_html_table(KLD_PROMPT_HEADER, kld_prompt_rows(summary["kld"])))
     rows = _lane_rows(pair.get("configuration"))
     if rows:
         parts += [
