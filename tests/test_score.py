@@ -166,6 +166,11 @@ BAD_INPUTS = {
     "server lanes": (["some text", "--pair", "servers"], "in-process lanes only"),
     "unknown lane key": (["some text", "--lane-b", "nonsense=1"], "nonsense"),
     "negative flips": (["some text", "--flips", "-1"], "--flips"),
+    "empty text": ([""], "empty"),
+    "--out a folder": (["some text", "--out", "{tmp}/folder"], "--out: "),
+    "--out in a missing folder": (["some text", "--out", "{tmp}/none/r.txt"], "does not exist"),
+    "--out a device": (["some text", "--out", "/dev/null"], "character device"),
+    "--out a pipe": (["some text", "--out", "{tmp}/pipe"], "named pipe"),
 }
 
 
@@ -174,6 +179,7 @@ def inputs_folder(tmp_path):
     (tmp_path / "folder").mkdir()
     (tmp_path / "latin.txt").write_bytes("caf\xe9 au lait".encode("latin-1"))
     (tmp_path / "blank.txt").write_text(" \n\t\n", encoding="utf-8")
+    os.mkfifo(tmp_path / "pipe")
     return tmp_path
 
 

@@ -8,8 +8,12 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
+from pathlib import Path
 
+from specdiff.cli.common import ArgumentError
 from specdiff.compare import DEFAULT_NEAR_TIE
+from specdiff.errors import SpecdiffError
+from specdiff.files import NotRegularFile, check_replaceable, write_text_atomic
 from specdiff.lanes import BOUNDS
 from specdiff.safe_text import first_surrogate
 
@@ -66,6 +70,28 @@ def utf8_text(text: str) -> str:
             "pass UTF-8, e.g. from a UTF-8 file"
         )
     return text
+
+
+def check_output_file(path: Path, option: str) -> None:
+    """Refused before any work: a file that could not be written once the work is done
+    (a folder, a device or a pipe in its place, or a folder that does not exist)."""
+    try:
+        check_replaceable(path)
+    except NotRegularFile as error:
+        raise ArgumentError(f"{option}: {error}") from None
+    if not path.parent.is_dir():
+        raise ArgumentError(
+            f"{option}: folder {path.parent} does not exist; create it or name another file"
+        )
+
+
+def write_output_file(path: Path, text: str, option: str) -> None:
+    """Write a report checked by check_output_file; a failure that only the write itself
+    shows (a full disk, a folder removed meanwhile) is one line, not a traceback."""
+    try:
+        write_text_atomic(path, text)
+    except OSError as error:
+        raise SpecdiffError(f"{option}: cannot write {path}: {error.strerror}") from None
 
 
 token_budget = whole_number(1, MAX_TOKENS_LIMIT)

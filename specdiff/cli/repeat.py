@@ -25,7 +25,6 @@ from specdiff.cli.common import (
     interrupt_sets,
     read_prompt,
 )
-from specdiff.files import check_replaceable, write_text_atomic
 from specdiff.lanes import Lane, apply_overrides, parse_overrides, without_credentials
 from specdiff.safe_text import terminal_text, visible
 
@@ -188,11 +187,7 @@ def command_repeat(args: argparse.Namespace) -> int:
 
 def check_plot(path: Path) -> None:
     """Refused before any run: a plot that could not be written at the end."""
-    check_replaceable(path)
-    if not path.parent.is_dir():
-        raise ArgumentError(
-            f"--plot: folder {path.parent} does not exist; create it or name another file"
-        )
+    options.check_output_file(path, "--plot")
     if path.suffix.lower() != ".svg":
         raise ArgumentError(f"--plot writes SVG: name a .svg file, got {path.name}")
 
@@ -233,7 +228,7 @@ def report(args: argparse.Namespace, data: dict[str, Any]) -> int:
         # written after the table is out, so a failed write loses no result
         from specdiff.reports.repeat import sweep_chart
 
-        write_text_atomic(Path(args.plot), sweep_chart(data))
+        options.write_output_file(Path(args.plot), sweep_chart(data), "--plot")
         if not args.quiet:
             print(f"plot: {visible(args.plot)}", file=sys.stderr)
     if data["cancelled"]:

@@ -15,7 +15,7 @@ from specdiff.cli import options
 from specdiff.cli.common import Exit, Status, Subcommands, add_command, interrupt_sets, known_pairs
 from specdiff.cli.common import resolve_pair as resolve_named_pair
 from specdiff.errors import PromptError
-from specdiff.files import read_limited, write_text_atomic
+from specdiff.files import read_limited
 from specdiff.lanes import differences
 
 DEFAULT_SCORE_PAIR = "quant"
@@ -84,6 +84,9 @@ def command_score(args: argparse.Namespace) -> int:
     pair = resolve_named_pair(args, known_pairs(args))
     check_scorable(pair)
     text = read_text(args.text)
+    out = Path(args.out).expanduser() if args.out else None
+    if out is not None:
+        options.check_output_file(out, "--out")
     from specdiff.engine.llama.score import score_text
     from specdiff.engine.worker import call_in_worker
     from specdiff.reports.score import format_score, score_json
@@ -111,8 +114,8 @@ def command_score(args: argparse.Namespace) -> int:
     else:
         report = format_score(pair, result, args.flips) + "\n"
     sys.stdout.write(report)
-    if args.out:
-        write_text_atomic(Path(args.out).expanduser(), report)
+    if out is not None:
+        options.write_output_file(out, report, "--out")
     if result.cancelled:
         return Exit.INTERRUPTED
     return Exit.DIFFERENT if result.flips() else Exit.SAME
@@ -120,6 +123,9 @@ def command_score(args: argparse.Namespace) -> int:
 
 def read_text(value: str) -> str:
     """The text itself, or that of the file (- = stdin) it names; never blank."""
+    if not value.strip():
+        # checked first: Path("") is the current folder, which exists
+        raise PromptError("the text to score is empty; give some text or a file holding it")
     if value == "-":
         raw = sys.stdin.buffer.read(MAX_TEXT_BYTES + 1)
         if len(raw) > MAX_TEXT_BYTES:
