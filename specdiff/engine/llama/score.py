@@ -156,7 +156,7 @@ def _score(
             forced = list(tokens[piece.start : piece.start + piece.length])
             if adds_bos:
                 forced[0] = a.model.bos()
-            result.scores += _score_chunk(a, b, forced, piece)
+            result.scores += score_chunk(a, b, forced, piece)
     except Cancelled:
         result.cancelled = True
     result.seconds = time.perf_counter() - started
@@ -166,7 +166,7 @@ def _score(
     return result
 
 
-def _score_chunk(
+def score_chunk(
     a: ScoringLane, b: ScoringLane, forced: list[int], piece: Chunk
 ) -> list[PositionScore]:
     """Both lanes' scored rows of one chunk, paired a decode call at a time."""
