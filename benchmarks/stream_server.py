@@ -5,11 +5,13 @@ MODE is `key=value` settings joined by `:`, each optional:
 - `tokens=N`: the words streamed per request (default 4), then a finish;
 - `delay=S`: seconds between two words (default 0), so requests overlap in time;
 - `busy=K` and `retry_after=S`: the first K completion requests are answered HTTP 429
-  with `Retry-After: S` (default 1), as a loaded server answers.
+  with `Retry-After: S` (default 1), as a loaded server answers;
+- `broken=K`: the first K streams drop their connection halfway, with no end marker.
 
 Every GET answers a one-model list, which is all a server lane asks of a server it does
 not know. GET /counts says what the server did: the completions it streamed, the 429s
-it sent, the most streams it had at once (`peak`), and its settings (`mode`).
+it sent, the most streams it had at once (`peak`), the streams it broke, and its
+settings (`mode`).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ WORDS = (" Hello", " world", " and", " again", ".")
 
 
 def read_mode(mode: str) -> dict[str, float]:
-    settings = {"tokens": 4.0, "delay": 0.0, "busy": 0.0, "retry_after": 1.0}
+    settings = {"tokens": 4.0, "delay": 0.0, "busy": 0.0, "retry_after": 1.0, "broken": 0.0}
     for part in filter(None, mode.split(":")):
         key, _, value = part.partition("=")
         if key not in settings:
@@ -53,7 +55,7 @@ def event(text: str, finish: str | None = None) -> bytes:
 
 class Streamer(BaseHTTPRequestHandler):
     settings: dict[str, float] = read_mode("")
-    counts = {"streamed": 0, "busy": 0, "peak": 0}
+    counts = {"streamed": 0, "busy": 0, "peak": 0, "broken": 0}
     streaming = 0
     lock = threading.Lock()
     protocol_version = "HTTP/1.1"  # keep-alive, as a real server offers
@@ -97,13 +99,20 @@ class Streamer(BaseHTTPRequestHandler):
                 Streamer.streaming -= 1
 
     def _stream(self) -> None:
+        with self.lock:
+            broken = self.counts["broken"] < self.settings["broken"]
+            self.counts["broken"] += broken
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        for number in range(int(self.settings["tokens"])):
+        tokens = int(self.settings["tokens"])
+        for number in range(tokens):
             if number and self.settings["delay"]:
                 time.sleep(self.settings["delay"])
+            if broken and number == tokens // 2:
+                self.close_connection = True  # half the stream, then the connection drops
+                return
             self._chunk(event(WORDS[number % len(WORDS)]))
         self._chunk(event("", finish="length"))
         self._chunk(b"data: [DONE]\n\n")

@@ -274,6 +274,43 @@ def test_a_busy_server_s_429s_are_waited_out_and_the_back_off_is_in_the_report(
     assert backoff in (report / "report.md").read_text()
 
 
+@pytest.mark.model
+@pytest.mark.server
+@pytest.mark.parametrize(
+    ("paced", "concurrency"),
+    [("tokens=8:broken=1", 2), ("tokens=8:broken=3", 3)],
+    indirect=["paced"],
+)
+def test_a_run_sent_again_from_the_start_counts_only_its_kept_tokens(
+    paced: str, concurrency: int, tmp_path: Path
+) -> None:
+    """The suite's tokens/s (what benchmarks/suite_concurrency.py holds against a bare
+    client) counts the steps the sessions keep, never those of a broken attempt."""
+    from specdiff.lanes import Lane, Pair
+    from specdiff.suite.folder import write_settings
+    from specdiff.suite.prompts import SuitePrompt
+    from specdiff.suite.runner import FinishedRun, SuiteRun
+    from specdiff.suite.settings import SuiteSettings
+
+    prompts = [SuitePrompt(id=f"p{n}", prompt=f"Say hello, number {n}") for n in range(4)]
+    lane = Lane(backend="server", endpoint=paced)
+    settings = SuiteSettings(
+        source="test",
+        pairs=(Pair("servers", lane, lane, ""),),
+        max_tokens=8,
+        concurrency=concurrency,
+    )
+    write_settings(tmp_path, settings, prompts)
+    finished: list[FinishedRun] = []
+    outcome = SuiteRun(settings, prompts, tmp_path, on_finished=finished.append).run()
+    assert outcome.finished_runs == len(prompts)
+    broken = int(counts(paced)["mode"]["broken"])
+    assert counts(paced)["broken"] == broken
+    kept = sum(sum(record.summary.generated) for record in outcome.records)
+    assert kept == len(prompts) * 2 * 8
+    assert max(run.progress.tokens for run in finished) == kept
+
+
 def paced_mode(url: str) -> list[str]:
     """The busy and retry_after settings of the stream server at `url`."""
     settings = counts(url)["mode"]

@@ -86,7 +86,8 @@ class Progress:
     """Jobs (prompt x pair) finished, read back or skipped."""
     jobs: int
     tokens: int
-    """Tokens produced by this invocation's runs so far (both lanes, in flight too)."""
+    """Tokens produced by this invocation's runs so far (both lanes, in flight too; not
+    those of a run sent again from the start)."""
     within: float
     """The runs in flight, each counted by the share of its token budget produced."""
     in_flight: int
@@ -251,12 +252,13 @@ class _Tally:
         with self.lock:
             self.running[key] = (tokens, self.running.get(key, (0, 0))[1])
 
-    def ended(self, key: str, counted: bool) -> None:
+    def ended(self, key: str, counted: bool, kept: bool = True) -> None:
         """A run in flight is over; `counted` when it ran to its end (not skipped or
-        stopped)."""
+        stopped); not `kept` when its steps were thrown away (it runs again from the
+        start), so its tokens are no part of the rate."""
         with self.lock:
             tokens, _ = self.running.pop(key, (0, 0))
-            self.done_tokens += tokens
+            self.done_tokens += tokens if kept else 0
             if counted:
                 self.run_jobs += 1
                 self.job += 1
@@ -473,7 +475,7 @@ class SuiteRun:
                     path, stopped = self._run_one(variant, prompt, tally, key, restarts)
                     break
                 except _Restart as restart:
-                    tally.ended(key, counted=False)
+                    tally.ended(key, counted=False, kept=False)
                     restarts[restart.lane_id] += 1
                     self.on_message(
                         f"running {variant.label} {prompt.id} again from the start: lane "
