@@ -160,12 +160,15 @@ def run_bare(
     return float(counted[0]), seconds
 
 
-def has_token(event: dict) -> bool:
-    """Whether a streamed event carries a token: its text (OpenAI's completions API) or
-    its content (llama-server's own)."""
+def has_token(event: dict) -> int:
+    """The tokens a streamed event carries: its token ids where llama-server's own API
+    sends them (return_tokens; a token that ends inside a character has no text yet),
+    else one where it has text (OpenAI's completions API) or content."""
+    if isinstance(event.get("tokens"), list):
+        return len(event["tokens"])
     if "choices" in event:
-        return bool(event["choices"][0].get("text"))
-    return bool(event.get("content"))
+        return int(bool(event["choices"][0].get("text")))
+    return int(bool(event.get("content")))
 
 
 def measure_level(
