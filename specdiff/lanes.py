@@ -374,17 +374,34 @@ def check_endpoints(endpoint: str) -> None:
     for url in (entry.strip() for entry in _NEXT_URL.split(endpoint)):
         shown = without_credentials(url)
         identity = _endpoint_identity(url)
-        if identity is None:
-            raise LaneConfigError(
-                f"lane key 'endpoint': {shown!r:.120} is not a URL; a server lane needs "
-                f"{ENDPOINT_FORM}"
-            )
+        if identity is None or _UNSENDABLE.search(url):
+            raise LaneConfigError(_not_a_url(url))
         if identity in seen:
             raise LaneConfigError(
                 f"lane key 'endpoint' names {shown!r:.120} twice (as {seen[identity]!r:.120}); "
                 "list each server once"
             )
         seen[identity] = shown
+
+
+_UNSENDABLE = re.compile(r"[\s\x00-\x1f\x7f]")
+"""What no request line may carry: whitespace and control characters."""
+_ANY_USER_INFO = re.compile(r"(://).*@", re.DOTALL)
+"""Everything up to a URL's last @: a password holding / ? or # ends the authority early
+for a URL parser, so the strict mask would show it."""
+
+
+def _not_a_url(url: str) -> str:
+    """Why `url` cannot be an endpoint, with anything that may be a password masked."""
+    shown = _ANY_USER_INFO.sub(rf"\1{MASKED_CREDENTIALS}@", url, count=1)
+    if url.endswith(","):
+        return f"lane key 'endpoint' has an empty entry: {shown!r:.120} ends in a comma; drop it"
+    if _UNSENDABLE.search(url):
+        return (
+            f"lane key 'endpoint': {shown!r:.120} holds a space or a control character; "
+            "percent-encode it (a space is %20)"
+        )
+    return f"lane key 'endpoint': {shown!r:.120} is not a URL; a server lane needs {ENDPOINT_FORM}"
 
 
 def has_masked_credentials(url: str) -> bool:

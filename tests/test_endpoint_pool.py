@@ -133,7 +133,18 @@ def test_an_endpoint_list_keeps_one_string_and_masks_each_credential(endpoint: s
         ("localhost:8080", "is not a URL"),
         ("http://a:1,ftp://b:2", "is not a URL"),
         ("http://a:1,http://a:notaport", "is not a URL"),
-        ("http://a:1,,http://b:2", "is not a URL"),
+        ("http://a:1,,http://b:2", "ends in a comma"),
+        ("http://a:1,", "ends in a comma"),
+        ("http://a:1, ,", "ends in a comma"),
+        (",", "ends in a comma"),
+        ("http://u:secret-password#1@h:1", "is not a URL"),
+        ("http://u:secret-password/1@h:1,http://b:2", "is not a URL"),
+        ("http://u:secret-password?1@h:1", "is not a URL"),
+        ("http://u:secret-password@h:99999", "is not a URL"),
+        ("http://u:secret password@h:1", "control character"),
+        ("http://h:1/\x1b]52;c;aGk=\x07", "control character"),
+        ("http://h:1/\x1b[31mred", "control character"),
+        ("http://h:1/v1\x00", "control character"),
         ("http://a:1,http://A:1/", "twice"),
         ("http://a,http://a:80", "twice"),
         ("https://u:secret-password@h:1,https://h:1", "twice"),
@@ -175,8 +186,9 @@ def test_a_masked_entry_is_refused_before_any_server_is_contacted() -> None:
     ("endpoint", "words"),
     [
         ("http://a:1,http://a:1", "twice"),
-        (",", "not a URL"),
+        (",", "ends in a comma"),
         ("http://a:1,nonsense", "not a URL"),
+        ("http://h:1/\x1b]52;c;aGk=\x07", "control character"),
         ("http://a:1,http://***@b:2", "saved without its credentials"),
     ],
 )
@@ -194,6 +206,7 @@ def test_the_command_line_refuses_a_bad_endpoint_list_in_one_line(
     # a masked entry is found as the lane loads, after the line saying it loads
     errors = [line for line in done.stderr.splitlines() if not line.startswith("loading ")]
     assert len(errors) == 1 and words in errors[0] and "Traceback" not in done.stderr
+    assert "\x1b" not in done.stderr and "\x07" not in done.stderr
 
 
 # -- against real servers --------------------------------------------------------------
