@@ -365,13 +365,24 @@ def _endpoint_identity(url: str) -> EndpointIdentity | None:
     return (scheme, parts.hostname.lower(), port or default, parts.path.rstrip("/"))
 
 
+MAX_ENDPOINTS = 256
+"""A lane's pool of servers: each is asked who it is before the run, and each is named
+on the lane's line of every report."""
+
+
 def check_endpoints(endpoint: str) -> None:
     """A server lane's endpoint key: one URL or several, comma-separated, each
     http(s)://HOST[:PORT][/PATH], none named twice."""
     if not endpoint.strip():
         raise LaneConfigError(f"a server lane needs {ENDPOINT_FORM}")
+    urls = [entry.strip() for entry in _NEXT_URL.split(endpoint)]
+    if len(urls) > MAX_ENDPOINTS:
+        raise LaneConfigError(
+            f"lane key 'endpoint' names {len(urls):,} servers; a lane pools at most "
+            f"{MAX_ENDPOINTS}, so list fewer"
+        )
     seen: dict[EndpointIdentity, str] = {}
-    for url in (entry.strip() for entry in _NEXT_URL.split(endpoint)):
+    for url in urls:
         shown = without_credentials(url)
         identity = _endpoint_identity(url)
         if identity is None or _UNSENDABLE.search(url):

@@ -145,6 +145,8 @@ def test_an_endpoint_list_keeps_one_string_and_masks_each_credential(endpoint: s
         ("http://h:1/\x1b]52;c;aGk=\x07", "control character"),
         ("http://h:1/\x1b[31mred", "control character"),
         ("http://h:1/v1\x00", "control character"),
+        (",".join(f"http://h{index}:1" for index in range(257)), "at most 256"),
+        (",".join(f"http://h{index}:1" for index in range(5000)), "5,000 servers"),
         ("http://a:1,http://A:1/", "twice"),
         ("http://a,http://a:80", "twice"),
         ("https://u:secret-password@h:1,https://h:1", "twice"),
