@@ -171,6 +171,8 @@ BAD_INPUTS = {
     "--out in a missing folder": (["some text", "--out", "{tmp}/none/r.txt"], "does not exist"),
     "--out a device": (["some text", "--out", "/dev/null"], "character device"),
     "--out a pipe": (["some text", "--out", "{tmp}/pipe"], "named pipe"),
+    "--out the text": (["{tmp}/text.txt", "--out", "{tmp}/./text.txt"], "the text being scored"),
+    "--out a link to the text": (["{tmp}/text.txt", "--out", "{tmp}/link.txt"], "being scored"),
 }
 
 
@@ -180,6 +182,8 @@ def inputs_folder(tmp_path):
     (tmp_path / "latin.txt").write_bytes("caf\xe9 au lait".encode("latin-1"))
     (tmp_path / "blank.txt").write_text(" \n\t\n", encoding="utf-8")
     os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "text.txt").write_text("a text a report must not replace", encoding="utf-8")
+    (tmp_path / "link.txt").symlink_to(tmp_path / "text.txt")
     return tmp_path
 
 
@@ -193,6 +197,7 @@ def test_bad_input_is_one_line_and_exit_2(case, inputs_folder, capsys):
     assert code == 2 and captured.out == ""
     assert len(lines) == 1 and lines[0].startswith("specdiff: error:"), lines
     assert says in lines[0], lines
+    assert (inputs_folder / "text.txt").read_text() == "a text a report must not replace"
 
 
 def test_a_real_process_refuses_empty_stdin_in_one_line():

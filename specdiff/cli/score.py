@@ -87,6 +87,11 @@ def command_score(args: argparse.Namespace) -> int:
     out = Path(args.out).expanduser() if args.out else None
     if out is not None:
         options.check_output_file(out, "--out")
+        if args.text != "-" and _same_file(out, Path(args.text).expanduser()):
+            raise PromptError(
+                f"--out {out} is the text being scored, which the report would replace; "
+                "name another file"
+            )
     from specdiff.engine.llama.score import score_text
     from specdiff.engine.worker import call_in_worker
     from specdiff.reports.score import format_score, score_json
@@ -159,3 +164,11 @@ def _decoded(raw: bytes, where: str) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         raise PromptError(f"{where} is not UTF-8 text") from None
+
+
+def _same_file(first: Path, second: Path) -> bool:
+    """Whether both paths name one existing file (through links or another spelling)."""
+    try:
+        return first.exists() and second.exists() and first.samefile(second)
+    except OSError:
+        return False
