@@ -141,10 +141,15 @@ def test_repeat_refuses_a_speculative_lane_and_bad_counts(capsys) -> None:
         (["--plot", "s.png", "--companions", "0,1"], "name a .svg file"),
         (["--plot", "no/such/s.svg", "--companions", "0,1"], "folder no/such does not exist"),
         (["--batch", "255", "--max-tokens", "200"], "raise n_ctx"),
+        (["--endpoint", ""], "a server lane needs endpoint="),
+        (["--endpoint", "  "], "a server lane needs endpoint="),
+        (["--endpoint", "http://127.0.0.1:9,"], "ends in a comma"),
+        (["--plot", "{tmp}", "--companions", "0,1"], "is a folder"),
+        (["--plot", "/dev/null", "--companions", "0,1"], "character device"),
     ],
 )
-def test_repeat_options_are_refused_in_one_line(capsys, arguments, message) -> None:
-    code = main(["repeat", "--quiet", *arguments])
+def test_repeat_options_are_refused_in_one_line(capsys, tmp_path, arguments, message) -> None:
+    code = main(["repeat", "--quiet", *(a.replace("{tmp}", str(tmp_path)) for a in arguments)])
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and "Traceback" not in captured.err, captured.err

@@ -111,7 +111,7 @@ def repeat_lane(args: argparse.Namespace) -> Lane:
     settings = parse_overrides(args.lane)
     if args.model:
         settings.setdefault("model", args.model)
-    if args.endpoint:
+    if args.endpoint is not None:  # an empty one (an unset variable) is refused, not ignored
         settings.update(backend="server", endpoint=args.endpoint)
     return apply_overrides(Lane(), settings)
 
