@@ -13,7 +13,15 @@ import numpy as np
 import pytest
 
 from specdiff.cli import main
-from specdiff.scoring import ROWS_PER_BLOCK, plan_chunks, score_rows, summarise
+from specdiff.lanes import presets
+from specdiff.reports.score import score_json
+from specdiff.scoring import (
+    ROWS_PER_BLOCK,
+    ScoreResult,
+    plan_chunks,
+    score_rows,
+    summarise,
+)
 from tests.conftest import ROOT
 
 VOCAB = 262_144
@@ -254,3 +262,12 @@ def test_score_report_holds_together(tmp_path, like_perplexity):
     if like_perplexity:
         shown = specdiff(str(text), *options, "--quiet")
         assert f"({len(flips)} flips)" in shown.stdout and "\x1b" not in shown.stdout
+
+
+@pytest.mark.parametrize("name", ["quant", "ubatch", "threads"])
+def test_the_json_report_names_what_each_lane_is(name):
+    """Most scoring pairs differ in quantization or batch sizes, which a lane's plain
+    description leaves out: the JSON must tell lane a from lane b."""
+    pair = presets()[name]
+    lanes = score_json(pair, ScoreResult(tokens=2, chunk=16, convention="all"))["lanes"]
+    assert lanes["a"] != lanes["b"], lanes

@@ -81,7 +81,9 @@ def score_json(pair: Pair, result: ScoreResult) -> dict[str, Any]:
     ]
     return {
         "pair": pair.name,
-        "lanes": {"a": pair.a.describe(), "b": pair.b.describe()},
+        # what each lane is, led by what differs: describe() alone reads "plain" for both
+        # lanes of most scoring pairs, which differ in quantization or batch sizes
+        "lanes": {"a": headline(pair.a, pair.b), "b": headline(pair.b, pair.a)},
         "tokens": result.tokens,
         "chunk": result.chunk,
         "convention": result.convention,
