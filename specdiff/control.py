@@ -68,8 +68,11 @@ def warm_second_run(lane: Lane) -> str | None:
     if lane.prefix == "cached":
         return "lane a primes llama-server's prompt cache (prefix=cached)"
     extra = json.loads(lane.request) if lane.request else {}
-    if extra.get("cache_prompt") is True:
-        return 'lane a asks the server for cache_prompt (request={"cache_prompt": true})'
+    # llama-server reads a value that is not a JSON boolean (1, "true", null) as its
+    # default, which caches: only an explicit false keeps the second run cold
+    if "cache_prompt" in extra and extra["cache_prompt"] is not False:
+        shown = json.dumps(extra["cache_prompt"], ensure_ascii=True)[:40]
+        return f'lane a asks the server for cache_prompt (request={{"cache_prompt": {shown}}})'
     return None
 
 

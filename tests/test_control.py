@@ -21,8 +21,9 @@ from specdiff.control import (
     control_brief,
     control_sentence,
     noise_floor_label,
+    warm_second_run,
 )
-from specdiff.lanes import presets
+from specdiff.lanes import Lane, presets
 from specdiff.sessions.format import ControlRun, RunSummary
 from specdiff.sessions.store import load_session
 from specdiff.steps import Candidate, TokenStep
@@ -131,6 +132,10 @@ def test_a_control_of_the_wrong_type_is_named(field, value, words):
     [
         (["--pair", "server-cache-vs-fresh"], "prefix=cached"),
         (["--pair", "servers", "--lane-a", 'request={"cache_prompt": true}'], "cache_prompt"),
+        # llama-server takes a value that is no JSON boolean as its default: caching
+        (["--pair", "servers", "--lane-a", 'request={"cache_prompt": 1}'], '"cache_prompt": 1'),
+        (["--pair", "servers", "--lane-a", 'request={"cache_prompt": "no"}'], '"no"'),
+        (["--pair", "servers", "--lane-a", 'request={"cache_prompt": null}'], "null"),
     ],
 )
 def test_control_refuses_a_lane_a_whose_second_run_is_warm(command, lane_a, words, capsys):
@@ -138,6 +143,16 @@ def test_control_refuses_a_lane_a_whose_second_run_is_warm(command, lane_a, word
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
     assert "--control runs lane a twice" in err and words in err
+
+
+@pytest.mark.parametrize(
+    ("request_fields", "warm"),
+    [("", False), ('{"cache_prompt": false}', False), ('{"n_probs": 8}', False)]
+    + [('{"cache_prompt": true}', True), ('{"cache_prompt": 0}', True)],
+)
+def test_only_an_explicit_false_keeps_a_server_lane_cold(request_fields, warm):
+    lane = Lane(backend="server", endpoint="http://127.0.0.1:9", request=request_fields)
+    assert (warm_second_run(lane) is not None) == warm
 
 
 def suite_json(control: bool | None) -> dict:
