@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 from specdiff.cli import main
+from specdiff.cli.score import read_text
+from specdiff.errors import PromptError
 from specdiff.lanes import presets
 from specdiff.reports.score import score_json
 from specdiff.scoring import (
@@ -271,3 +273,16 @@ def test_the_json_report_names_what_each_lane_is(name):
     pair = presets()[name]
     lanes = score_json(pair, ScoreResult(tokens=2, chunk=16, convention="all"))["lanes"]
     assert lanes["a"] != lanes["b"], lanes
+
+
+@pytest.mark.parametrize("word", ["3.14", "v1.2", "1e-9", "x", "naïve", "and/or", "10.0.0.1"])
+def test_a_lone_word_that_names_no_file_is_scored_as_text(word, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert read_text(word) == word
+
+
+@pytest.mark.parametrize("word", ["notes.txt", "data/", "~/missing.md", "a.py", "r.jsonl"])
+def test_a_lone_missing_file_name_is_refused(word, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(PromptError, match="text file not found"):
+        read_text(word)

@@ -28,8 +28,9 @@ SCORING_KEYS = frozenset(
 )
 """The lane keys a teacher-forced evaluation uses; speculation, prefix caching, chat
 templates and sampling settings play no part in it."""
-_LOOKS_LIKE_FILE = re.compile(r"^\S*(/|\.[A-Za-z0-9]{1,5})$")
-"""One word ending in a slash or a file extension: meant as a file, not as text."""
+_LOOKS_LIKE_FILE = re.compile(r"^\S*(/|\.[A-Za-z][A-Za-z0-9]{0,4})$")
+"""One word ending in a slash or a file extension: meant as a file, not as text. An
+extension starts with a letter, so a number (3.14, v1.2) is text."""
 
 
 def add_parser(commands: Subcommands) -> None:
