@@ -395,8 +395,8 @@ def check_endpoints(endpoint: str) -> None:
         seen[identity] = shown
 
 
-_UNSENDABLE = re.compile(r"[\s\x00-\x1f\x7f]")
-"""What no request line may carry: whitespace and control characters."""
+_UNSENDABLE = re.compile(r"[\x00-\x1f\x7f]")
+"""What no request line may carry and no URL parser percent-encodes: control characters."""
 _ANY_USER_INFO = re.compile(r"(://).*@", re.DOTALL)
 """Everything up to a URL's last @: a password holding / ? or # ends the authority early
 for a URL parser, so the strict mask would show it."""
@@ -409,8 +409,13 @@ def _not_a_url(url: str) -> str:
         return f"lane key 'endpoint' has an empty entry: {shown!r:.120} ends in a comma; drop it"
     if _UNSENDABLE.search(url):
         return (
-            f"lane key 'endpoint': {shown!r:.120} holds a space or a control character; "
-            "percent-encode it (a space is %20)"
+            f"lane key 'endpoint': {shown!r:.120} holds a control character; "
+            "percent-encode it (an escape is %1B)"
+        )
+    if "@" in url:
+        return (
+            f"lane key 'endpoint': {shown!r:.120} is not a URL; percent-encode / ? # in a "
+            "user name or password (%2F %3F %23)"
         )
     return f"lane key 'endpoint': {shown!r:.120} is not a URL; a server lane needs {ENDPOINT_FORM}"
 
