@@ -6,12 +6,13 @@ MODE is `key=value` settings joined by `:`, each optional:
 - `delay=S`: seconds between two words (default 0), so requests overlap in time;
 - `busy=K` and `retry_after=S`: the first K completion requests are answered HTTP 429
   with `Retry-After: S` (default 1), as a loaded server answers;
-- `broken=K`: the first K streams drop their connection halfway, with no end marker.
+- `broken=K`: the first K streams drop their connection halfway, with no end marker;
+- `first=S`: seconds before a stream's first word (default 0), as a prompt is read.
 
 Every GET answers a one-model list, which is all a server lane asks of a server it does
 not know. GET /counts says what the server did: the completions it streamed, the 429s
-it sent, the most streams it had at once (`peak`), the streams it broke, and its
-settings (`mode`).
+it sent, the most streams it had at once (`peak`) and waiting for their first word at
+once (`peak_unanswered`), the streams it broke, and its settings (`mode`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,14 @@ WORDS = (" Hello", " world", " and", " again", ".")
 
 
 def read_mode(mode: str) -> dict[str, float]:
-    settings = {"tokens": 4.0, "delay": 0.0, "busy": 0.0, "retry_after": 1.0, "broken": 0.0}
+    settings = {
+        "tokens": 4.0,
+        "delay": 0.0,
+        "busy": 0.0,
+        "retry_after": 1.0,
+        "broken": 0.0,
+        "first": 0.0,
+    }
     for part in filter(None, mode.split(":")):
         key, _, value = part.partition("=")
         if key not in settings:
@@ -55,8 +63,9 @@ def event(text: str, finish: str | None = None) -> bytes:
 
 class Streamer(BaseHTTPRequestHandler):
     settings: dict[str, float] = read_mode("")
-    counts = {"streamed": 0, "busy": 0, "peak": 0, "broken": 0}
+    counts = {"streamed": 0, "busy": 0, "peak": 0, "broken": 0, "peak_unanswered": 0}
     streaming = 0
+    unanswered = 0
     lock = threading.Lock()
     protocol_version = "HTTP/1.1"  # keep-alive, as a real server offers
 
@@ -106,6 +115,7 @@ class Streamer(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
+        self._first_wait()
         tokens = int(self.settings["tokens"])
         for number in range(tokens):
             if number and self.settings["delay"]:
@@ -117,6 +127,18 @@ class Streamer(BaseHTTPRequestHandler):
         self._chunk(event("", finish="length"))
         self._chunk(b"data: [DONE]\n\n")
         self._chunk(b"")
+
+    def _first_wait(self) -> None:
+        """The `first` seconds before the first word, counting the streams that wait
+        for theirs at once (`peak_unanswered`): requests sent together all wait."""
+        with self.lock:
+            Streamer.unanswered += 1
+            self.counts["peak_unanswered"] = max(
+                self.counts["peak_unanswered"], Streamer.unanswered
+            )
+        time.sleep(self.settings["first"])
+        with self.lock:
+            Streamer.unanswered -= 1
 
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")

@@ -311,6 +311,22 @@ def test_a_run_sent_again_from_the_start_counts_only_its_kept_tokens(
     assert max(run.progress.tokens for run in finished) == kept
 
 
+@pytest.mark.server
+@pytest.mark.parametrize("paced", ["tokens=4:first=0.5"], indirect=True)
+@pytest.mark.parametrize("concurrency", ["1", "2"])
+def test_both_lanes_of_a_prompt_send_their_requests_at_once(
+    paced: str, concurrency: str, tmp_path: Path
+) -> None:
+    """Lanes stepped in turn must not hold lane b's request back until lane a's first
+    token: both wait for their first token together, as a bare client's would."""
+    report = tmp_path / "report"
+    done = run(
+        suite_command(write_prompts(tmp_path, 2), paced, report, "--concurrency", concurrency)
+    )
+    assert done.returncode == 0, done.stderr
+    assert counts(paced)["peak_unanswered"] == 2 * int(concurrency)
+
+
 def paced_mode(url: str) -> list[str]:
     """The busy and retry_after settings of the stream server at `url`."""
     settings = counts(url)["mode"]

@@ -134,6 +134,12 @@ class PairRun(StreamsARun):
             if not (teacher_forced and lane_id == "b")
         }
         self._gate_streams()
+        for lane_id in generators:
+            local = self.lanes[lane_id]
+            if isinstance(local, ServerLane):
+                # both requests in flight at once, as a bare client sends them: stepping
+                # in turn, lane b's would wait for lane a's first token
+                local.send_ahead(ids, max_tokens, stop_bytes)
 
         def forced_b(forced: list[int]) -> Iterator[TokenStep]:
             return self.lanes["b"].generate(ids, max_tokens, stop_bytes, forced=forced)

@@ -86,6 +86,9 @@ class ServerLane:
         self._own_pool = pool is None
         self.pool = pool or ModelPool()
         self._readers: list[threading.Thread] = []
+        self._ahead: tuple[tuple[Any, ...], tuple[queue.Queue[Arrival], threading.Event]] | None
+        self._ahead = None
+        """The request `send_ahead` sent, with what it was sent for, until taken."""
         try:
             # The tokenizer: prompt token ids for the session, and ids for servers that
             # report tokens only as text.
@@ -243,6 +246,7 @@ class ServerLane:
         return record
 
     def close(self) -> None:
+        self._drop_ahead()
         for reader in self._readers:
             reader.join(timeout=5)  # before the tokenizer it may be using is freed
         self.client.close()
@@ -259,12 +263,63 @@ class ServerLane:
     ) -> Iterator[TokenStep]:
         """Stream the server's greedy completion of the prompt, one TokenStep per token.
         The server is sent text: the prompt itself, a Prompt's text, or token ids turned
-        back into text.
+        back into text; a request `send_ahead` sent with the same arguments is the one
+        read.
 
         A thread reads the stream as it comes, so each step is stamped when it arrived
         even while the caller is busy with another lane; the steps wait in a queue."""
         if forced is not None:
             raise LaneConfigError("teacher forcing needs an in-process lane (backend=local)")
+        arrived, stopped = self._take_ahead(prompt, max_tokens, stop) or self._send(
+            prompt, max_tokens, stop
+        )
+        self.restartable = False
+        try:
+            yield from self._receive(arrived)
+        except ServerError as error:
+            self.restartable = error.restartable
+            raise
+        finally:
+            stopped.set()
+            self.client.unpin()  # the next prompt's endpoint is chosen afresh
+
+    def send_ahead(
+        self, prompt: Sequence[int] | str, max_tokens: int, stop: Sequence[bytes] = ()
+    ) -> None:
+        """Send now the request that the next `generate` with these arguments reads: a
+        run's two lanes then have both requests in flight from the start, for the server
+        to batch, where the second would wait for the first lane's first token. A
+        failure is left for `generate` to meet again, where the lane records it."""
+        self._drop_ahead()
+        try:
+            self._ahead = ((prompt, max_tokens, tuple(stop)), self._send(prompt, max_tokens, stop))
+        except SpecdiffError:
+            return
+
+    def _take_ahead(
+        self, prompt: Sequence[int] | str, max_tokens: int, stop: Sequence[bytes]
+    ) -> tuple[queue.Queue[Arrival], threading.Event] | None:
+        """The request sent ahead for these arguments, if one was; any other is dropped."""
+        if self._ahead is not None:
+            (sent_prompt, sent_tokens, sent_stop), sent = self._ahead
+            if sent_prompt is prompt and (sent_tokens, sent_stop) == (max_tokens, tuple(stop)):
+                self._ahead = None
+                return sent
+        self._drop_ahead()
+        return None
+
+    def _drop_ahead(self) -> None:
+        """Stop reading a request sent ahead that no generation took (a cancelled run)."""
+        if self._ahead is not None:
+            self._ahead[1][1].set()
+            self._ahead = None
+            self.client.unpin()
+
+    def _send(
+        self, prompt: Sequence[int] | str, max_tokens: int, stop: Sequence[bytes]
+    ) -> tuple[queue.Queue[Arrival], threading.Event]:
+        """Send the generation's request; its steps arrive in the queue, read by a thread
+        until the event is set."""
         if isinstance(prompt, str):
             text, count = prompt, len(self.tokenize(prompt))
         else:
@@ -288,15 +343,7 @@ class ServerLane:
         )
         self._readers = [r for r in self._readers if r.is_alive()] + [reader]
         reader.start()
-        self.restartable = False
-        try:
-            yield from self._receive(arrived)
-        except ServerError as error:
-            self.restartable = error.restartable
-            raise
-        finally:
-            stopped.set()
-            self.client.unpin()  # the next prompt's endpoint is chosen afresh
+        return arrived, stopped
 
     def _read(
         self,
