@@ -238,6 +238,19 @@ def test_lanes_alike_in_scoring_score_zero():
 
 
 @pytest.mark.model
+def test_a_context_far_beyond_the_text_reserves_memory_for_the_text_only():
+    """--n-ctx 1048576 on a ten-token text: the lanes' KV memory is sized to the text
+    (a context of the chunk's size took 22 GB, and the kernel killed the worker)."""
+    import resource
+
+    done = specdiff(SAMPLE, "--pair", "quant", "--n-ctx", "1048576", "--json")
+    assert done.returncode in (0, 1), done.stderr
+    assert json.loads(done.stdout)["chunk"] == 1048576
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    assert peak_kib < 4 * 1024 * 1024, f"{peak_kib} KiB"
+
+
+@pytest.mark.model
 @pytest.mark.parametrize("like_perplexity", [False, True])
 def test_score_report_holds_together(tmp_path, like_perplexity):
     """Q4_K_M vs Q8_0: the JSON's positions, summary and flips agree with each other and

@@ -24,7 +24,7 @@ from specdiff.engine.llama.context import Context, LoadedModel, ModelPool, Offlo
 from specdiff.engine.models import resolve_model
 from specdiff.engine.runtime import llama
 from specdiff.errors import PromptError
-from specdiff.lanes import Lane, LaneConfigError, Pair
+from specdiff.lanes import BOUNDS, Lane, LaneConfigError, Pair
 from specdiff.scoring import (
     ROWS_PER_BLOCK,
     Chunk,
@@ -43,21 +43,36 @@ def _quiet(_: str) -> None:
 
 
 class ScoringLane:
-    """One lane's model and a context of the chunk's size."""
+    """One lane's model and, once the text's length is known, a context of the chunk's
+    size or the text's, whichever is smaller."""
 
     def __init__(
         self, lane: Lane, lane_id: str, chunk: int, pool: ModelPool, cancel: threading.Event,
         progress: Progress,
     ) -> None:  # fmt: skip
-        n_batch = min(lane.n_batch, chunk)
-        self.lane = replace(
-            lane, n_ctx=chunk, n_batch=n_batch, n_ubatch=min(lane.n_ubatch, n_batch)
-        )
+        self.lane = replace(lane, n_ctx=chunk)
         self.lane_id = lane_id
+        self.cancel = cancel
         path = resolve_model(lane.model, lane.quant, lane.threads, progress)
         # as the probe decided for the lane as given (its own n_ubatch, not the capped one)
         self.model: LoadedModel = pool.get(path, repack_choice(lane, path).on, Offload.of(lane))
-        self.context = Context(self.model, self.lane, cancel)
+        self._context: Context | None = None
+
+    def fit(self, longest: int) -> Context:
+        """The context, made on first use for at most `longest` tokens: a --n-ctx far
+        beyond the text must not reserve KV memory for tokens that never come."""
+        if self._context is None:
+            n_ctx = max(BOUNDS["n_ctx"][0], min(self.lane.n_ctx, longest))
+            n_batch = min(self.lane.n_batch, n_ctx)
+            self.lane = replace(
+                self.lane, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=min(self.lane.n_ubatch, n_batch)
+            )
+            self._context = Context(self.model, self.lane, self.cancel)
+        return self._context
+
+    @property
+    def context(self) -> Context:
+        return self.fit(self.lane.n_ctx)
 
     def executed(self) -> dict[str, Any]:
         return {
@@ -79,7 +94,8 @@ class ScoringLane:
                 yield np.array(self.context.row(row), dtype=np.float32)
 
     def close(self) -> None:
-        self.context.close()
+        if self._context is not None:
+            self._context.close()
 
 
 def score_text(
@@ -145,6 +161,8 @@ def _score(
     a: ScoringLane, b: ScoringLane, text: str, chunk: int, convention: str, progress: Progress
 ) -> ScoreResult:
     tokens = text_tokens(a, b, text, chunk, convention)
+    a.fit(len(tokens))
+    b.fit(len(tokens))
     started = time.perf_counter()
     result = ScoreResult(len(tokens), chunk, convention)
     result.executed = {"a": a.executed(), "b": b.executed()}
