@@ -570,7 +570,7 @@ def test_titles_and_labels_are_escaped() -> None:
             y_label="&y",
         )
     )
-    assert root[0].text == 'a <b> & "c" \ufffd end'
+    assert root[0].text == 'a <b> & "c" \\x01 end'  # shown as its escape
     assert {"<x>", "&y", "x < y"} <= set(texts(root))
     assert xml_text("<&>\"'") == "&lt;&amp;&gt;&quot;&#39;"
 

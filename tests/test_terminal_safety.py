@@ -24,7 +24,7 @@ from textual.widgets import Static
 from specdiff.cli.common import Status
 from specdiff.lanes import presets
 from specdiff.reports._markup import md_table
-from specdiff.reports.suite import markdown, results_csv
+from specdiff.reports.suite import html_report, markdown, results_csv
 from specdiff.safe_text import (
     GuardedStream,
     csv_cell,
@@ -205,6 +205,15 @@ def test_a_suite_report_md_and_csv_hold_hostile_names_as_text(hostile: str) -> N
     for cell in rows[1]:
         assert not cell.startswith(("=", "+", "-", "@", "\t", "\r")), cell
         assert_terminal_safe(cell)
+
+
+@pytest.mark.parametrize("hostile", ENCODABLE_TEXTS, ids=ENCODABLE_IDS)
+def test_a_suite_report_html_holds_hostile_names_as_text(hostile: str) -> None:
+    """`cat report.html` in a terminal: no name from a prompt file reaches it as a
+    control character (html.escape alone kept ESC and BEL)."""
+    page = html_report(hostile_suite(hostile))
+    assert "<script" not in page.split("<body>", 1)[1]
+    assert_terminal_safe(page)
 
 
 # -- the terminal: the guard, the progress line, real processes ----------------------

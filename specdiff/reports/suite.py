@@ -77,6 +77,12 @@ CSV_COLUMNS = (
 )
 
 
+def _html_text(text: str, quote: bool = True) -> str:
+    """Text from prompts, servers and sessions in the HTML report: control characters
+    shown as escapes (a `cat report.html` must not run them), then HTML-escaped."""
+    return html.escape(visible(text), quote=quote)
+
+
 def write_reports(report_dir: Path, data: dict[str, Any]) -> list[Path]:
     """Write the four report files, each whole or not at all; their paths."""
     outputs = {
@@ -757,8 +763,8 @@ code{font-size:.85em}
 
 
 def _html_table(header: Sequence[str], rows: Sequence[Sequence[str]], css_class: str = "") -> str:
-    body = ("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return html_table(header, body, html.escape, css_class)
+    body = ("<tr>" + "".join(f"<td>{_html_text(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return html_table(header, body, _html_text, css_class)
 
 
 def html_report(data: dict[str, Any]) -> str:
@@ -771,12 +777,12 @@ def _html_section(title: str, header: Sequence[str], rows: Sequence[Sequence[str
 
 
 def _html_overview(data: dict[str, Any]) -> list[str]:
-    source = html.escape(data["settings"]["source"])
+    source = _html_text(data["settings"]["source"])
     parts = [
         page_head(f"specdiff suite: {source}", SUITE_STYLE) + "<body>",
         f"<h1>specdiff suite: {source}</h1>",
         # quotes need no escaping in text, and the wording has an apostrophe
-        f'<p class="muted">{html.escape(_overview(data), quote=False)}</p>',
+        f'<p class="muted">{_html_text(_overview(data), quote=False)}</p>',
         "<h2>Summary</h2>",
         _html_table(SUMMARY_HEADER, _summary_rows(data)),
         '<div class="charts">',
@@ -794,7 +800,7 @@ def _html_overview(data: dict[str, Any]) -> list[str]:
     if matrix is not None:
         parts += _html_section("By weight type", *matrix)
     if data["skipped_prompts"]:
-        items = "".join(f"<li>{html.escape(p)}</li>" for p in data["skipped_prompts"])
+        items = "".join(f"<li>{_html_text(p)}</li>" for p in data["skipped_prompts"])
         parts += ["<h2>Skipped</h2>", f"<ul>{items}</ul>"]
     return parts
 
@@ -802,20 +808,20 @@ def _html_overview(data: dict[str, Any]) -> list[str]:
 def _html_pair(pair: dict[str, Any]) -> list[str]:
     summary = pair["summary"]
     parts = [
-        f"<h2>{html.escape(pair['label'])}</h2>",
-        f"<p>{html.escape(_pair_line(summary))}</p>",
-        f'<p class="paired">{html.escape(paired_line(summary))}</p>',
-        f'<p class="muted">{html.escape(classes_note(summary))}</p>',
+        f"<h2>{_html_text(pair['label'])}</h2>",
+        f"<p>{_html_text(_pair_line(summary))}</p>",
+        f'<p class="paired">{_html_text(paired_line(summary))}</p>',
+        f'<p class="muted">{_html_text(classes_note(summary))}</p>',
         _html_table(PAIRED_HEADER, _paired_rows(summary), "paired"),
     ]
     if summary.get("grades"):
-        parts.append(f'<p class="muted">{html.escape(PAIRED_NOTE)}</p>')
+        parts.append(f'<p class="muted">{_html_text(PAIRED_NOTE)}</p>')
         left_out = left_out_text(summary)
         if left_out:
-            parts.append(f"<p>{html.escape(left_out)}</p>")
+            parts.append(f"<p>{_html_text(left_out)}</p>")
     backoff, by_endpoint = backoff_text(summary), serving_rows(summary)
     if backoff:
-        parts.append(f"<p>{html.escape(backoff)}</p>")
+        parts.append(f"<p>{_html_text(backoff)}</p>")
     if by_endpoint:
         parts += ["<h3>By endpoint</h3>", _html_table(SERVING_HEADER, by_endpoint)]
     teacher = summary.get("teacher_forced")
@@ -828,7 +834,7 @@ def _html_pair(pair: dict[str, Any]) -> list[str]:
             _html_table(MARGIN_HEADER, _margin_rows(teacher)),
         ]
     if kld_line(summary.get("kld")):
-        parts.append(f"<p>{html.escape(kld_line(summary['kld']))}</p>")
+        parts.append(f"<p>{_html_text(kld_line(summary['kld']))}</p>")
         parts.append(_html_table(KLD_PROMPT_HEADER, kld_prompt_rows(summary["kld"])))
     rows = _lane_rows(pair.get("configuration"))
     if rows:

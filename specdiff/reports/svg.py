@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from specdiff.compare import DEFAULT_NEAR_TIE, MARGIN_DISPLAY_CAP
 from specdiff.reports._markup import xml_text
+from specdiff.safe_text import visible
 
 SVG_NAMESPACE = "http://www.w3.org/2000/svg"
 
@@ -36,6 +37,12 @@ _STYLE = (
     ".sdp-rule{stroke:#ff7b72}.sdp-rule-label{fill:#ff7b72}}"
 )
 _HALO = 'class="sdp-halo" stroke-width="3" stroke-linejoin="round" paint-order="stroke"'
+
+
+def _svg_text(text: str) -> str:
+    """A title or label from prompts and sessions: one visible line (a chart opened in a
+    terminal must not run a control character), then XML-escaped."""
+    return xml_text(visible(text))
 
 
 @dataclass(frozen=True)
@@ -116,10 +123,10 @@ def _open(title: str, width: int, height: int) -> list[str]:
         f'<svg xmlns="{SVG_NAMESPACE}" viewBox="0 0 {width} {height}" width="{width}" '
         f'height="{height}" role="img" class="sdp-chart" '
         'font-family="system-ui, -apple-system, Segoe UI, sans-serif" font-size="12">',
-        f"<title>{xml_text(title)}</title>",
+        f"<title>{_svg_text(title)}</title>",
         f"<style>{_STYLE}</style>",
         f'<text x="{LEFT}" y="20" font-size="14" font-weight="600" fill="currentColor">'
-        f"{xml_text(title)}</text>",
+        f"{_svg_text(title)}</text>",
     ]
 
 
@@ -140,7 +147,7 @@ def _axes(
         )
         parts.append(
             f'<text x="{canvas.left - 6}" y="{y}" text-anchor="end" dominant-baseline="middle" '
-            f'fill="currentColor">{xml_text(_tick_label(tick))}</text>'
+            f'fill="currentColor">{_svg_text(_tick_label(tick))}</text>'
         )
     for position, label in x_ticks:
         x = _number(position)
@@ -150,7 +157,7 @@ def _axes(
         )
         parts.append(
             f'<text x="{x}" y="{canvas.bottom + 16}" text-anchor="middle" '
-            f'fill="currentColor">{xml_text(label)}</text>'
+            f'fill="currentColor">{_svg_text(label)}</text>'
         )
     parts.append(
         f'<path d="M{canvas.left} {canvas.top}V{canvas.bottom}H{canvas.right}" fill="none" '
@@ -160,11 +167,11 @@ def _axes(
     middle_y = (canvas.top + canvas.bottom) / 2
     parts.append(
         f'<text x="{_number(middle_x)}" y="{height - 8}" text-anchor="middle" '
-        f'fill="currentColor">{xml_text(x_label)}</text>'
+        f'fill="currentColor">{_svg_text(x_label)}</text>'
     )
     parts.append(
         f'<text x="16" y="{_number(middle_y)}" text-anchor="middle" fill="currentColor" '
-        f'transform="rotate(-90 16 {_number(middle_y)})">{xml_text(y_label)}</text>'
+        f'transform="rotate(-90 16 {_number(middle_y)})">{_svg_text(y_label)}</text>'
     )
     return parts
 
@@ -173,7 +180,7 @@ def _note(canvas: _Canvas, text: str) -> str:
     return (
         f'<text x="{_number((canvas.left + canvas.right) / 2)}" '
         f'y="{_number((canvas.top + canvas.bottom) / 2)}" text-anchor="middle" '
-        f'fill="currentColor" fill-opacity="0.7">{xml_text(text)}</text>'
+        f'fill="currentColor" fill-opacity="0.7">{_svg_text(text)}</text>'
     )
 
 
@@ -181,11 +188,11 @@ def _legend(series: Sequence[Series], width: int) -> list[str]:
     parts = []
     x = width - RIGHT
     for item in reversed(series):
-        label = xml_text(item.label)
+        label = _svg_text(item.label)
         x -= 14 + 7 * len(item.label) + 20
-        dash = f' stroke-dasharray="{xml_text(item.dash)}"' if item.dash else ""
+        dash = f' stroke-dasharray="{_svg_text(item.dash)}"' if item.dash else ""
         parts.append(
-            f'<line x1="{x}" y1="16" x2="{x + 14}" y2="16" stroke="{xml_text(item.color)}" '
+            f'<line x1="{x}" y1="16" x2="{x + 14}" y2="16" stroke="{_svg_text(item.color)}" '
             f'stroke-width="2"{dash}/>'
         )
         parts.append(
@@ -267,7 +274,7 @@ def _horizontal_rule(canvas: _Canvas, rule: Rule) -> tuple[str, str]:
     )
     label = (
         f'<text x="{canvas.right - 4}" y="{_number(canvas.y(rule.value) - 4)}" '
-        f'text-anchor="end" fill="currentColor" {_HALO}>{xml_text(rule.label)}</text>'
+        f'text-anchor="end" fill="currentColor" {_HALO}>{_svg_text(rule.label)}</text>'
     )
     return line, label
 
@@ -285,14 +292,14 @@ def _vertical_rule(canvas: _Canvas, rule: Rule) -> tuple[str, str]:
     label = (
         f'<text x="{_number(canvas.x(rule.value) + offset)}" y="{canvas.top - 6}" '
         f'text-anchor="{anchor}" class="sdp-rule-label" fill="#d1242f">'
-        f"{xml_text(rule.label)}</text>"
+        f"{_svg_text(rule.label)}</text>"
     )
     return line, label
 
 
 def _series_marks(canvas: _Canvas, series: Series) -> list[str]:
     low, high = canvas.y_low, canvas.y_high
-    color = xml_text(series.color)
+    color = _svg_text(series.color)
     runs: list[list[str]] = [[]]
     points = []
     for index, value in enumerate(series.values):
@@ -309,9 +316,9 @@ def _series_marks(canvas: _Canvas, series: Series) -> list[str]:
         tip = f"{value:.3f}".replace("inf", "∞")
         points.append(
             f'<circle cx="{x}" cy="{y}" r="2.2" fill="{fill}" stroke="{color}">'
-            f"<title>{xml_text(f'{series.label} {index}: {tip}')}</title></circle>"
+            f"<title>{_svg_text(f'{series.label} {index}: {tip}')}</title></circle>"
         )
-    dash = f' stroke-dasharray="{xml_text(series.dash)}"' if series.dash else ""
+    dash = f' stroke-dasharray="{_svg_text(series.dash)}"' if series.dash else ""
     lines = [
         f'<polyline points="{" ".join(run)}" fill="none" stroke="{color}" '
         f'stroke-width="1.5" stroke-linejoin="round"{dash}/>'
@@ -343,19 +350,17 @@ def histogram(
     slot = (canvas.right - canvas.left) / max(len(heights), 1)
     every = max(1, math.ceil(len(labels) * 7 * 6 / (canvas.right - canvas.left)))
     x_ticks = [
-        (canvas.left + slot * (i + 0.5), label)
-        for i, label in enumerate(labels)
-        if i % every == 0
+        (canvas.left + slot * (i + 0.5), label) for i, label in enumerate(labels) if i % every == 0
     ]
     parts = _open(title, width, height)
     parts += _axes(canvas, x_label, y_label, x_ticks, nice_ticks(0.0, y_high), height)
-    fill = xml_text(color)
+    fill = _svg_text(color)
     for index, (value, label) in enumerate(zip(heights, labels)):
         top = canvas.y(value)
         parts.append(
             f'<rect x="{_number(canvas.left + slot * index + slot * 0.1)}" y="{_number(top)}" '
             f'width="{_number(slot * 0.8)}" height="{_number(canvas.bottom - top)}" '
-            f'fill="{fill}"><title>{xml_text(f"{label}: {_tick_label(counts[index])}")}</title>'
+            f'fill="{fill}"><title>{_svg_text(f"{label}: {_tick_label(counts[index])}")}</title>'
             "</rect>"
         )
     if not heights:
