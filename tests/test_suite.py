@@ -220,6 +220,7 @@ def test_teacher_forced_q8_0_flips_less_than_q4_k_m(tmp_path: Path, capsys) -> N
             "--quants",
             "base,q8_0",
             "--teacher-forced",
+            "--no-kld",  # test_suite_kld covers that pass; here it would double the time
             "--max-tokens",
             "100",
             "--report",
@@ -228,6 +229,7 @@ def test_teacher_forced_q8_0_flips_less_than_q4_k_m(tmp_path: Path, capsys) -> N
         ]
     )
     assert code == 0
+    assert not list(folder.rglob("kld.json")), "--no-kld ran the KL divergence pass"
     data = report_json(folder)
     teacher = {p["quant"]: p["summary"]["teacher_forced"] for p in data["pairs"]}
     q4, q8 = teacher["base"], teacher["q8_0"]

@@ -70,6 +70,12 @@ def add_parser(commands: Subcommands) -> None:
     suite.add_argument("--report", required=True, metavar="DIR", help="the report folder")
     options.add_near_tie(suite)
     options.add_teacher_forced(suite)
+    suite.add_argument(
+        "--no-kld",
+        action="store_true",
+        help="with --teacher-forced: skip the full-vocabulary KL divergence pass (it "
+        "evaluates every finished run once more in both lanes, about a run's time each)",
+    )
     options.add_control(suite)
     suite.add_argument(
         "--quants",
@@ -182,6 +188,7 @@ def command_suite(args: argparse.Namespace) -> int:
         cancel,
         on_finished,
         drain,
+        score_kld=not args.no_kld,
     )
     with draining_interrupts(drain, cancel):
         outcome = runner.run()

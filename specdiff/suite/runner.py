@@ -290,8 +290,11 @@ class SuiteRun:
         cancel: threading.Event | None = None,
         on_finished: Callable[[FinishedRun], None] | None = None,
         drain: threading.Event | None = None,
+        score_kld: bool = True,
     ) -> None:
         self.settings = settings
+        self.score_kld = score_kld
+        """A teacher-forced suite's KL divergence pass runs (--no-kld turns it off)."""
         self.prompts = prompts
         self.report_dir = report_dir
         self.skipped = list(skipped)
@@ -327,10 +330,7 @@ class SuiteRun:
                 cancelled = True
                 break
         # runs side by side end in any order; the report lists them in the suite's
-        kld = score_teacher_forced(
-            self.settings, self.report_dir, tally.records, self.cancel, self.on_message,
-            score_new=not cancelled,
-        )  # fmt: skip
+        kld = self._kld(tally, cancelled) if self.score_kld else {}
         order = {
             (label, p.id): n
             for n, (label, p) in enumerate(
@@ -354,6 +354,14 @@ class SuiteRun:
             program_seconds=self.program_seconds,
             kld=kld,
         )
+
+    def _kld(self, tally: _Tally, cancelled: bool) -> dict[str, dict[str, Any]]:
+        """A teacher-forced suite's KL divergence figures; a stopped suite scores no
+        new run."""
+        return score_teacher_forced(
+            self.settings, self.report_dir, tally.records, self.cancel, self.on_message,
+            score_new=not cancelled,
+        )  # fmt: skip
 
     def _read_back(self, label: str, quant: str, tally: _Tally) -> list[SuitePrompt]:
         """Record the prompts whose session files a stopped run left; returns the others:
