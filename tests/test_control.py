@@ -110,8 +110,9 @@ def test_the_control_reads_as_one_line(ab, again, stop, error, sentence, brief):
 @pytest.mark.parametrize(
     ("field", "value", "words"),
     [
-        ("fork_index", "2", "fork_index"),
-        ("fork_index", -1, "fork_index"),
+        ("fork_index", "2", "control.fork_index"),
+        ("fork_index", -1, "control.fork_index"),
+        ("fork_index", 5, "past control.generated 4"),  # a' forks at most where it ended
         ("generated", None, "control.generated"),
         ("generated", 1.5, "control.generated"),
         ("output_sha256", 7, "control.output_sha256"),

@@ -629,10 +629,17 @@ class ControlRun:
     @classmethod
     def from_json(cls, value: object) -> ControlRun:
         record = check_object(value, "control")
+        fork = _optional(
+            record.get("fork_index"), lambda v: check_int(v, "control.fork_index", 0, MAX_INDEX)
+        )
+        generated = _count(record.get("generated"), "control.generated")
+        if fork is not None and fork > generated:
+            # a' can fork from a at most where a' ended
+            raise ValueError(f"control.fork_index {fork} is past control.generated {generated}")
         return cls(
-            fork_index=_optional(record.get("fork_index"), _fork_index),
+            fork_index=fork,
             fork_margins=_optional(record.get("fork_margins"), _margins),
-            generated=_count(record.get("generated"), "control.generated"),
+            generated=generated,
             output_sha256=check_text(record.get("output_sha256"), "control.output_sha256"),
             stop_reason=check_text(record.get("stop_reason", ""), "control.stop_reason"),
             error=_error(record.get("error"), "control.error"),
