@@ -135,8 +135,11 @@ def run_repeat(
 
 def _handing_over(on_run: RunDone | None) -> Callable[[int, BatchedRun], None]:
     """What crosses back from the worker for each run: counts only, not its steps."""
+    # deferred: this runs in the worker process, which has loaded the worker module
+    from specdiff.engine.worker import fault_point
 
     def handed_over(number: int, run: BatchedRun) -> None:
+        fault_point(run.steps)
         if on_run is not None:
             on_run(number, len(run.steps), run.companions)
 

@@ -32,7 +32,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from multiprocessing.connection import Connection
@@ -110,6 +110,15 @@ class Fault:
             raise EngineError(f"llama_decode failed (injected at step {self.step})")
         signal.signal(self.KINDS[self.kind], signal.SIG_DFL)
         os.kill(os.getpid(), self.KINDS[self.kind])
+
+
+def fault_point(steps: Iterable[TokenStep]) -> None:
+    """Where a function run by `call_in_worker` hands over less than its steps (counts
+    only), the steps it finished pass here, so an injected fault still strikes there."""
+    fault = Fault.from_env()
+    if fault is not None:
+        for step in steps:
+            fault.fire_at(step)
 
 
 class _CancelFlag(threading.Event):
