@@ -13,16 +13,20 @@ whole vocabulary, same top-1, |Δlogit| and margins. The target is a ratio of at
 from __future__ import annotations
 
 import argparse
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 
-from benchmarks._common import median, prompts
 from specdiff.engine.llama.lane import LocalLane
 from specdiff.engine.llama.score import score_text
 from specdiff.lanes import Lane, Pair
 from specdiff.scoring import score_rows
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import median, prompts  # noqa: E402 - this folder is no package
 
 
 def decode_seconds_per_token(lane: LocalLane, prompt: str, tokens: int) -> float:
