@@ -73,6 +73,20 @@ def test_continuous_batching_keeps_every_run_and_the_batch_full(runs: int, batch
         assert all(run.token_ids == expected for _, run in ended)
 
 
+@pytest.mark.model
+@pytest.mark.parametrize(("batch", "text"), [(256, DEFAULT_PROMPT), (3, "")])
+def test_continuous_batching_without_a_shared_prefix(batch: int, text: str) -> None:
+    """At llama.cpp's 256 sequences no id is left for the shared prompt, and a one-token
+    prompt has nothing to share: both decode each run's whole prompt in its own rows."""
+    ended: list[BatchedRun] = []
+    with BatchedLane(Lane(n_ctx=8192, n_batch=1024), batch - 1) as batched:
+        prompt = batched.tokenize(text)
+        assert (len(prompt) == 1) == (text == "")
+        batched.run_continuous(prompt, 4, 6, lambda _, run: ended.append(run))
+    assert len(ended) == 4 and all(0 < len(run.steps) <= 6 for run in ended)
+    assert max(max(run.widths) for run in ended) == min(batch, 4)
+
+
 def test_companions_rotate_and_grow_with_the_run_number() -> None:
     assert [companions_for(r, 3, 12) for r in range(5)] == [[], [1], [2, 3], [3, 4, 5], []]
     assert [companions_for(r, 2, 12, exact=True) for r in range(3)] == [[0, 1], [1, 2], [2, 3]]

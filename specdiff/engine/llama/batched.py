@@ -30,6 +30,9 @@ from specdiff.errors import PromptError
 from specdiff.lanes import Lane
 from specdiff.steps import Candidate, TokenStep
 
+MAX_SEQUENCES = 256
+"""llama.cpp's LLAMA_MAX_SEQ: sequence ids one context can hold."""
+
 
 def _quiet(_: str) -> None:
     return None
@@ -94,8 +97,13 @@ class BatchedLane:
         self.sequences = 1 + max_companions
         # one KV memory for all sequences, as a server's shared cache: where a sequence's
         # cells land depends on its neighbours
+        # run_continuous decodes its prompt once into one more sequence, whose cells every
+        # run then shares (as a server's prompt cache does)
+        # (not when every sequence id llama.cpp allows is already a run's)
+        shares = 1 < self.sequences < MAX_SEQUENCES
+        self._prefix_sequence = self.sequences if shares else None
         try:
-            self.context = Context(self.model, lane, self.cancel, self.sequences)
+            self.context = Context(self.model, lane, self.cancel, self.sequences + shares)
         except BaseException:
             if self._own_pool:
                 self.pool.close()
@@ -159,6 +167,13 @@ class BatchedLane:
         self._check_continuous(len(prompt), max_tokens)
         context = self.context
         context.clear()
+        shared = self._prefix_sequence
+        if shared is not None and len(prompt) > 1:
+            # all but the prompt's last token, decoded once; each run takes these cells
+            # and decodes that last token itself, beside the others' rows, so its first
+            # pick still comes from a batch of its own
+            context.decode_rows([(token, i, shared) for i, token in enumerate(prompt[:-1])])
+        own_prompt = prompt if shared is None else prompt[-1:]
         free = list(range(self.sequences - 1, -1, -1))
         flying: list[_InFlight] = []
         entered = 0
@@ -167,8 +182,13 @@ class BatchedLane:
             wanted = [True] * len(rows)
             for _ in range(min(len(free), runs - entered, entering)):
                 newcomer = _InFlight(entered, free.pop(), BatchedRun(0), len(prompt) - 1)
-                rows += [(token, i, newcomer.sequence) for i, token in enumerate(prompt)]
-                wanted += [False] * (len(prompt) - 1) + [True]
+                if shared is not None:
+                    context.share_prefix(shared, newcomer.sequence, len(prompt) - 1)
+                first = len(prompt) - len(own_prompt)
+                rows += [
+                    (token, first + i, newcomer.sequence) for i, token in enumerate(own_prompt)
+                ]
+                wanted += [False] * (len(own_prompt) - 1) + [True]
                 flying.append(newcomer)
                 entered += 1
             context.decode_rows(rows, wanted)
@@ -204,14 +224,16 @@ class BatchedLane:
     def _check_continuous(self, prompt_tokens: int, max_tokens: int) -> None:
         """Every run in flight must have its KV cells, and a call its rows."""
         entering = self._entering(max_tokens)
-        rows = entering * prompt_tokens + self.sequences - entering
+        shared = self._prefix_sequence is not None
+        own = 1 if shared else prompt_tokens
+        rows = max(entering * own + self.sequences - entering, prompt_tokens - 1 if shared else 0)
         if rows > self.lane.n_batch:
             raise PromptError(
                 f"{entering} prompts of {prompt_tokens} tokens beside "
                 f"{self.sequences - entering} runs need {rows} rows in one batch; "
                 f"n_batch is {self.lane.n_batch}: raise n_batch or lower --batch"
             )
-        needed = self.sequences * (prompt_tokens + max_tokens)
+        needed = self.sequences * (own + max_tokens) + (prompt_tokens - 1 if shared else 0)
         if needed > self.lane.n_ctx:
             raise PromptError(
                 f"{self.sequences} runs in flight of up to {prompt_tokens} + {max_tokens} "

@@ -300,6 +300,11 @@ class Context:
         """Free every KV cell of `sequence`, so that a new sequence can take its id."""
         llama().llama_memory_seq_rm(self.memory, sequence, -1, -1)
 
+    def share_prefix(self, source: int, target: int, end: int) -> None:
+        """Give `target` the KV cells of `source` at positions before `end`: in a unified
+        memory the cells are shared, not copied."""
+        llama().llama_memory_seq_cp(self.memory, source, target, 0, end)
+
     def decode(self, tokens: Sequence[int], start: int, all_logits: bool) -> None:
         """Decode tokens of sequence 0 at positions start.. in one call; logits on the
         last row, or on every row."""
