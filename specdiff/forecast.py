@@ -55,17 +55,17 @@ class FlipModel:
 
 MEASURED_MODELS: dict[str, FlipModel] = {}
 """Flip models fitted on one pair alone, for pairs measured with enough forks to hold
-one. None yet: fitted alone on 2-4 forks each, the ubatch, spec-vs-plain and
-cache-vs-fresh slopes ran from 7 to 21, more spread than so few forks support, so
+one. None yet: fitted alone on 6-11 forks each, the ubatch, spec-vs-plain and
+cache-vs-fresh slopes ran from 7.3 to 10.3, within what so few forks can tell apart, so
 every pair reads the pooled fit."""
 
 POOLED_MODEL = FlipModel(
-    1.250,
-    10.804,
-    "pooled fit: ubatch, spec-vs-plain, cache-vs-fresh; 9 forks, one AVX-512 CPU",
+    0.927,
+    9.050,
+    "pooled fit: ubatch, spec-vs-plain, cache-vs-fresh; 25 forks, one AVX-512 CPU",
 )
-"""Fitted by benchmarks/forecast_validation.py on the bundled divergence and open sets
-(forks land elsewhere on other CPUs, so the figures are that machine's)."""
+"""Fitted by benchmarks/forecast_validation.py on all five bundled sets, 4 prompts each,
+48 tokens (forks land elsewhere on other CPUs, so the figures are that machine's)."""
 
 
 def model_for(pair_name: str) -> FlipModel:
