@@ -11,6 +11,7 @@ Format: https://github.com/ggml-org/ggml/blob/master/docs/gguf.md
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 from dataclasses import dataclass
@@ -180,11 +181,14 @@ class GGUFInfo:
 
     @property
     def n_vocab(self) -> int:
-        return len(self.tokens)
+        tokens = self.metadata.get("tokenizer.ggml.tokens")
+        return len(tokens) if isinstance(tokens, list) else 0
 
-    @property
+    @functools.cached_property
     def vocab_digest(self) -> str:
-        """sha256 over the token texts: equal digests mean the same vocabulary."""
+        """sha256 over the token texts: equal digests mean the same vocabulary. Kept once
+        made: every lane and every runner of a suite's slots that shares the file asks
+        for it, and 262k tokens take a third of a second to hash."""
         digest = hashlib.sha256()
         for token in self.tokens:
             encoded = token.encode("utf-8", "surrogatepass")
