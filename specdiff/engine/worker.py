@@ -293,9 +293,15 @@ class PairWorker(StreamsARun):
         pair: Pair,
         progress: Progress = _quiet,
         cancel: threading.Event | None = None,
+        read_every: float = 0.0,
     ) -> None:
         self.pair = pair
         self.cancel = cancel or threading.Event()
+        self.read_every = read_every
+        """Seconds a streaming reader waits before it drains what has arrived, when
+        nothing is waiting (0: woken by each step). A reader that draws in batches
+        anyway sets it: woken per step, its thread takes a core from the decode threads
+        some 200 times a second, and each time both of them wait at the next barrier."""
         self.result: PairResult | None = None
         self.build: dict[str, str] = {}
         self._executed: dict[str, dict[str, Any]] = {}
@@ -464,6 +470,8 @@ class PairWorker(StreamsARun):
             # arrive faster than the poll's timeout for a whole run
             self._pass_cancel_on()
             try:
+                if self._streaming and self.read_every and not self._conn.poll(0):
+                    time.sleep(self.read_every)
                 if self._conn.poll(POLL_SECONDS):
                     return cast(tuple[Any, ...], self._conn.recv())
             except (EOFError, OSError):

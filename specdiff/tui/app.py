@@ -86,12 +86,21 @@ REPLAY_TICK = 1 / 30
 SWITCH_INTERVAL = 0.0005
 ALIGN_COST_SHARE = 0.05
 """The most of the UI thread's time the alignment after the fork takes while streaming."""
-PANEL_SECONDS = 0.25
+PANEL_SECONDS = 1.0
 """While lanes stream or a replay plays, the panel (its token count) is redrawn at
 most this often."""
 BATCH_SECONDS = 0.25
 """The worker posts steps at most this often: smooth to the eye, cheap for the UI (which
 shares the CPU with the lanes)."""
+READ_EVERY = 0.05
+"""While lanes stream, the worker's steps are read in batches this often (seconds)."""
+FRAME_CPU_SHARE = 0.05
+"""While lanes stream, the most of one core the UI thread takes drawing them: the lanes
+decode on the same cores, so every frame is paid for in their tokens/s. A batch that
+arrives while the UI is over this share since its last frame is drawn with the next one
+(a 4-per-second stream on a fast machine, 2 on a slow one)."""
+FRAME_GAP_MAX = 1.0
+"""However slow its frames, a streaming pane is drawn at least this often (seconds)."""
 
 
 NARROW_COLUMNS = 100
@@ -204,6 +213,8 @@ class SpecdiffApp(App[int]):
         self.reset_view()
         self._next_alignment = 0.0
         self._next_panel = 0.0
+        self._last_frame: tuple[float, float] | None = None
+        """(monotonic, UI thread CPU seconds) when streamed steps were last drawn."""
         self._status = ""
         """The status line's text without the note shown before it."""
         self.cursor_lane = "a"
@@ -1007,7 +1018,7 @@ class SpecdiffApp(App[int]):
         if self._runner is not None:
             self._runner.close()
             self._runner = None
-        self._runner = PairWorker(pair, self.loading_progress, self.cancel)
+        self._runner = PairWorker(pair, self.loading_progress, self.cancel, READ_EVERY)
         return self._runner
 
     def loading_progress(self, text: str) -> None:
@@ -1019,6 +1030,7 @@ class SpecdiffApp(App[int]):
         self.call_from_thread(self.set_status, text)
 
     def on_run_started(self, message: RunStarted) -> None:
+        self._last_frame = None  # the first tokens are drawn as they come
         self.set_status(
             f"generating: {message.prompt_tokens}-token prompt, up to "
             f"{self.max_tokens} tokens per lane"
@@ -1032,12 +1044,26 @@ class SpecdiffApp(App[int]):
             state = self.lanes[lane_id]
             state.extend(steps)
             state.speed, state.drafted, state.accepted = message.live.get(lane_id, (0.0, 0, 0))
+        if not self.frame_due():
+            return  # these steps are drawn with the next batch, or when the run ends
         # While streaming only new tokens are drawn; the alignment after the fork is
         # drawn once the run ends.
         # The panel changes only with the fork, the cursor or the theme.
         found = self.find_fork()
         self.align_while_streaming()
         self.render_lanes(follow=self.follow, panel=found or self.panel_due())
+
+    def frame_due(self) -> bool:
+        """Whether streamed steps are drawn now: not while the UI thread has used more
+        than FRAME_CPU_SHARE of a core since the last frame (unless FRAME_GAP_MAX has
+        passed)."""
+        now, cpu = time.monotonic(), time.thread_time()
+        if self._last_frame is not None:
+            elapsed, used = now - self._last_frame[0], cpu - self._last_frame[1]
+            if elapsed < FRAME_GAP_MAX and used > FRAME_CPU_SHARE * elapsed:
+                return False
+        self._last_frame = (now, cpu)
+        return True
 
     def panel_due(self) -> bool:
         """True at most once every PANEL_SECONDS: the panel's count of tokens shown
