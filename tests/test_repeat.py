@@ -87,6 +87,18 @@ def test_continuous_batching_without_a_shared_prefix(batch: int, text: str) -> N
     assert max(max(run.widths) for run in ended) == min(batch, 4)
 
 
+@pytest.mark.model
+def test_continuous_batching_takes_a_prompt_longer_than_a_batch() -> None:
+    """The shared prompt is decoded once in n_batch pieces: a prompt of more rows than
+    one call holds still runs batched, and every run of it continues the same text."""
+    ended: list[BatchedRun] = []
+    with BatchedLane(Lane(n_batch=32, n_ubatch=32), 2) as batched:
+        prompt = batched.tokenize("The Roman Empire was large and old. " * 12)
+        assert len(prompt) > 2 * 32
+        batched.run_continuous(prompt, 5, 6, lambda _, run: ended.append(run))
+    assert len(ended) == 5 and all(len(run.steps) == 6 for run in ended)
+
+
 def test_companions_rotate_and_grow_with_the_run_number() -> None:
     assert [companions_for(r, 3, 12) for r in range(5)] == [[], [1], [2, 3], [3, 4, 5], []]
     assert [companions_for(r, 2, 12, exact=True) for r in range(3)] == [[0, 1], [1, 2], [2, 3]]

@@ -285,6 +285,7 @@ class PairWorker(StreamsARun):
     """
 
     WHO = "the lanes' worker"
+    read_every = 0.0
     repack_off = "--both repack=false"
     """The option that turns off the kernels most often behind a crash."""
 

@@ -84,17 +84,18 @@ def _html_text(text: str, quote: bool = True) -> str:
 
 
 def write_reports(report_dir: Path, data: dict[str, Any]) -> list[Path]:
-    """Write the four report files, each whole or not at all; their paths."""
-    outputs = {
-        "report.json": json.dumps(finite(data), indent=1, ensure_ascii=False) + "\n",
-        "report.md": markdown(data),
-        "report.html": html_report(data),
-        "results.csv": results_csv(data),
+    """Write the four report files, each whole or not at all; their paths. One at a
+    time: over thousands of prompts each text is megabytes, and only one need be held."""
+    outputs: dict[str, Callable[[dict[str, Any]], str]] = {
+        "report.json": lambda d: json.dumps(finite(d), indent=1, ensure_ascii=False) + "\n",
+        "report.md": markdown,
+        "report.html": html_report,
+        "results.csv": results_csv,
     }
     written = []
-    for name, text in outputs.items():
+    for name, render in outputs.items():
         path = report_dir / name
-        write_text_atomic(path, text)
+        write_text_atomic(path, render(data))
         written.append(path)
     return written
 

@@ -172,7 +172,9 @@ class BatchedLane:
             # all but the prompt's last token, decoded once; each run takes these cells
             # and decodes that last token itself, beside the others' rows, so its first
             # pick still comes from a batch of its own
-            context.decode_rows([(token, i, shared) for i, token in enumerate(prompt[:-1])])
+            prefix = [(token, i, shared) for i, token in enumerate(prompt[:-1])]
+            for start in range(0, len(prefix), self.lane.n_batch):  # a long prompt in pieces
+                context.decode_rows(prefix[start : start + self.lane.n_batch], False)
         own_prompt = prompt if shared is None else prompt[-1:]
         free = list(range(self.sequences - 1, -1, -1))
         flying: list[_InFlight] = []
@@ -226,7 +228,7 @@ class BatchedLane:
         entering = self._entering(max_tokens)
         shared = self._prefix_sequence is not None
         own = 1 if shared else prompt_tokens
-        rows = max(entering * own + self.sequences - entering, prompt_tokens - 1 if shared else 0)
+        rows = entering * own + self.sequences - entering
         if rows > self.lane.n_batch:
             raise PromptError(
                 f"{entering} prompts of {prompt_tokens} tokens beside "
