@@ -257,7 +257,7 @@ def test_theme_default_from_the_config_file(tmp_path: Path, monkeypatch) -> None
 @pytest.mark.parametrize(
     "text, message",
     [
-        ('theme = 3\n', "theme must be a non-empty string"),
+        ("theme = 3\n", "theme must be a non-empty string"),
         ('sessions-dir = "x"\n', "unknown setting 'sessions-dir'; known: theme, sessions_dir"),
     ],
 )

@@ -105,8 +105,17 @@ def test_a_crash_at_the_first_step_is_one_line() -> None:
 
 
 def test_a_lane_b_crash_is_named_lane_b_though_steps_arrive_in_pairs() -> None:
-    completed = specdiff("run", "--pair", "ubatch", "--prompt", PROMPT, "--max-tokens", "6",
-                         "--quiet", fault="b:0:ill")
+    completed = specdiff(
+        "run",
+        "--pair",
+        "ubatch",
+        "--prompt",
+        PROMPT,
+        "--max-tokens",
+        "6",
+        "--quiet",
+        fault="b:0:ill",
+    )
     assert completed.returncode == 2
     line = one_line(completed)
     assert "in lane b at step 0" in line and "SIGILL" in line

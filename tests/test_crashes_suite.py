@@ -73,9 +73,7 @@ def test_a_crash_is_recorded_the_suite_goes_on_and_resume_runs_it_again(
     assert "SIGSEGV" in (session.footer.errors[1] or "")
     assert "| crashed |" in (folder / "report.md").read_text(encoding="utf-8")
     sessions = session_file.parent
-    finished = {
-        p.name: p.stat().st_mtime_ns for p in sessions.glob("*.jsonl") if p != session_file
-    }
+    finished = {p.name: p.stat().st_mtime_ns for p in sessions.glob("*.jsonl") if p != session_file}
     assert len(finished) == 2
 
     monkeypatch.delenv(FAULT_ENV)

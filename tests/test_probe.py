@@ -138,9 +138,7 @@ def error_lines(completed: subprocess.CompletedProcess) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def fallback_runs(
-    tmp_path_factory: pytest.TempPathFactory, model_path: Path
-) -> dict[str, Any]:
+def fallback_runs(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> dict[str, Any]:
     """Two runs with repacked kernels that crash in the probe: the first probes and
     saves a session, the second finds the verdict cached."""
     tmp_path = tmp_path_factory.mktemp("fallback")

@@ -145,9 +145,7 @@ def test_bad_serve_pair_input_is_one_line_and_exit_2(
     not_gguf = tmp_path / "notes.gguf"
     not_gguf.write_text("not a model\n", encoding="utf-8")
     args = [str(not_gguf) if arg == "NOT_GGUF" else arg for arg in args]
-    done = specdiff(
-        "serve-pair", *args, "--threads", "1", "run", "--max-tokens", "4", "--quiet"
-    )
+    done = specdiff("serve-pair", *args, "--threads", "1", "run", "--max-tokens", "4", "--quiet")
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr

@@ -66,7 +66,7 @@ def test_a_folder_of_txt_files_and_the_bundled_sets(tmp_path: Path) -> None:
         (['{"id": "a", "prompt": "  "}'], 'p.jsonl:1: missing "prompt"'),
         (['{"id": "a", "prompt": "x", "max_tokens": 0}'], '"max_tokens" must be'),
         (['["a", "x"]'], "p.jsonl:1: expected an object"),
-        (['{"id": "a\\udc80", "prompt": "x"}'], "p.jsonl:1: \"id\" and \"prompt\" must be text"),
+        (['{"id": "a\\udc80", "prompt": "x"}'], 'p.jsonl:1: "id" and "prompt" must be text'),
         (['{"id": "a", "prompt": "x\\ud800y"}'], "without lone surrogates"),
     ],
 )

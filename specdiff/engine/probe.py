@@ -316,12 +316,14 @@ def judge(
         )
     if mode == "on":
         return made(
-            "", f"llama.cpp's repacked CPU kernels crash on this CPU ({failed.signal} {where}, "
-            "which passes with repack off): set repack=off (--both repack=false) or repack=auto"
+            "",
+            f"llama.cpp's repacked CPU kernels crash on this CPU ({failed.signal} {where}, "
+            "which passes with repack off): set repack=off (--both repack=false) or repack=auto",
         )
     return made(
-        "", f"llama.cpp crashes on this CPU with repack off ({failed.signal} {where}, which "
-        "passes with repack on): set repack=on or repack=auto (--both repack=auto)"
+        "",
+        f"llama.cpp crashes on this CPU with repack off ({failed.signal} {where}, which "
+        "passes with repack on): set repack=on or repack=auto (--both repack=auto)",
     )
 
 
