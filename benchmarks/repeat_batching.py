@@ -3,9 +3,9 @@
 The same N greedy runs of one prompt (the default prompt, --max-tokens each): first
 each alone in its own decode calls (a batch of 1, as a plain lane decodes), then up to
 --batch of them in flight in one KV memory, a new run entering as one ends and taking
-the prompt's cells decoded once (all but its last token, which each run decodes in its
-own batch). On 2 cores a batch of 16 or 32 stays under 3x: their rows still pay most of
-Gemma's 262k-row output projection each. Rounds
+the prompt's cells and first pick from one decode of the prompt. On 2 cores a batch of
+16 or 32 stays under 3x: their rows still pay most of Gemma's 262k-row output projection
+each. Rounds
 alternate the two so both see the same machine state. Prints the wall time of each and
 the speedup (target >= 3x), and the unique completions of each way.
 

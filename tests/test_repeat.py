@@ -12,6 +12,7 @@ import pytest
 from specdiff.cli import main
 from specdiff.engine.llama.batched import BatchedLane, BatchedRun
 from specdiff.engine.llama.lane import LocalLane
+from specdiff.errors import PromptError
 from specdiff.lanes import Lane
 from specdiff.prompts import DEFAULT_PROMPT
 from specdiff.repeat import (
@@ -85,6 +86,36 @@ def test_continuous_batching_without_a_shared_prefix(batch: int, text: str) -> N
         batched.run_continuous(prompt, 4, 6, lambda _, run: ended.append(run))
     assert len(ended) == 4 and all(0 < len(run.steps) <= 6 for run in ended)
     assert max(max(run.widths) for run in ended) == min(batch, 4)
+
+
+@pytest.mark.model
+def test_a_batched_run_alone_is_the_plain_lane_and_all_share_its_first_pick() -> None:
+    """The shared prompt is decoded as the plain lane decodes it: a run with no other
+    in flight is the plain lane's greedy decode, and every run's first pick is its."""
+    expected, _ = plain_decode(16)
+    alone: list[BatchedRun] = []
+    together: list[BatchedRun] = []
+    with BatchedLane(Lane(), 3) as batched:
+        prompt = batched.tokenize(DEFAULT_PROMPT)
+        batched.run_continuous(prompt, 1, 16, lambda _, run: alone.append(run))
+        batched.run_continuous(prompt, 6, 16, lambda _, run: together.append(run))
+    assert alone[0].token_ids == expected and set(alone[0].widths) == {1}
+    assert {run.token_ids[0] for run in together} == {expected[0]}
+    assert max(max(run.widths) for run in together) == 4
+
+
+@pytest.mark.model
+def test_continuous_batching_refuses_what_one_call_or_the_kv_memory_cannot_hold() -> None:
+    # llama.cpp aborts the process making a context of more sequences than n_ubatch
+    with pytest.raises(
+        PromptError, match="64 sequences in one context need n_ubatch of at least 65"
+    ):
+        BatchedLane(Lane(n_batch=32, n_ubatch=32), 63)
+    with BatchedLane(Lane(n_ctx=256), 7) as batched:
+        prompt = batched.tokenize(DEFAULT_PROMPT)
+        needed = len(prompt) + 8 * 64
+        with pytest.raises(PromptError, match=f"need {needed} KV cells; n_ctx is 256"):
+            batched.run_continuous(prompt, 4, 64, lambda *_: None)
 
 
 @pytest.mark.model

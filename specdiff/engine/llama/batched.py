@@ -8,9 +8,10 @@ sequence) are decoded in the same llama_decode calls.
 
 `BatchedLane.run_continuous` batches the runs themselves, as a busy server does: up to
 `1 + max_companions` runs of one prompt are in flight in the shared KV memory, and a run
-that ends frees its sequence for the next run, whose prompt enters in the next decode
-call beside the others' next tokens. A thousand runs then cost about as many decode calls
-as tokens per run times runs divided by the batch, not one call per token per run.
+that ends frees its sequence for the next run, which takes the prompt's cells (decoded
+once) and decodes its tokens in the next calls beside the others' next tokens. A
+thousand runs then cost about as many decode calls as tokens per run times runs divided
+by the batch, not one call per token per run.
 """
 
 from __future__ import annotations
@@ -88,20 +89,27 @@ class BatchedLane:
                 "repeat runs a plain lane (speculation=none, prefix=fresh); "
                 "drop the speculation / prefix settings"
             )
+        self.sequences = 1 + max_companions
+        # run_continuous decodes its prompt once into one more sequence, whose cells every
+        # run then shares (as a server's prompt cache does), unless every sequence id
+        # llama.cpp allows is already a run's
+        shares = 1 < self.sequences < MAX_SEQUENCES
+        self._prefix_sequence = self.sequences if shares else None
+        if self.sequences + shares > lane.n_ubatch:
+            # llama.cpp asserts (and aborts the process) making such a context
+            raise PromptError(
+                f"{self.sequences} sequences in one context need n_ubatch of at least "
+                f"{self.sequences + shares}; n_ubatch is {lane.n_ubatch}: raise n_ubatch "
+                "(--lane n_ubatch=N) or lower --batch / --companions"
+            )
         self.lane = lane
         self.cancel = cancel or threading.Event()
         self._own_pool = pool is None
         self.pool = pool or ModelPool()
         path = resolve_model(lane.model, lane.quant, lane.threads, progress)
         self.model = self.pool.get(path, repack_choice(lane, path).on, Offload.of(lane))
-        self.sequences = 1 + max_companions
         # one KV memory for all sequences, as a server's shared cache: where a sequence's
         # cells land depends on its neighbours
-        # run_continuous decodes its prompt once into one more sequence, whose cells every
-        # run then shares (as a server's prompt cache does)
-        # (not when every sequence id llama.cpp allows is already a run's)
-        shares = 1 < self.sequences < MAX_SEQUENCES
-        self._prefix_sequence = self.sequences if shares else None
         try:
             self.context = Context(self.model, lane, self.cancel, self.sequences + shares)
         except BaseException:
@@ -162,47 +170,59 @@ class BatchedLane:
         """`runs` greedy decodes of `prompt`, up to one per sequence at once, each
         handed to `on_end` as it ends. Runs enter a few per decode call (one, unless
         the batch outnumbers the steps of a run), so the runs stand at different steps
-        and a run's neighbours change as others end."""
+        and a run's neighbours change as others end.
+
+        With a sequence id to spare, the prompt is decoded once, as a plain lane decodes
+        it, and every run takes its cells and its first pick from that decode (as a
+        server's prompt cache serves a prompt it has seen): the runs share the prompt
+        and differ from their first generated row on, which each decodes beside the
+        others. Without one (a batch of 1, or llama.cpp's 256 sequences) each run
+        decodes the whole prompt in rows of its own."""
         entering = self._entering(max_tokens)
         self._check_continuous(len(prompt), max_tokens)
         context = self.context
         context.clear()
         shared = self._prefix_sequence
-        if shared is not None and len(prompt) > 1:
-            # all but the prompt's last token, decoded once; each run takes these cells
-            # and decodes that last token itself, beside the others' rows, so its first
-            # pick still comes from a batch of its own
-            prefix = [(token, i, shared) for i, token in enumerate(prompt[:-1])]
-            for start in range(0, len(prefix), self.lane.n_batch):  # a long prompt in pieces
-                context.decode_rows(prefix[start : start + self.lane.n_batch], False)
-        own_prompt = prompt if shared is None else prompt[-1:]
+        first_row: np.ndarray | None = None
+        if shared is not None:
+            context.decode_chunks(prompt, 0, shared)
+            first_row = np.array(context.row(-1))  # the next decode overwrites llama.cpp's
         free = list(range(self.sequences - 1, -1, -1))
         flying: list[_InFlight] = []
         entered = 0
+
+        def end(flight: _InFlight) -> None:
+            context.drop_sequence(flight.sequence)
+            free.append(flight.sequence)
+            on_end(flight.number, flight.run)
+
         while flying or entered < runs:
             rows: list[Row] = [(f.token, f.position, f.sequence) for f in flying]
             wanted = [True] * len(rows)
+            joining: list[_InFlight] = []
             for _ in range(min(len(free), runs - entered, entering)):
                 newcomer = _InFlight(entered, free.pop(), BatchedRun(0), len(prompt) - 1)
-                if shared is not None:
-                    context.share_prefix(shared, newcomer.sequence, len(prompt) - 1)
-                first = len(prompt) - len(own_prompt)
-                rows += [
-                    (token, first + i, newcomer.sequence) for i, token in enumerate(own_prompt)
-                ]
-                wanted += [False] * (len(own_prompt) - 1) + [True]
-                flying.append(newcomer)
                 entered += 1
-            context.decode_rows(rows, wanted)
-            # the rows that asked for logits: one per run, a newcomer's at its prompt's end
-            outputs = [index for index, flag in enumerate(wanted) if flag]
-            width = len(flying)
-            for output, flight in zip(outputs, list(flying)):
-                if self._advance(flight, context.row(output), width, max_tokens):
-                    flying.remove(flight)
-                    context.drop_sequence(flight.sequence)
-                    free.append(flight.sequence)
-                    on_end(flight.number, flight.run)
+                if first_row is None:
+                    rows += [(token, i, newcomer.sequence) for i, token in enumerate(prompt)]
+                    wanted += [False] * (len(prompt) - 1) + [True]
+                    flying.append(newcomer)
+                    continue
+                context.share_prefix(shared, newcomer.sequence, len(prompt))  # type: ignore[arg-type]
+                if self._advance(newcomer, first_row, 1, max_tokens):
+                    end(newcomer)  # a one-token run, or one the prompt's pick ends
+                else:
+                    joining.append(newcomer)  # its first pick is a row of the next call
+            if rows:
+                context.decode_rows(rows, wanted)
+                # the rows that asked for logits: one per run, a newcomer's at its prompt's end
+                outputs = [index for index, flag in enumerate(wanted) if flag]
+                width = len(flying)
+                for output, flight in zip(outputs, list(flying)):
+                    if self._advance(flight, context.row(output), width, max_tokens):
+                        flying.remove(flight)
+                        end(flight)
+            flying += joining
 
     def _advance(self, flight: _InFlight, row: np.ndarray, width: int, max_tokens: int) -> bool:
         """Take a run's next step from its logits row; True when the run has ended."""
@@ -226,16 +246,22 @@ class BatchedLane:
     def _check_continuous(self, prompt_tokens: int, max_tokens: int) -> None:
         """Every run in flight must have its KV cells, and a call its rows."""
         entering = self._entering(max_tokens)
-        shared = self._prefix_sequence is not None
-        own = 1 if shared else prompt_tokens
-        rows = entering * own + self.sequences - entering
+        if self._prefix_sequence is not None:
+            # each call holds one row per run in flight; the prompt's cells are shared
+            rows, needed = self.sequences, prompt_tokens + self.sequences * max_tokens
+            crowd = f"{self.sequences} runs in flight"
+        else:
+            rows = entering * prompt_tokens + self.sequences - entering
+            needed = self.sequences * (prompt_tokens + max_tokens)
+            crowd = (
+                f"{entering} prompts of {prompt_tokens} tokens beside "
+                f"{self.sequences - entering} runs"
+            )
         if rows > self.lane.n_batch:
             raise PromptError(
-                f"{entering} prompts of {prompt_tokens} tokens beside "
-                f"{self.sequences - entering} runs need {rows} rows in one batch; "
+                f"{crowd} need {rows} rows in one batch; "
                 f"n_batch is {self.lane.n_batch}: raise n_batch or lower --batch"
             )
-        needed = self.sequences * (own + max_tokens) + (prompt_tokens - 1 if shared else 0)
         if needed > self.lane.n_ctx:
             raise PromptError(
                 f"{self.sequences} runs in flight of up to {prompt_tokens} + {max_tokens} "

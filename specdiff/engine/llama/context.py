@@ -305,10 +305,13 @@ class Context:
         memory the cells are shared, not copied."""
         llama().llama_memory_seq_cp(self.memory, source, target, 0, end)
 
-    def decode(self, tokens: Sequence[int], start: int, all_logits: bool) -> None:
-        """Decode tokens of sequence 0 at positions start.. in one call; logits on the
+    def decode(
+        self, tokens: Sequence[int], start: int, all_logits: bool, sequence: int = 0
+    ) -> None:
+        """Decode tokens of `sequence` at positions start.. in one call; logits on the
         last row, or on every row."""
-        self.decode_rows([(token, start + i, 0) for i, token in enumerate(tokens)], all_logits)
+        rows = [(token, start + i, sequence) for i, token in enumerate(tokens)]
+        self.decode_rows(rows, all_logits)
 
     def decode_rows(self, rows: Sequence[Row], all_logits: bool | Sequence[bool] = True) -> None:
         """One llama_decode call of (token, position, sequence) rows; logits on the last
@@ -334,7 +337,7 @@ class Context:
                 f"llama_decode failed with status {status} at position {rows[0][1]} ({reason})"
             )
 
-    def decode_chunks(self, tokens: Sequence[int], start: int) -> int:
+    def decode_chunks(self, tokens: Sequence[int], start: int, sequence: int = 0) -> int:
         """Decode a long sequence in n_batch chunks (cancellable inside a chunk); returns
         the last chunk's width."""
         lib = llama()
@@ -343,7 +346,7 @@ class Context:
         try:
             for offset in range(0, len(tokens), self.lane.n_batch):
                 chunk = tokens[offset : offset + self.lane.n_batch]
-                self.decode(chunk, start + offset, all_logits=False)
+                self.decode(chunk, start + offset, all_logits=False, sequence=sequence)
                 width = len(chunk)
         finally:
             lib.llama_set_abort_callback(self.pointer, self._no_abort, None)
