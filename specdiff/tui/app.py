@@ -213,6 +213,8 @@ class SpecdiffApp(App[int]):
         self.reset_view()
         self._next_alignment = 0.0
         self._next_panel = 0.0
+        self._pending_frame: Timer | None = None
+        """The timer that draws steps held back from a frame, while one is set."""
         self._last_frame: tuple[float, float] | None = None
         """(monotonic, UI thread CPU seconds) when streamed steps were last drawn."""
         self._status = ""
@@ -1045,7 +1047,25 @@ class SpecdiffApp(App[int]):
             state.extend(steps)
             state.speed, state.drafted, state.accepted = message.live.get(lane_id, (0.0, 0, 0))
         if not self.frame_due():
-            return  # these steps are drawn with the next batch, or when the run ends
+            # drawn with the next batch, or by this timer if none comes (lane a's control
+            # run after the pair sends nothing for a while)
+            if self._pending_frame is None:
+                self._pending_frame = self.set_timer(FRAME_GAP_MAX, self.draw_pending)
+            return
+        self.draw_streamed()
+
+    def draw_pending(self) -> None:
+        """Steps held back from a frame, drawn once no batch has come to bring them."""
+        self._pending_frame = None
+        if self.running:
+            self._last_frame = (time.monotonic(), time.thread_time())
+            self.draw_streamed()
+
+    def draw_streamed(self) -> None:
+        """The steps that have arrived, as a streaming frame draws them."""
+        if self._pending_frame is not None:
+            self._pending_frame.stop()
+            self._pending_frame = None
         # While streaming only new tokens are drawn; the alignment after the fork is
         # drawn once the run ends.
         # The panel changes only with the fork, the cursor or the theme.
@@ -1126,6 +1146,7 @@ class SpecdiffApp(App[int]):
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.state == WorkerState.ERROR:
             self.running = False
+            self.render_lanes(follow=self.follow)  # steps held back from a frame
             error = event.worker.error
             self.notify(f"unexpected error: {error}", severity="error", timeout=10)
             self.set_status(f"failed: {error}")

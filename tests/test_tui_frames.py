@@ -1,0 +1,45 @@
+"""Streaming frames: a batch that arrives while the UI is over its CPU share is drawn
+later, with the next batch or by a timer, and never lost."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from specdiff.lanes import presets
+from specdiff.sessions.store import load_session
+from specdiff.tui import app as app_module
+from specdiff.tui.app import make_app
+from specdiff.tui.messages import StepsArrived
+from specdiff.tui.widgets import TokenView
+
+SESSIONS = sorted((Path(__file__).resolve().parent.parent / "sessions").glob("*.jsonl"))
+
+
+def laid_out(app: app_module.SpecdiffApp, lane_id: str) -> int:
+    return len(app.query_one(f"#lane-{lane_id} TokenView", TokenView).token_lines)
+
+
+@pytest.mark.tui
+async def test_a_batch_held_back_from_a_frame_is_drawn_by_the_timer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    steps = load_session(SESSIONS[0]).steps
+    monkeypatch.setattr(app_module, "FRAME_CPU_SHARE", 0.0)  # every frame after the first waits
+    monkeypatch.setattr(app_module, "FRAME_GAP_MAX", 0.3)
+    app = make_app(presets(), "spec-vs-plain", "Hello", 20, autostart=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.running = True
+        live = {"a": (1.0, 0, 0), "b": (1.0, 0, 0)}
+        app.post_message(StepsArrived([*steps["a"][:10], *steps["b"][:10]], live))
+        await pilot.pause()
+        assert laid_out(app, "a") == laid_out(app, "b") == 10
+        app.post_message(StepsArrived([*steps["a"][10:20], *steps["b"][10:20]], live))
+        await pilot.pause()
+        assert laid_out(app, "a") == 10  # held back: the UI used CPU since its last frame
+        assert len(app.lanes["a"].steps) == 20  # but kept
+        await asyncio.sleep(0.5)
+        await pilot.pause()
+        assert laid_out(app, "a") == laid_out(app, "b") == 20
