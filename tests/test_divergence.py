@@ -1,15 +1,14 @@
 """The measurement the project exists for, on the real bundled model.
 
-Over the first 10 bundled divergence prompts x 96 tokens (forks measured on this
-model came at tokens 4 to 45; the whole set at 200 tokens took four minutes of the
-suite's twenty): ubatch 512-vs-2 and n-gram
-speculation each fork on at least one prompt, and the Q8_0 variant forks under ubatch
-on fewer prompts than Q4_K_M. Nothing here is tuned: the counts are printed as seen.
+Over the first 10 bundled divergence prompts x 96 tokens: the plain lane run twice
+agrees with itself on every prompt (in-process lanes are deterministic), while ubatch
+512-vs-2 and n-gram speculation each fork on at least one (a batch of another width runs
+other kernels on every CPU llama.cpp supports; where the forks land differs from CPU to
+CPU, so only that they happen is asserted). Each fork found is the first token id that
+differs, checked here without specdiff's comparison. The counts are printed as seen.
 """
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 import pytest
 
@@ -48,20 +47,29 @@ def prompts() -> list[str]:
     return [entry["prompt"] for entry in entries][:PROMPTS]
 
 
-def test_ubatch_and_speculation_fork_and_q8_forks_less(prompts: list[str]) -> None:
+def first_difference(a: list, b: list) -> int | None:
+    """Where two runs' token ids first differ, by hand; None where one run is the
+    other's beginning (the same tokens, another length, is no fork)."""
+    for index, (x, y) in enumerate(zip(a, b)):
+        if x.token_id != y.token_id:
+            return index
+    return None
+
+
+def test_ubatch_and_speculation_fork_and_the_plain_lane_agrees_with_itself(
+    prompts: list[str],
+) -> None:
     pairs = presets()
     pool = ModelPool()
     try:
         plain = run_lane(pairs["ubatch"].a, prompts, pool)  # == spec-vs-plain's lane b
         assert pairs["ubatch"].a == pairs["spec-vs-plain"].b
-        ubatch_forks = forks(plain, run_lane(pairs["ubatch"].b, prompts, pool))
-        spec_forks = forks(run_lane(pairs["spec-vs-plain"].a, prompts, pool), plain)
-        q8_forks = forks(
-            run_lane(replace(pairs["ubatch"].a, quant="q8_0"), prompts, pool),
-            run_lane(replace(pairs["ubatch"].b, quant="q8_0"), prompts, pool),
-        )
+        again = run_lane(pairs["ubatch"].a, prompts, pool)
+        ubatch = run_lane(pairs["ubatch"].b, prompts, pool)
+        spec = run_lane(pairs["spec-vs-plain"].a, prompts, pool)
     finally:
         pool.close()
+    ubatch_forks, spec_forks = forks(plain, ubatch), forks(spec, plain)
 
     def count(found: list[int | None]) -> int:
         return sum(index is not None for index in found)
@@ -69,7 +77,8 @@ def test_ubatch_and_speculation_fork_and_q8_forks_less(prompts: list[str]) -> No
     n = len(prompts)
     print(f"\nubatch Q4_K_M: {count(ubatch_forks)} of {n} forked at {ubatch_forks}")
     print(f"spec-vs-plain Q4_K_M: {count(spec_forks)} of {n} forked at {spec_forks}")
-    print(f"ubatch Q8_0: {count(q8_forks)} of {n} forked at {q8_forks}")
+    assert forks(plain, again) == [None] * n
+    assert ubatch_forks == [first_difference(a, b) for a, b in zip(plain, ubatch)]
+    assert spec_forks == [first_difference(a, b) for a, b in zip(spec, plain)]
     assert count(ubatch_forks) >= 1
     assert count(spec_forks) >= 1
-    assert count(q8_forks) < count(ubatch_forks)
