@@ -14,6 +14,7 @@ import pytest
 
 from specdiff.cli import main
 from specdiff.cli.score import read_text
+from specdiff.compare import counted
 from specdiff.errors import PromptError
 from specdiff.lanes import presets
 from specdiff.reports.score import score_json
@@ -276,7 +277,7 @@ def test_score_report_holds_together(tmp_path, like_perplexity):
     assert done.returncode == (1 if flips else 0)
     if like_perplexity:
         shown = specdiff(str(text), *options, "--quiet")
-        assert f"({len(flips)} flips)" in shown.stdout and "\x1b" not in shown.stdout
+        assert f"({counted(len(flips), 'flip')})" in shown.stdout and "\x1b" not in shown.stdout
 
 
 @pytest.mark.parametrize("name", ["quant", "ubatch", "threads"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from specdiff.compare import counted
 from specdiff.lanes import Pair, headline
 from specdiff.reports.text import piece_text
 from specdiff.safe_text import visible
@@ -39,7 +40,7 @@ def format_score(pair: Pair, result: ScoreResult, flips_shown: int = 20) -> str:
         "  KL(a||b)          "
         f"mean {summary.mean_kld:.6f} · median {summary.median_kld:.6f} · "
         f"p90 {summary.p90_kld:.6f} · p99 {summary.p99_kld:.6f} · max {summary.max_kld:.6f}",
-        f"  same top-1        {summary.same_top_percent:.2f} % ({summary.flips} flips)",
+        f"  same top-1        {summary.same_top_percent:.2f} % ({counted(summary.flips, 'flip')})",
         f"  perplexity        a {summary.perplexity_a:.4f} · b {summary.perplexity_b:.4f}",
     ]
     flips = result.flips()
