@@ -182,11 +182,12 @@ class BatchedLane:
         self._check_continuous(len(prompt), max_tokens)
         context = self.context
         context.clear()
-        shared = self._prefix_sequence
-        first_row: np.ndarray | None = None
-        if shared is not None:
-            context.decode_chunks(prompt, 0, shared)
-            first_row = np.array(context.row(-1))  # the next decode overwrites llama.cpp's
+        # the sequence holding the decoded prompt, and the logits its last token gave
+        prefix: tuple[int, np.ndarray] | None = None
+        if self._prefix_sequence is not None:
+            context.decode_chunks(prompt, 0, self._prefix_sequence)
+            # copied: the next decode overwrites llama.cpp's
+            prefix = (self._prefix_sequence, np.array(context.row(-1)))
         free = list(range(self.sequences - 1, -1, -1))
         flying: list[_InFlight] = []
         entered = 0
@@ -203,12 +204,13 @@ class BatchedLane:
             for _ in range(min(len(free), runs - entered, entering)):
                 newcomer = _InFlight(entered, free.pop(), BatchedRun(0), len(prompt) - 1)
                 entered += 1
-                if first_row is None:
+                if prefix is None:
                     rows += [(token, i, newcomer.sequence) for i, token in enumerate(prompt)]
                     wanted += [False] * (len(prompt) - 1) + [True]
                     flying.append(newcomer)
                     continue
-                context.share_prefix(shared, newcomer.sequence, len(prompt))  # type: ignore[arg-type]
+                shared, first_row = prefix
+                context.share_prefix(shared, newcomer.sequence, len(prompt))
                 if self._advance(newcomer, first_row, 1, max_tokens):
                     end(newcomer)  # a one-token run, or one the prompt's pick ends
                 else:
