@@ -4,6 +4,8 @@ its runs continuously batched, and sweeps of the companions; the options' refusa
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import xml.dom.minidom
 from pathlib import Path
 
@@ -162,6 +164,23 @@ def test_repeat_reports_unique_completions_and_the_split(capsys) -> None:
         f"\nrepeat, 4 runs beside 0..3 sequences: {data['unique']} unique, split at "
         f"{data['first_split']}"
     )
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("mode", [["--batch", "64"], ["--companions", "40"]])
+def test_repeat_refuses_more_sequences_than_n_ubatch_in_one_line(mode: list[str]) -> None:
+    """llama.cpp aborts the worker making such a context: refused before it is made."""
+    lanes = ["--lane", "n_ubatch=32", "--lane", "n_batch=32"]
+    done = subprocess.run(
+        [sys.executable, "-m", "specdiff", "repeat", "-n", "2", "--max-tokens", "4", *mode, *lanes],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    errors = [line for line in done.stderr.splitlines() if line.startswith("specdiff: error:")]
+    assert done.returncode == 2 and len(errors) == 1, done.stderr
+    assert "need n_ubatch of at least" in errors[0] and "Traceback" not in done.stderr
 
 
 def test_repeat_refuses_a_speculative_lane_and_bad_counts(capsys) -> None:
