@@ -75,9 +75,9 @@ def main() -> None:
         outcome = SuiteRun(settings, prompts, report, on_progress=on_progress).run()
         write_reports(report, outcome_json(outcome))
         wall = time.perf_counter() - began
-    generation = sum(record.summary.generation_seconds for record in outcome.records)
+    generation = sum(sum(r.get("seconds") or ()) for r in outcome.ledger.records())
     first, last = samples[min(samples)], samples[max(samples)]
-    print(f"{len(outcome.records)} prompts x {args.pair}, up to {args.max_tokens} tokens per lane")
+    print(f"{outcome.ledger.count} prompts x {args.pair}, up to {args.max_tokens} tokens per lane")
     print(f"wall {wall:.1f} s, lanes' generation {generation:.1f} s")
     print(f"ratio wall / generation: {wall / generation:.3f} (target <= 1.05)")
     print(
@@ -94,7 +94,7 @@ def print_grading(outcome: SuiteOutcome, wall: float) -> None:
     """What grading added beyond its programs' own run time, over the rest of the suite."""
     added = outcome.grading_seconds - outcome.program_seconds
     rest = wall - outcome.grading_seconds
-    grades = [g for r in outcome.records for g in r.summary.grades or () if g is not None]
+    grades = [g for r in outcome.ledger.records() for g in r.get("grades") or () if g]
     print(
         f"graded {len(grades)} lane texts: {outcome.grading_seconds:.2f} s grading, of "
         f"which {outcome.program_seconds:.2f} s in the programs' sandboxed subprocesses"

@@ -16,7 +16,7 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -164,3 +164,15 @@ def write_atomic(path: Path, data: bytes, *, overwrite: bool = True) -> None:
 def write_text_atomic(path: Path, text: str, *, overwrite: bool = True) -> None:
     """write_atomic for text, as UTF-8 with newlines written as they are."""
     write_atomic(path, text.encode("utf-8"), overwrite=overwrite)
+
+
+def write_chunks_atomic(path: Path, chunks: Iterable[str]) -> None:
+    """write_text_atomic for text made as it is written: each chunk is encoded and
+    written as it comes, so the whole text is never held."""
+    with replacing(path) as temporary, naming(path):
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        with os.fdopen(descriptor, "w", encoding="utf-8", newline="") as handle:
+            for chunk in chunks:
+                handle.write(chunk)
+            handle.flush()
+            os.fsync(handle.fileno())

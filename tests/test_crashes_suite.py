@@ -101,7 +101,7 @@ def test_a_pair_whose_worker_crashes_loading_is_skipped(monkeypatch, tmp_path: P
     outcome = SuiteRun(
         settings, prompts, tmp_path, on_message=messages.append, cancel=threading.Event()
     ).run()
-    assert outcome.records == [] and outcome.skipped_runs == 2 and not outcome.cancelled
+    assert outcome.ledger.count == 0 and outcome.skipped_runs == 2 and not outcome.cancelled
     assert [m for m in messages if m.startswith("skipped ubatch:")] == [
         "skipped ubatch: the lanes' worker crashed while loading or preparing the lanes"
     ]

@@ -306,7 +306,7 @@ def test_a_run_sent_again_from_the_start_counts_only_its_kept_tokens(
     assert outcome.finished_runs == len(prompts)
     broken = int(counts(paced)["mode"]["broken"])
     assert counts(paced)["broken"] == broken
-    kept = sum(sum(record.summary.generated) for record in outcome.records)
+    kept = sum(sum(record["generated"]) for record in outcome.ledger.records())
     assert kept == len(prompts) * 2 * 8
     assert max(run.progress.tokens for run in finished) == kept
 

@@ -30,6 +30,7 @@ from specdiff.reports.suite import (
     results_csv,
 )
 from specdiff.sessions.format import CRASHED, Grade, RunSummary
+from specdiff.suite.ledger import Ledger
 from specdiff.suite.paired import mcnemar_exact, wilson_interval
 from specdiff.suite.prompts import SuitePrompt
 from specdiff.suite.records import PromptRecord
@@ -92,7 +93,7 @@ def suite_data(runs: list[Run], ids: list[str] | None = None) -> dict:
     outcome = SuiteOutcome(
         settings=SuiteSettings(source="humaneval", pairs=(presets()[PAIR],), max_tokens=48),
         prompts=[SuitePrompt(id=i, prompt="def f():") for i in ids],
-        records=[record(i, run) for i, run in zip(ids, runs)],
+        ledger=Ledger.of([record(i, run) for i, run in zip(ids, runs)]),
         executed={},
         skipped=[],
         cancelled=False,

@@ -34,6 +34,7 @@ from specdiff.safe_text import (
     visible,
 )
 from specdiff.sessions.store import load_session
+from specdiff.suite.ledger import Ledger
 from specdiff.suite.prompts import SuitePrompt
 from specdiff.suite.records import record_from_session
 from specdiff.suite.runner import SuiteOutcome
@@ -182,7 +183,7 @@ def hostile_suite(hostile: str) -> dict:
     outcome = SuiteOutcome(
         settings=settings,
         prompts=[SuitePrompt(id=hostile, prompt="The history of the Roman Empire")],
-        records=[record],
+        ledger=Ledger.of([record]),
         executed={},
         skipped=[f"{hostile}: skipped"],
         cancelled=False,

@@ -202,7 +202,10 @@ def suite_exit(outcome: SuiteOutcome, report_dir: Path) -> int:
     from specdiff.suite.stats import outcome_json
 
     data = outcome_json(outcome)
-    print_summary(data, write_reports(report_dir, data))
+    try:
+        print_summary(data, write_reports(report_dir, data))
+    finally:
+        outcome.ledger.close()
     if outcome.cancelled:
         print(
             f"specdiff: stopped after {data['finished']} of {data['jobs']} runs; continue "

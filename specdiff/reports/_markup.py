@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from specdiff.safe_text import pictured
@@ -130,8 +130,18 @@ def md_table(
 ) -> list[str]:
     """A Markdown table, every cell passed through `cell` (the default keeps cells the
     caller has escaped already)."""
+    return list(md_table_lines(header, rows, cell))
+
+
+def md_table_lines(
+    header: Sequence[str], rows: Iterable[Sequence[str]], cell: Callable[[str], str] = str
+) -> Iterator[str]:
+    """md_table a line at a time, reading `rows` as it goes."""
 
     def line(cells: Sequence[str]) -> str:
         return "| " + " | ".join(cell(text) for text in cells) + " |"
 
-    return [line(header), "|" + "---|" * len(header), *(line(row) for row in rows)]
+    yield line(header)
+    yield "|" + "---|" * len(header)
+    for row in rows:
+        yield line(row)

@@ -12,9 +12,11 @@ from __future__ import annotations
 import csv
 import html
 import io
+import itertools
 import json
 import math
-from collections.abc import Callable, Sequence
+import textwrap
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +26,8 @@ from specdiff.compare import (
     MEASURED_NOISE_P99,
     UNSCORED,
 )
-from specdiff.files import write_text_atomic
-from specdiff.reports._markup import finite, html_table, md_table, page_head
+from specdiff.files import write_chunks_atomic
+from specdiff.reports._markup import finite, html_table, md_table, md_table_lines, page_head
 from specdiff.reports.suite_kld import KLD_PROMPT_HEADER, kld_line, kld_prompt_rows
 from specdiff.reports.suite_lengths import (
     LENGTH_HEADER,
@@ -84,20 +86,48 @@ def _html_text(text: str, quote: bool = True) -> str:
 
 
 def write_reports(report_dir: Path, data: dict[str, Any]) -> list[Path]:
-    """Write the four report files, each whole or not at all; their paths. One at a
-    time: over thousands of prompts each text is megabytes, and only one need be held."""
-    outputs: dict[str, Callable[[dict[str, Any]], str]] = {
-        "report.json": lambda d: json.dumps(finite(d), indent=1, ensure_ascii=False) + "\n",
-        "report.md": markdown,
-        "report.html": html_report,
-        "results.csv": results_csv,
+    """Write the four report files, each whole or not at all; their paths. Each is
+    written as it is rendered, a run's row at a time: over thousands of prompts each
+    text is megabytes, and none of it need be held."""
+    outputs: dict[str, Callable[[dict[str, Any]], Iterable[str]]] = {
+        "report.json": report_json_chunks,
+        "report.md": markdown_chunks,
+        "report.html": html_chunks,
+        "results.csv": results_csv_chunks,
     }
     written = []
     for name, render in outputs.items():
         path = report_dir / name
-        write_text_atomic(path, render(data))
+        write_chunks_atomic(path, render(data))
         written.append(path)
     return written
+
+
+JSON_BLOCK = 1 << 16
+"""Characters of report.json written at a time."""
+
+
+def report_json_chunks(data: dict[str, Any]) -> Iterator[str]:
+    """`data` as indented JSON, its `prompts` (last, and read as they are iterated)
+    written a record at a time: the text `json.dumps(data, indent=1)` would give."""
+    encoder = json.JSONEncoder(indent=1, ensure_ascii=False)
+    head = encoder.iterencode(finite({k: v for k, v in data.items() if k != "prompts"}))
+    # the encoder's pieces are a few characters each: written in blocks, the last few
+    # characters held back, for the head's closing "\n}" gives way to the prompts
+    block = ""
+    for piece in head:
+        block += piece
+        if len(block) > JSON_BLOCK:
+            yield block[:-2]
+            block = block[-2:]
+    yield block[: -len("\n}")] + ',\n "prompts": ['
+    separator = "\n"
+    for record in data["prompts"]:
+        # JSON text holds no raw newline inside a string: each line is indented whole
+        text = json.dumps(finite(record), indent=1, ensure_ascii=False)
+        yield separator + textwrap.indent(text, "  ")
+        separator = ",\n"
+    yield "]\n}\n" if separator == "\n" else "\n ]\n}\n"
 
 
 # -- shared wording ------------------------------------------------------------------
@@ -494,25 +524,20 @@ def _build_rows(data: dict[str, Any]) -> list[list[str]]:
     return []
 
 
-def _prompt_rows(data: dict[str, Any]) -> list[list[str]]:
-    rows = []
+def _prompt_rows(data: dict[str, Any]) -> Iterator[list[str]]:
     for record in data["prompts"]:
         margins = record["fork_margins"]
-        error = _errors_text(record)
-        rows.append(
-            [
-                record["pair"],
-                record["prompt_id"],
-                _fork_cell(record),
-                "–" if margins is None else " / ".join(_number(m, 3) for m in margins),
-                " / ".join(str(n) for n in record["generated"]),
-                " / ".join(h[:12] for h in record["output_sha256"]),
-                " / ".join(word or "–" for word in _grade_words(record)),
-                error or "",
-                record["session"],
-            ]
-        )
-    return rows
+        yield [
+            record["pair"],
+            record["prompt_id"],
+            _fork_cell(record),
+            "–" if margins is None else " / ".join(_number(m, 3) for m in margins),
+            " / ".join(str(n) for n in record["generated"]),
+            " / ".join(h[:12] for h in record["output_sha256"]),
+            " / ".join(word or "–" for word in _grade_words(record)),
+            _errors_text(record),
+            record["session"],
+        ]
 
 
 def _errors_text(record: dict[str, Any]) -> str:
@@ -616,45 +641,62 @@ def _text_bars(bins: Sequence[dict[str, Any]], width: int = 30) -> list[str]:
     return lines
 
 
+TableSection = Callable[[str, Sequence[str], Iterable[Sequence[str]]], Iterable[str]]
+"""How a format writes a titled table: its lines, reading the rows as it goes."""
+
+
 def _document(
     data: dict[str, Any],
     overview: Callable[[dict[str, Any]], list[str]],
     pair_section: Callable[[dict[str, Any]], list[str]],
-    table_section: Callable[[str, Sequence[str], Sequence[Sequence[str]]], list[str]],
-) -> list[str]:
-    """The report in the order every format shows it: the overview, each pair, the
-    build, every run."""
-    lines = overview(data)
+    table_section: TableSection,
+) -> Iterator[str]:
+    """The report's lines in the order every format shows them: the overview, each
+    pair, the build, every run. The runs' tables are read from `data["prompts"]` as the
+    lines are, a run at a time."""
+    yield from overview(data)
     for pair in data["pairs"]:
-        lines += pair_section(pair)
+        yield from pair_section(pair)
     build = _build_rows(data)
     if build:
-        lines += table_section("Build", ["", ""], build)
-    lines += table_section("Prompts", PROMPT_HEADER, _prompt_rows(data))
+        yield from table_section("Build", ["", ""], build)
+    yield from table_section("Prompts", PROMPT_HEADER, _prompt_rows(data))
     verdicts = _verdict_rows(data)
-    if verdicts:
-        lines += table_section("Why each run forked", VERDICT_HEADER, verdicts)
-    return lines
+    first = next(verdicts, None)
+    if first is not None:
+        rows = itertools.chain([first], verdicts)
+        yield from table_section("Why each run forked", VERDICT_HEADER, rows)
 
 
 VERDICT_HEADER = ("pair", "prompt", "fork at", "why")
 
 
-def _verdict_rows(data: dict[str, Any]) -> list[list[str]]:
+def _verdict_rows(data: dict[str, Any]) -> Iterator[list[str]]:
     """Each forked run's plain-words verdict: its picks, their gap, how each moved."""
-    return [
-        [record["pair"], record["prompt_id"], _fork_cell(record), record["verdict"]]
-        for record in data["prompts"]
-        if record.get("verdict")
-    ]
+    for record in data["prompts"]:
+        if record.get("verdict"):
+            yield [record["pair"], record["prompt_id"], _fork_cell(record), record["verdict"]]
 
 
 def markdown(data: dict[str, Any]) -> str:
-    return "\n".join([*_document(data, _md_overview, _md_pair, _md_section), ""])
+    return "".join(markdown_chunks(data))
 
 
-def _md_section(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    return ["", f"## {title}", "", *_md_table(header, rows)]
+def markdown_chunks(data: dict[str, Any]) -> Iterator[str]:
+    for line in _document(data, _md_overview, _md_pair, _md_section_lines):
+        yield line + "\n"
+
+
+def _md_section(title: str, header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    return list(_md_section_lines(title, header, rows))
+
+
+def _md_section_lines(
+    title: str, header: Sequence[str], rows: Iterable[Sequence[str]]
+) -> Iterator[str]:
+    """_md_section a line at a time."""
+    yield from ("", f"## {title}", "")
+    yield from md_table_lines(header, rows, markdown_cell)
 
 
 def _md_overview(data: dict[str, Any]) -> list[str]:
@@ -769,12 +811,29 @@ def _html_table(header: Sequence[str], rows: Sequence[Sequence[str]], css_class:
 
 
 def html_report(data: dict[str, Any]) -> str:
-    lines = _document(data, _html_overview, _html_pair, _html_section)
-    return "\n".join([*lines, "</body></html>", ""])
+    return "".join(html_chunks(data))
 
 
-def _html_section(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+def html_chunks(data: dict[str, Any]) -> Iterator[str]:
+    for line in _document(data, _html_overview, _html_pair, _html_section_lines):
+        yield line + "\n"
+    yield "</body></html>\n"
+
+
+def _html_section(title: str, header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
     return [f"<h2>{title}</h2>", _html_table(header, rows)]
+
+
+def _html_section_lines(
+    title: str, header: Sequence[str], rows: Iterable[Sequence[str]]
+) -> Iterator[str]:
+    """_html_section with a line per row, each written as it is read."""
+    yield f"<h2>{title}</h2>"
+    opening, closing = _html_table(header, []).split("<tbody></tbody>")
+    yield opening + "<tbody>"
+    for row in rows:
+        yield "<tr>" + "".join(f"<td>{_html_text(c)}</td>" for c in row) + "</tr>"
+    yield "</tbody>" + closing
 
 
 def _html_overview(data: dict[str, Any]) -> list[str]:
@@ -848,15 +907,25 @@ def _html_pair(pair: dict[str, Any]) -> list[str]:
 
 # -- CSV -----------------------------------------------------------------------------
 def results_csv(data: dict[str, Any]) -> str:
+    return "".join(results_csv_chunks(data))
+
+
+def results_csv_chunks(data: dict[str, Any]) -> Iterator[str]:
+    """The CSV a row at a time: its header, then a run's row as each is read."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
+
+    def row(cells: Iterable[Any]) -> str:
+        buffer.seek(0)
+        buffer.truncate()
+        writer.writerow(cells)
+        return buffer.getvalue()
+
+    yield row(CSV_COLUMNS)
     load = data["settings"].get("concurrency", 1)
-    writer.writerows(
-        [csv_cell(cell) for cell in [*_csv_row(record), load, *_serving_cells(record)]]
-        for record in data["prompts"]
-    )
-    return buffer.getvalue()
+    for record in data["prompts"]:
+        cells = [*_csv_row(record), load, *_serving_cells(record)]
+        yield row(csv_cell(cell) for cell in cells)
 
 
 def _csv_row(r: dict[str, Any]) -> list[Any]:

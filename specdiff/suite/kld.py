@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, fields
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +22,10 @@ from specdiff.errors import SpecdiffError, printable
 from specdiff.files import write_text_atomic
 from specdiff.lanes import Pair
 from specdiff.scoring import PositionScore, summarise
-from specdiff.sessions.format import check_float, check_int, check_list, check_object
+from specdiff.sessions.format import CRASHED, check_float, check_int, check_list, check_object
 from specdiff.sessions.store import load_session, safe_name
 from specdiff.suite import SuiteError
 from specdiff.suite.folder import SESSIONS_FOLDER
-from specdiff.suite.records import PromptRecord
 from specdiff.suite.settings import SuiteSettings
 
 KLD_FILE = "kld.json"
@@ -47,7 +46,7 @@ def kld_path(report_dir: Path, label: str) -> Path:
 def score_teacher_forced(
     settings: SuiteSettings,
     report_dir: Path,
-    records: Sequence[PromptRecord],
+    records: Iterable[dict[str, Any]],
     cancel: threading.Event,
     on_message: Callable[[str], None],
     score_new: bool = True,
@@ -61,10 +60,10 @@ def score_teacher_forced(
         if {pair.a.backend, pair.b.backend} != {"local"}:
             out[label] = {"summary": None, "prompts": [], "missing": SERVER_MISSING}
             continue
-        mine = [r for r in records if r.pair == label]
+        mine = [RunRef.of(r) for r in records if r["pair"] == label]
         path = kld_path(report_dir, label)
         scores = read_scores(path)
-        wanted = [r for r in mine if _finished(r) and r.prompt_id not in scores]
+        wanted = [r for r in mine if r.finished and r.prompt_id not in scores]
         missing = None
         if wanted and score_new and not cancel.is_set():
             on_message(f"{label}: KL divergence of {len(wanted)} teacher-forced runs")
@@ -78,12 +77,24 @@ def score_teacher_forced(
     return out
 
 
-def _finished(record: PromptRecord) -> bool:
-    return not record.summary.failed and not record.summary.crashed
+@dataclass(frozen=True)
+class RunRef:
+    """What scoring needs of a run's record: its prompt, its session file, and whether it
+    ran to its end (neither failed nor crashed)."""
+
+    prompt_id: str
+    session: str
+    finished: bool
+
+    @classmethod
+    def of(cls, record: dict[str, Any]) -> RunRef:
+        """From a record's JSON (`PromptRecord.to_json`)."""
+        finished = not any(record["errors"]) and CRASHED not in record["stop_reasons"]
+        return cls(record["prompt_id"], record["session"], finished)
 
 
 def _score(
-    pair: Pair, report_dir: Path, records: Sequence[PromptRecord], cancel: threading.Event
+    pair: Pair, report_dir: Path, records: Sequence[RunRef], cancel: threading.Event
 ) -> Scores:
     """The runs' position scores, scored in one worker process (llama.cpp runs there)."""
     # deferred: the engine loads only where a suite scores its runs

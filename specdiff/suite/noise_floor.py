@@ -4,7 +4,7 @@ of the a-vs-b forks that control labels the noise floor (specdiff.control)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from specdiff.control import EFFECT, NOISE_FLOOR
@@ -15,26 +15,44 @@ RateCells = Callable[[str, dict[str, Any]], list[str]]
 """How a report turns a named rate into a table row."""
 
 
-def control_summary(runs: Sequence[RunSummary]) -> dict[str, Any] | None:
-    """The figures over the runs whose control ran to the end; None for a suite run
-    without --control."""
-    if all(run.control is None for run in runs):
-        return None
-    controlled = [run for run in runs if run.control is not None and not run.control.error]
-    labels = [run.control_label for run in controlled]
-    return {
-        "runs": len(controlled),
-        "failed": sum(1 for run in runs if run.control is not None and run.control.error),
-        "fork_rate": Rate(
-            sum(run.fork_index is not None for run in controlled), len(controlled)
-        ).to_json(),
-        "noise_floor_rate": Rate(
-            sum(run.control.fork_index is not None for run in controlled if run.control),
-            len(controlled),
-        ).to_json(),
-        "noise_floor_forks": labels.count(NOISE_FLOOR),
-        "effect_forks": labels.count(EFFECT),
-    }
+class ControlTally:
+    """The figures over the runs whose control ran to the end, counted a run at a time
+    (finished runs only)."""
+
+    def __init__(self) -> None:
+        self.any_control = False
+        self.controlled = 0
+        self.failed = 0
+        self.forked = 0
+        self.control_forked = 0
+        self.labels = dict.fromkeys((NOISE_FLOOR, EFFECT), 0)
+
+    def add(self, run: RunSummary) -> None:
+        if run.control is None:
+            return
+        self.any_control = True
+        if run.control.error:
+            self.failed += 1
+            return
+        self.controlled += 1
+        self.forked += run.fork_index is not None
+        self.control_forked += run.control.fork_index is not None
+        label = run.control_label
+        if label in self.labels:
+            self.labels[label] += 1
+
+    def summary(self) -> dict[str, Any] | None:
+        """None for a suite run without --control."""
+        if not self.any_control:
+            return None
+        return {
+            "runs": self.controlled,
+            "failed": self.failed,
+            "fork_rate": Rate(self.forked, self.controlled).to_json(),
+            "noise_floor_rate": Rate(self.control_forked, self.controlled).to_json(),
+            "noise_floor_forks": self.labels[NOISE_FLOOR],
+            "effect_forks": self.labels[EFFECT],
+        }
 
 
 def control_rows(summary: dict[str, Any], rate_row: RateCells) -> list[list[str]]:

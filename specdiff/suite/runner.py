@@ -50,6 +50,7 @@ from specdiff.steps import TokenStep
 from specdiff.suite import SuiteError
 from specdiff.suite.folder import session_path
 from specdiff.suite.kld import score_teacher_forced
+from specdiff.suite.ledger import Ledger
 from specdiff.suite.lengths import padded_prompt, skipped_message
 from specdiff.suite.prompts import SuitePrompt
 from specdiff.suite.records import (
@@ -165,7 +166,8 @@ def duration(seconds: float | None) -> str:
 class SuiteOutcome:
     settings: SuiteSettings
     prompts: list[SuitePrompt]
-    records: list[PromptRecord]
+    ledger: Ledger
+    """Every run's record, read back in suite order, and each pair's figures."""
     executed: dict[str, dict[str, Any]]
     """Per variant label: the header's lanes, executed settings and build."""
     skipped: list[str]
@@ -188,7 +190,7 @@ class SuiteOutcome:
     @property
     def finished_runs(self) -> int:
         """Runs that came to an end: neither failed (unreadable included) nor crashed."""
-        return sum(1 for r in self.records if not r.summary.failed and not r.summary.crashed)
+        return self.ledger.finished
 
     def nothing_ran(self) -> str | None:
         """Why no run of the suite came to an end, when none did and it was not stopped:
@@ -197,10 +199,8 @@ class SuiteOutcome:
             return None
         if self.unloaded:
             return self.unloaded[0]
-        for record in self.records:
-            error = next((e for e in record.summary.errors if e), None)
-            if error:
-                return f"{record.pair} {record.prompt_id}: {error}"
+        if self.ledger.first_error is not None:
+            return self.ledger.first_error
         if self.skipped:
             return self.skipped[0]
         return "the prompt set is empty" if not self.prompts else None
@@ -213,7 +213,7 @@ class _Tally:
 
     began: float
     jobs: int
-    records: list[PromptRecord] = field(default_factory=list)
+    ledger: Ledger
     executed: dict[str, dict[str, Any]] = field(default_factory=dict)
     job: int = 0
     """Jobs finished, read back or skipped."""
@@ -316,11 +316,18 @@ class SuiteRun:
         self.unloaded: list[str] = []
         self.grading_seconds = 0.0
         self.program_seconds = 0.0
+        self._pair_places: dict[str, int] = {}
+        self._prompt_places: dict[str, int] = {}
 
     def run(self) -> SuiteOutcome:
         started = datetime.now(timezone.utc).isoformat(timespec="seconds")
         variants = self.settings.variants()
-        tally = _Tally(time.perf_counter(), len(variants) * len(self.prompts))
+        labels = [label for label, _, _ in variants]
+        ledger = Ledger(labels, self.report_dir)
+        tally = _Tally(time.perf_counter(), len(variants) * len(self.prompts), ledger)
+        # a run's place in the report: its pair's, then its prompt's
+        self._pair_places = {label: n * len(self.prompts) for n, label in enumerate(labels)}
+        self._prompt_places = {prompt.id: n for n, prompt in enumerate(self.prompts)}
         cancelled = False
         for label, pair, quant in variants:
             pending = self._read_back(label, quant, tally)
@@ -329,18 +336,11 @@ class SuiteRun:
             if self._stopping() or self._run_variant(label, pair, quant, pending, tally):
                 cancelled = True
                 break
-        # runs side by side end in any order; the report lists them in the suite's
         kld = self._kld(tally, cancelled) if self.score_kld else {}
-        order = {
-            (label, p.id): n
-            for n, (label, p) in enumerate(
-                (label, p) for label, _, _ in variants for p in self.prompts
-            )
-        }
         return SuiteOutcome(
             settings=self.settings,
             prompts=self.prompts,
-            records=sorted(tally.records, key=lambda r: order.get((r.pair, r.prompt_id), 0)),
+            ledger=ledger,
             executed=tally.executed,
             skipped=self.skipped,
             cancelled=cancelled,
@@ -359,7 +359,7 @@ class SuiteRun:
         """A teacher-forced suite's KL divergence figures; a stopped suite scores no
         new run."""
         return score_teacher_forced(
-            self.settings, self.report_dir, tally.records, self.cancel, self.on_message,
+            self.settings, self.report_dir, tally.ledger.records(), self.cancel, self.on_message,
             score_new=not cancelled,
         )  # fmt: skip
 
@@ -381,7 +381,7 @@ class SuiteRun:
             if read.summary.crashed:
                 pending.append(prompt)
                 continue
-            tally.records.append(read)
+            self._keep(read, tally)
             tally.resumed += 1
             tally.job += 1
         return pending
@@ -598,8 +598,13 @@ class SuiteRun:
             relative = str(path.relative_to(self.report_dir))
             read = unreadable_record(label, quant, prompt.id, relative, read)
         with tally.lock:
-            tally.records.append(read)
+            self._keep(read, tally)
         return read
+
+    def _keep(self, record: PromptRecord, tally: _Tally) -> None:
+        # runs side by side end in any order; the report lists them in the suite's
+        place = self._pair_places[record.pair] + self._prompt_places[record.prompt_id]
+        tally.ledger.add(record, place)
 
     def _run_one(
         self,

@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
-from typing import Any
+from array import array
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from specdiff import __version__
 from specdiff.compare import DEFAULT_SPLIT_THRESHOLD, FORK_CLASSES
 from specdiff.sessions.format import RunSummary
-from specdiff.suite.noise_floor import control_summary
+from specdiff.suite.noise_floor import ControlTally
 from specdiff.suite.paired import PairedOutcomes, Rate
 from specdiff.suite.records import MARGIN_BUCKETS, PromptRecord, TeacherStats, bucket_index
-from specdiff.suite.runner import SuiteOutcome
+
+if TYPE_CHECKING:
+    from specdiff.suite.runner import SuiteOutcome
 
 CHECKPOINTS = (25, 50, 100, 200, 400, 800, 1600, 3200, 6400)
 """Generation lengths at which the report gives the fraction of prompts forked."""
@@ -42,78 +45,168 @@ def fork_bins(max_tokens: int) -> list[tuple[int, int]]:
     return [(start, min(start + width, max_tokens)) for start in range(0, max_tokens, width)]
 
 
-def summarize(records: Sequence[PromptRecord], max_tokens: int, near_tie: float) -> dict[str, Any]:
-    """The report's figures for one pair (variant) from its prompt records."""
-    n = len(records)
-    # a crashed run (its worker died) is counted apart from those that failed
-    crashed = sum(1 for r in records if r.summary.crashed)
-    ok = [r for r in records if not r.summary.failed and not r.summary.crashed]
-    runs = [r.summary for r in ok]
-    forks = [run.fork_index for run in runs if run.fork_index is not None]
-    longest = max([max_tokens, *(max(r.summary.generated) for r in records)])
-    margins = [min(run.fork_margins) for run in runs if run.fork_margins is not None]
-    steps = [sum(run.generated[i] for run in runs) for i in (0, 1)]
-    ties = [sum(r.near_ties[i] for r in ok) for i in (0, 1)]
-    summary: dict[str, Any] = {
-        "prompts": n,
-        "failed": n - len(ok) - crashed,
-        "crashed": crashed,
-        "identical": sum(1 for run in runs if run.identical),
-        "identical_rate": Rate(sum(1 for run in runs if run.identical), len(runs)).to_json(),
-        "forked": len(forks),
-        "lengths_differ": sum(1 for run in runs if not run.identical and run.fork_index is None),
-        **_fork_places(forks, longest, len(ok)),
-        "fork_margin_median": median(margins),
-        "fork_margins": margins,
-        "near_tie_threshold": near_tie,
-        "near_ties_per_1000": [1000 * ties[i] / steps[i] if steps[i] else None for i in (0, 1)],
-        **_speeds(runs),
-        "generation_seconds": sum(r.summary.generation_seconds for r in records),
-        "fork_classes": fork_class_counts(runs),
-        "split_threshold": DEFAULT_SPLIT_THRESHOLD,
-        "grades": graded_summary(records),
-        "serving": serving_summary(records),
-        "control": control_summary(runs),
-    }
-    teachers = [r.teacher for r in ok if r.teacher is not None]
-    if teachers:
-        summary["teacher_forced"] = teacher_summary(teachers)
-    return summary
+class PairFigures:
+    """The report's figures for one pair (variant), gathered a record at a time: counts,
+    sums and the numbers medians and quantiles need (8 bytes each), never the records,
+    so that a suite of any length holds the same few objects."""
 
+    def __init__(self) -> None:
+        self.prompts = 0
+        self.crashed = 0
+        self.finished = 0
+        """Runs neither failed nor crashed: every figure below but `longest` and
+        `generation_seconds` is over these."""
+        self.identical = 0
+        self.lengths_differ = 0
+        self.forks = array("q")
+        self.fork_margins = array("d")
+        """The smaller of the two lanes' margins at each fork."""
+        self.longest = 0
+        self.steps = [0, 0]
+        self.near_ties = [0, 0]
+        self.speeds = (array("d"), array("d"))
+        """Each lane's tokens per second, where it produced any."""
+        self.speed_ratios = array("d")
+        self.drafted = [0, 0]
+        self.accepted = [0, 0]
+        self.generation_seconds = 0.0
+        self.fork_classes = dict.fromkeys(FORK_CLASSES, 0)
+        self.fork_classes["unclassified"] = 0
+        self.grades = GradedTally()
+        self.serving = ServingTally()
+        self.control = ControlTally()
+        self.teacher: TeacherTally | None = None
 
-def serving_summary(records: Sequence[PromptRecord]) -> dict[str, Any] | None:
-    """Per lane: the retries and back-off seconds of its server requests in total, and
-    per endpoint the runs it served, their forks and failures (one replica that forks
-    more than the others is a finding); None where no run recorded how it was served."""
-    lanes = []
-    for lane in (0, 1):
-        endpoints: dict[str, dict[str, Any]] = {}
+    @classmethod
+    def of(cls, records: Iterable[PromptRecord]) -> PairFigures:
+        figures = cls()
         for record in records:
-            serving = record.summary.serving[lane] if record.summary.serving else None
+            figures.add(record)
+        return figures
+
+    def add(self, record: PromptRecord) -> None:
+        run = record.summary
+        self.prompts += 1
+        self.longest = max(self.longest, *run.generated)
+        self.generation_seconds += run.generation_seconds
+        self.grades.add(record)
+        self.serving.add(run)
+        # a crashed run (its worker died) is counted apart from those that failed
+        if run.crashed:
+            self.crashed += 1
+            return
+        if run.failed:
+            return
+        self.finished += 1
+        self.identical += run.identical
+        if run.fork_index is not None:
+            self.forks.append(run.fork_index)
+            # forks recorded before sessions carried a class are `unclassified`
+            kind = run.fork_class if run.fork_class in self.fork_classes else None
+            self.fork_classes[kind or "unclassified"] += 1
+        elif not run.identical:
+            self.lengths_differ += 1
+        if run.fork_margins is not None:
+            self.fork_margins.append(min(run.fork_margins))
+        for lane in (0, 1):
+            self.steps[lane] += run.generated[lane]
+            self.near_ties[lane] += record.near_ties[lane]
+            self.drafted[lane] += run.drafted[lane]
+            self.accepted[lane] += run.accepted[lane]
+            if run.tokens_per_second[lane] > 0:
+                self.speeds[lane].append(run.tokens_per_second[lane])
+        if run.tokens_per_second[0] > 0 and run.tokens_per_second[1] > 0:
+            self.speed_ratios.append(run.tokens_per_second[0] / run.tokens_per_second[1])
+        self.control.add(run)
+        if record.teacher is not None:
+            self.teacher = self.teacher or TeacherTally()
+            self.teacher.add(record.teacher)
+
+    def summary(self, max_tokens: int, near_tie: float) -> dict[str, Any]:
+        """The pair's figures as the report shows them."""
+        steps, ties = self.steps, self.near_ties
+        summary: dict[str, Any] = {
+            "prompts": self.prompts,
+            "failed": self.prompts - self.finished - self.crashed,
+            "crashed": self.crashed,
+            "identical": self.identical,
+            "identical_rate": Rate(self.identical, self.finished).to_json(),
+            "forked": len(self.forks),
+            "lengths_differ": self.lengths_differ,
+            **_fork_places(self.forks, max(max_tokens, self.longest), self.finished),
+            "fork_margin_median": median(self.fork_margins),
+            "fork_margins": list(self.fork_margins),
+            "near_tie_threshold": near_tie,
+            "near_ties_per_1000": [1000 * ties[i] / steps[i] if steps[i] else None for i in (0, 1)],
+            **self._speeds(),
+            "generation_seconds": self.generation_seconds,
+            "fork_classes": dict(self.fork_classes),
+            "split_threshold": DEFAULT_SPLIT_THRESHOLD,
+            "grades": self.grades.summary(),
+            "serving": self.serving.summary(),
+            "control": self.control.summary(),
+        }
+        if self.teacher is not None:
+            summary["teacher_forced"] = self.teacher.summary()
+        return summary
+
+    def _speeds(self) -> dict[str, Any]:
+        """Both lanes' speeds and draft acceptance over the finished runs."""
+        speeds = [median(self.speeds[i]) for i in (0, 1)]
+        drafted, accepted = self.drafted, self.accepted
+        return {
+            "tokens_per_second_median": speeds,
+            "speedup": speeds[0] / speeds[1] if speeds[0] and speeds[1] else None,
+            "speedup_median_of_ratios": median(self.speed_ratios),
+            "acceptance": [accepted[i] / drafted[i] if drafted[i] else None for i in (0, 1)],
+            "drafted": list(drafted),
+            "accepted": list(accepted),
+        }
+
+
+def summarize(records: Iterable[PromptRecord], max_tokens: int, near_tie: float) -> dict[str, Any]:
+    """The report's figures for one pair (variant) from its prompt records."""
+    return PairFigures.of(records).summary(max_tokens, near_tie)
+
+
+class ServingTally:
+    """Per lane: the retries and back-off seconds of its server requests, and per
+    endpoint the runs it served, their forks and failures (one replica that forks more
+    than the others is a finding)."""
+
+    def __init__(self) -> None:
+        self.lanes: tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]] = ({}, {})
+
+    def add(self, run: RunSummary) -> None:
+        if not run.serving:
+            return
+        failed = run.failed or run.crashed
+        for lane, serving in enumerate(run.serving):
             if serving is None:
                 continue
-            row = endpoints.setdefault(serving.endpoint, dict.fromkeys(ENDPOINT_COUNTS, 0))
-            run = record.summary
-            failed = run.failed or run.crashed
+            row = self.lanes[lane].setdefault(serving.endpoint, dict.fromkeys(ENDPOINT_COUNTS, 0))
             row["prompts"] += 1
             row["failed"] += failed
             row["forked"] += not failed and run.fork_index is not None
             row["retries"] += serving.retries
             row["wait_seconds"] += serving.wait_seconds
-        lanes.append(endpoints)
-    if not any(lanes):
-        return None
-    return {
-        "retries": [sum(row["retries"] for row in lane.values()) for lane in lanes],
-        "wait_seconds": [sum(row["wait_seconds"] for row in lane.values()) for lane in lanes],
-        "endpoints": [
-            [
-                {"endpoint": endpoint, **row, "fork_rate": _fork_rate(row)}
-                for endpoint, row in sorted(lane.items())
-            ]
-            for lane in lanes
-        ],
-    }
+
+    def summary(self) -> dict[str, Any] | None:
+        """None where no run recorded how it was served."""
+        lanes = self.lanes
+        if not any(lanes):
+            return None
+        return {
+            "retries": [sum(row["retries"] for row in lane.values()) for lane in lanes],
+            "wait_seconds": [sum(row["wait_seconds"] for row in lane.values()) for lane in lanes],
+            "endpoints": [
+                [
+                    {"endpoint": endpoint, **row, "fork_rate": _fork_rate(row)}
+                    for endpoint, row in sorted(lane.items())
+                ]
+                for lane in lanes
+            ],
+        }
 
 
 ENDPOINT_COUNTS = ("prompts", "failed", "forked", "retries", "wait_seconds")
@@ -123,17 +216,6 @@ ENDPOINT_COUNTS = ("prompts", "failed", "forked", "retries", "wait_seconds")
 def _fork_rate(row: dict[str, Any]) -> float | None:
     finished = row["prompts"] - row["failed"]
     return row["forked"] / finished if finished else None
-
-
-def fork_class_counts(runs: Sequence[RunSummary]) -> dict[str, int]:
-    """How many forks fell in each class; `unclassified` counts forks recorded before
-    sessions carried a class."""
-    counts = dict.fromkeys(FORK_CLASSES, 0)
-    counts["unclassified"] = 0
-    for run in runs:
-        if run.fork_index is not None:
-            counts[run.fork_class if run.fork_class in counts else "unclassified"] += 1
-    return counts
 
 
 def _paired_pass(record: PromptRecord) -> tuple[bool, bool] | str:
@@ -149,36 +231,58 @@ def _paired_pass(record: PromptRecord) -> tuple[bool, bool] | str:
     return run.grades[0].passed, run.grades[1].passed
 
 
-def graded_summary(records: Sequence[PromptRecord]) -> dict[str, Any] | None:
-    """Paired pass@1 over the runs where both lanes were graded, or None when no run of
-    the pair carries a grade. Failed and crashed runs are left out of every denominator
-    (a lane that never finished says nothing about its quality) and named instead."""
-    if not any(r.summary.grades is not None for r in records):
-        return None
-    passes: list[tuple[bool, bool]] = []
-    forked_passes: list[tuple[bool, bool]] = []
-    excluded = []
-    for record in records:
+class GradedTally:
+    """Paired pass@1 over the runs where both lanes were graded. Failed and crashed runs
+    are left out of every denominator (a lane that never finished says nothing about its
+    quality) and named instead."""
+
+    def __init__(self) -> None:
+        self.any_graded = False
+        self.all_runs = PairedCounts()
+        self.forked_runs = PairedCounts()
+        self.excluded: list[dict[str, str]] = []
+
+    def add(self, record: PromptRecord) -> None:
+        self.any_graded = self.any_graded or record.summary.grades is not None
         outcome = _paired_pass(record)
         if isinstance(outcome, str):
-            excluded.append({"prompt_id": record.prompt_id, "why": outcome})
-            continue
-        passes.append(outcome)
+            self.excluded.append({"prompt_id": record.prompt_id, "why": outcome})
+            return
+        self.all_runs.add(*outcome)
         if not record.summary.identical:
-            forked_passes.append(outcome)
-    table = PairedOutcomes.of(passes)
-    forked = PairedOutcomes.of(forked_passes)
-    return {
-        "graded": table.total,
-        "pass_at_1": [rate.to_json() for rate in table.solved],
-        "both": table.both,
-        "only_a": table.only_a,
-        "only_b": table.only_b,
-        "neither": table.neither,
-        "mcnemar_p": table.mcnemar_p,
-        "forked_pass_at_1": [rate.to_json() for rate in forked.solved],
-        "excluded": excluded,
-    }
+            self.forked_runs.add(*outcome)
+
+    def summary(self) -> dict[str, Any] | None:
+        """None when no run of the pair carries a grade."""
+        if not self.any_graded:
+            return None
+        table, forked = self.all_runs.table(), self.forked_runs.table()
+        return {
+            "graded": table.total,
+            "pass_at_1": [rate.to_json() for rate in table.solved],
+            "both": table.both,
+            "only_a": table.only_a,
+            "only_b": table.only_b,
+            "neither": table.neither,
+            "mcnemar_p": table.mcnemar_p,
+            "forked_pass_at_1": [rate.to_json() for rate in forked.solved],
+            "excluded": self.excluded,
+        }
+
+
+class PairedCounts:
+    """McNemar's 2×2 table, counted a prompt at a time."""
+
+    def __init__(self) -> None:
+        self.cells = [[0, 0], [0, 0]]
+        """[a passed][b passed]"""
+
+    def add(self, a_passed: bool, b_passed: bool) -> None:
+        self.cells[a_passed][b_passed] += 1
+
+    def table(self) -> PairedOutcomes:
+        (neither, only_b), (only_a, both) = self.cells
+        return PairedOutcomes(both=both, only_a=only_a, only_b=only_b, neither=neither)
 
 
 def _fork_places(forks: Sequence[int], longest: int, runs: int) -> dict[str, Any]:
@@ -207,82 +311,77 @@ def _fork_places(forks: Sequence[int], longest: int, runs: int) -> dict[str, Any
     }
 
 
-def _speeds(runs: Sequence[RunSummary]) -> dict[str, Any]:
-    """Both lanes' speeds and draft acceptance over the finished runs."""
-    speeds = [
-        median([run.tokens_per_second[i] for run in runs if run.tokens_per_second[i] > 0])
-        for i in (0, 1)
-    ]
-    ratios = [
-        run.tokens_per_second[0] / run.tokens_per_second[1]
-        for run in runs
-        if run.tokens_per_second[0] > 0 and run.tokens_per_second[1] > 0
-    ]
-    drafted = [sum(run.drafted[i] for run in runs) for i in (0, 1)]
-    accepted = [sum(run.accepted[i] for run in runs) for i in (0, 1)]
-    return {
-        "tokens_per_second_median": speeds,
-        "speedup": speeds[0] / speeds[1] if speeds[0] and speeds[1] else None,
-        "speedup_median_of_ratios": median(ratios),
-        "acceptance": [accepted[i] / drafted[i] if drafted[i] else None for i in (0, 1)],
-        "drafted": drafted,
-        "accepted": accepted,
-    }
+class TeacherTally:
+    """Lane b fed lane a's tokens, over every prompt: steps, flips, where they fell by
+    lane a's margin, and each step's |Δlogit| of the chosen token (8 bytes a step, for
+    its quantiles)."""
 
+    def __init__(self) -> None:
+        self.steps = 0
+        self.flips = 0
+        self.prompts_with_a_flip = 0
+        self.deltas = array("d")
+        self.bucket_steps = [0] * (len(MARGIN_BUCKETS) - 1)
+        self.bucket_flips = [0] * (len(MARGIN_BUCKETS) - 1)
 
-def teacher_summary(stats: Sequence[TeacherStats]) -> dict[str, Any]:
-    steps = sum(s.steps for s in stats)
-    flips = sum(len(s.flips) for s in stats)
-    deltas = [d for s in stats for d in s.deltas]
-    bucket_steps = [sum(s.bucket_steps[i] for s in stats) for i in range(len(MARGIN_BUCKETS) - 1)]
-    bucket_flips = [sum(s.bucket_flips[i] for s in stats) for i in range(len(MARGIN_BUCKETS) - 1)]
-    delta_counts = [0] * (len(DELTA_BINS) - 1)
-    for delta in deltas:
-        delta_counts[bucket_index(delta, DELTA_BINS)] += 1
-    return {
-        "steps": steps,
-        "flips": flips,
-        "flip_rate": flips / steps if steps else None,
-        "same_top1": 1 - flips / steps if steps else None,
-        "prompts_with_a_flip": sum(1 for s in stats if s.flips),
-        "delta_logit": {
-            "mean": statistics.fmean(deltas) if deltas else None,
-            "median": median(deltas),
-            "p90": quantile(deltas, 0.9),
-            "p99": quantile(deltas, 0.99),
-            "max": max(deltas) if deltas else None,
-            "histogram": [
-                {"from": DELTA_BINS[i], "to": DELTA_BINS[i + 1], "count": delta_counts[i]}
-                for i in range(len(delta_counts))
+    def add(self, stats: TeacherStats) -> None:
+        self.steps += stats.steps
+        self.flips += len(stats.flips)
+        self.prompts_with_a_flip += bool(stats.flips)
+        self.deltas.extend(stats.deltas)
+        for bucket, count in enumerate(stats.bucket_steps):
+            self.bucket_steps[bucket] += count
+        for bucket, count in enumerate(stats.bucket_flips):
+            self.bucket_flips[bucket] += count
+
+    def summary(self) -> dict[str, Any]:
+        steps, flips, deltas = self.steps, self.flips, self.deltas
+        delta_counts = [0] * (len(DELTA_BINS) - 1)
+        for delta in deltas:
+            delta_counts[bucket_index(delta, DELTA_BINS)] += 1
+        return {
+            "steps": steps,
+            "flips": flips,
+            "flip_rate": flips / steps if steps else None,
+            "same_top1": 1 - flips / steps if steps else None,
+            "prompts_with_a_flip": self.prompts_with_a_flip,
+            "delta_logit": {
+                "mean": statistics.fmean(deltas) if deltas else None,
+                "median": median(deltas),
+                "p90": quantile(deltas, 0.9),
+                "p99": quantile(deltas, 0.99),
+                "max": max(deltas) if deltas else None,
+                "histogram": [
+                    {"from": DELTA_BINS[i], "to": DELTA_BINS[i + 1], "count": delta_counts[i]}
+                    for i in range(len(delta_counts))
+                ],
+            },
+            "by_margin": [
+                {
+                    "from": MARGIN_BUCKETS[i],
+                    "to": MARGIN_BUCKETS[i + 1],
+                    "steps": self.bucket_steps[i],
+                    "flips": self.bucket_flips[i],
+                }
+                for i in range(len(self.bucket_steps))
             ],
-        },
-        "by_margin": [
-            {
-                "from": MARGIN_BUCKETS[i],
-                "to": MARGIN_BUCKETS[i + 1],
-                "steps": bucket_steps[i],
-                "flips": bucket_flips[i],
-            }
-            for i in range(len(bucket_steps))
-        ],
-    }
+        }
 
 
 def outcome_json(outcome: SuiteOutcome) -> dict[str, Any]:
-    """Everything the reports show, as one JSON-able object."""
+    """Everything the reports show, as one JSON-able object; its `prompts` are read from
+    the ledger as they are iterated (a `RecordView`), never held together."""
     settings = outcome.settings
-    by_label: dict[str, list[PromptRecord]] = {}
-    for record in outcome.records:
-        by_label.setdefault(record.pair, []).append(record)
+    ledger = outcome.ledger
     pairs = []
     for label, _pair, quant in settings.variants():
-        records = by_label.get(label, [])
+        figures = ledger.figures.get(label) or PairFigures()
         pairs.append(
             {
                 "label": label,
                 "quant": quant,
                 "summary": {
-                    **summarize(records, settings.max_tokens, settings.near_tie),
+                    **figures.summary(settings.max_tokens, settings.near_tie),
                     # the load every figure was measured under, beside each of them
                     "concurrency": settings.concurrency,
                     "kld": outcome.kld.get(label),
@@ -295,13 +394,13 @@ def outcome_json(outcome: SuiteOutcome) -> dict[str, Any]:
     return {
         "specdiff": __version__,
         "created": outcome.started,
-        "complete": not outcome.cancelled and len(outcome.records) + outcome.skipped_runs == jobs,
+        "complete": not outcome.cancelled and ledger.count + outcome.skipped_runs == jobs,
         "jobs": jobs,
-        "finished": len(outcome.records),
+        "finished": ledger.count,
         "resumed": outcome.resumed,
         "wall_seconds": outcome.wall_seconds,
         "settings": settings.as_json(outcome.prompts),
         "skipped_prompts": outcome.skipped,
         "pairs": pairs,
-        "prompts": [r.to_json() for r in outcome.records],
+        "prompts": ledger.records(),
     }

@@ -1,0 +1,119 @@
+"""A suite keeps its prompt records in a file, not in memory (`specdiff.suite.ledger`):
+they come back in the suite's order whatever order the runs ended in, the reports are
+written from them a record at a time, and the memory a suite holds does not grow with
+its prompt count beyond a few numbers a prompt."""
+
+from __future__ import annotations
+
+import json
+import random
+import tracemalloc
+
+import pytest
+
+from specdiff.reports._markup import finite
+from specdiff.reports.suite import report_json_chunks, write_reports
+from specdiff.suite.ledger import Ledger
+from specdiff.suite.stats import summarize
+from tests.test_suite_stats import PAIR, Run, record, suite_data, table
+from tests.test_terminal_safety import ENCODABLE_IDS
+
+pytestmark = pytest.mark.filterwarnings("error")
+
+
+def test_records_come_back_in_suite_order_whatever_order_their_runs_ended(tmp_path):
+    records = [record(f"p{n}", Run(n % 3 == 0, (True, n % 2 == 0))) for n in range(60)]
+    places = list(range(60))
+    random.Random(7).shuffle(places)
+    ledger = Ledger([PAIR], tmp_path)
+    for place in places:
+        ledger.add(records[place], place)
+    view = ledger.records()
+    assert [r["prompt_id"] for r in view] == [f"p{n}" for n in range(60)]
+    assert len(view) == 60 and view[5] == json.loads(json.dumps(records[5].to_json()))
+    assert [r["prompt_id"] for r in view[-2:]] == ["p58", "p59"]
+    # the figures do not depend on the order the runs ended in
+    assert ledger.figures[PAIR].summary(48, 0.5) == summarize(records, 48, 0.5)
+    # the file has no name: nothing is left in the report folder
+    assert list(tmp_path.iterdir()) == []
+    ledger.close()
+
+
+def test_the_first_error_is_the_earliest_in_suite_order(tmp_path):
+    failed = [Run(False, None, failure="failed"), Run(False, None, failure="failed")]
+    ledger = Ledger([PAIR], tmp_path)
+    ledger.add(record("late", failed[0], "the second error"), 9)
+    ledger.add(record("early", failed[1], "the first error"), 2)
+    assert ledger.first_error == f"{PAIR} early: the first error"
+    assert (ledger.count, ledger.finished) == (2, 0)
+
+
+@pytest.mark.parametrize("count", [0, 1, 7])
+def test_report_json_written_a_record_at_a_time_is_the_whole_json(count):
+    runs = table(2, 1, 1, 1, 1, failures=("crashed", "failed"))[:count]
+    ids = [ENCODABLE_IDS[n % len(ENCODABLE_IDS)] + f"#{n}" for n in range(count)]
+    data = suite_data(runs, ids)
+    streamed = "".join(report_json_chunks(data))
+    whole = {**data, "prompts": list(data["prompts"])}
+    assert streamed == json.dumps(finite(whole), indent=1, ensure_ascii=False) + "\n"
+    assert [r["prompt_id"] for r in json.loads(streamed)["prompts"]] == ids
+
+
+RUN_KINDS = [
+    Run(True, (True, True)),
+    Run(False, (True, False), "near tie"),
+    Run(False, (False, True), "ambiguous"),
+    Run(False, None, failure="failed"),
+]
+
+
+def _held_per_record(tmp_path, first: int, more: int) -> float:
+    """The bytes a ledger holds for each record past the `first` ones."""
+    kinds = [record(f"p{n}", RUN_KINDS[n % len(RUN_KINDS)]) for n in range(len(RUN_KINDS))]
+    ledger = Ledger([PAIR], tmp_path)
+    tracemalloc.start()
+    try:
+        for place in range(first):
+            ledger.add(kinds[place % len(kinds)], place)
+        before = tracemalloc.get_traced_memory()[0]
+        for place in range(first, first + more):
+            ledger.add(kinds[place % len(kinds)], place)
+        after = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+        ledger.close()
+    return (after - before) / more
+
+
+def test_a_suite_holds_a_few_numbers_a_prompt_not_its_record(tmp_path):
+    # a record as an object held ~1.3 KB; the ledger keeps its place, its line's place
+    # and the numbers medians need: about 60 bytes, arrays growing in steps
+    assert _held_per_record(tmp_path, 500, 4000) < 120
+
+
+def _report_peak(folder, count: int) -> tuple[int, int]:
+    """The most memory writing the reports of `count` runs held at once, and the bytes
+    the four files hold. The runs finish (a failed run is named in the report's text,
+    so a suite of failures holds their names)."""
+    finished = [kind for kind in RUN_KINDS if kind.failure is None]
+    runs = [finished[n % len(finished)] for n in range(count)]
+    data = suite_data(runs, [f"HumanEval/{n}" for n in range(count)])
+    folder.mkdir()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        paths = write_reports(folder, data)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    return peak, sum(path.stat().st_size for path in paths)
+
+
+def test_the_reports_are_written_holding_one_record_at_a_time(tmp_path):
+    peak, written = _report_peak(tmp_path / "small", 1000)
+    more_peak, more_written = _report_peak(tmp_path / "large", 2000)
+    # each run adds about 1.5 KB to the files and a few bytes (its id in the settings,
+    # its fork in the figures) to what writing them holds
+    assert more_written - written > 1000 * 1000
+    assert (more_peak - peak) / 1000 < 64
