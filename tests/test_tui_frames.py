@@ -4,6 +4,7 @@ later, with the next batch or by a timer, and never lost."""
 from __future__ import annotations
 
 import asyncio
+import gc
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from specdiff.sessions.store import load_session
 from specdiff.tui import app as app_module
 from specdiff.tui.app import make_app
 from specdiff.tui.messages import StepsArrived
-from specdiff.tui.widgets import TokenView
+from specdiff.tui.widgets import Line, MarginStrip, TokenView
 
 SESSIONS = sorted((Path(__file__).resolve().parent.parent / "sessions").glob("*.jsonl"))
 
@@ -43,3 +44,55 @@ async def test_a_batch_held_back_from_a_frame_is_drawn_by_the_timer(
         await asyncio.sleep(0.5)
         await pilot.pause()
         assert laid_out(app, "a") == laid_out(app, "b") == 20
+
+
+def stats_of(app: app_module.SpecdiffApp, lane_id: str) -> str:
+    return app.query_one(f"#lane-{lane_id} .lane-stats", Line).plain
+
+
+def strip_of(app: app_module.SpecdiffApp, lane_id: str) -> int:
+    return len(app.query_one(f"#lane-{lane_id} MarginStrip", MarginStrip).margins)
+
+
+@pytest.mark.tui
+async def test_streaming_frames_draw_the_lanes_details_once_a_panel_period(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    steps = load_session(SESSIONS[0]).steps
+    monkeypatch.setattr(app_module, "FRAME_CPU_SHARE", 1.0)  # every batch is a frame
+    monkeypatch.setattr(app_module, "PANEL_SECONDS", 0.4)
+    app = make_app(presets(), "spec-vs-plain", "Hello", 30, autostart=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.running = True
+        live = {"a": (1.0, 0, 0), "b": (1.0, 0, 0)}
+        app.post_message(StepsArrived([*steps["a"][:10], *steps["b"][:10]], live))
+        await pilot.pause()
+        assert stats_of(app, "a").startswith("10 tokens") and strip_of(app, "a") == 10
+        app.post_message(StepsArrived([*steps["a"][10:20], *steps["b"][10:20]], live))
+        await pilot.pause()
+        # the tokens are drawn; their stats line and margin strip wait for the period
+        assert laid_out(app, "a") == 20
+        assert stats_of(app, "a").startswith("10 tokens") and strip_of(app, "a") == 10
+        await asyncio.sleep(0.5)
+        app.post_message(StepsArrived([*steps["a"][20:25], *steps["b"][20:25]], live))
+        await pilot.pause()
+        assert laid_out(app, "b") == 25
+        assert stats_of(app, "b").startswith("25 tokens") and strip_of(app, "b") == 25
+
+
+@pytest.mark.tui
+@pytest.mark.model
+async def test_objects_older_than_a_run_are_set_aside_from_collection_while_it_runs() -> None:
+    app = make_app(presets(), "ubatch", "The capital of France is", 24)
+    assert gc.get_freeze_count() == 0
+    async with app.run_test(size=(120, 40)) as pilot:
+        frozen_while_running = []
+        while app.result is None:
+            if app.running:
+                frozen_while_running.append(gc.get_freeze_count())
+            await pilot.pause(0.05)
+        assert frozen_while_running and min(frozen_while_running) > 0
+        assert gc.get_freeze_count() == 0
+        app.action_run()  # quitting mid-run gives them back too
+        assert app.running and gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0

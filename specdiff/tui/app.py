@@ -7,6 +7,7 @@ TokenSteps; the fork, near ties and alignment come from ``compare.py``.
 
 from __future__ import annotations
 
+import gc
 import re
 import sys
 import threading
@@ -94,7 +95,7 @@ BATCH_SECONDS = 0.25
 shares the CPU with the lanes)."""
 READ_EVERY = 0.05
 """While lanes stream, the worker's steps are read in batches this often (seconds)."""
-FRAME_CPU_SHARE = 0.05
+FRAME_CPU_SHARE = 0.03
 """While lanes stream, the most of one core the UI thread takes drawing them: the lanes
 decode on the same cores, so every frame is paid for in their tokens/s. A batch that
 arrives while the UI is over this share since its last frame is drawn with the next one
@@ -220,7 +221,7 @@ class SpecdiffApp(App[int]):
         self._status = ""
         """The status line's text without the note shown before it."""
         self.cursor_lane = "a"
-        self.running = False
+        self._lanes_running = False
         self.max_tokens = max_tokens
         self.cancel = threading.Event()
         self._runner: PairWorker | None = None
@@ -388,7 +389,7 @@ class SpecdiffApp(App[int]):
             self.query_one(Footer).compact = narrow
         self.refresh_bindings()
         # the lanes' stats lines keep what fits the new width
-        self.call_after_refresh(self.render_lanes, False, False)
+        self.call_after_refresh(self.render_lanes, False)
 
     # -- focus ----------------------------------------------------------------------
     @property
@@ -408,6 +409,15 @@ class SpecdiffApp(App[int]):
 
     @running.setter
     def running(self, running: bool) -> None:
+        # Python's full collection walks every object the app holds (about 100,000): one
+        # took ~50 ms of the UI thread mid-run, and the lanes' decode threads share its
+        # cores. While lanes run, what exists already is set aside (gc.freeze), so a
+        # collection walks only what the run made.
+        if running and not self._lanes_running:
+            gc.collect()
+            gc.freeze()
+        elif not running and self._lanes_running:
+            gc.unfreeze()
         self._lanes_running = running
         if not self.screen_stack:  # not composed yet: no field to stop
             return
@@ -521,22 +531,29 @@ class SpecdiffApp(App[int]):
             ),
         )
 
-    def render_lanes(self, follow: bool, panel: bool = True) -> None:
+    def render_lanes(self, follow: bool, details: bool = True) -> None:
+        """Draw the lanes' tokens; with `details`, also what summarises them: each lane's
+        stats line and margin strip, the legend, the aligned view and the panel. A
+        streaming frame draws the details at most every PANEL_SECONDS: they sit above,
+        below and beside the tokens, and a frame repaints everything between the parts
+        that changed."""
         forecast_shown = False
         for lane_id, state in self.lanes.items():
             pane = self.query_one(f"#lane-{lane_id}", LanePane)
             marks = self.marks(lane_id)
             forecast_shown = forecast_shown or bool(marks.forecast)
-            pane.show_tokens(state, marks, follow=follow)
-            # before the first layout a pane has no width: the screen's stands in
-            width = pane.content_size.width - 2 if pane.content_size.width else self.size.width
-            pane.set_stats(self.stats_line(lane_id, width))
+            pane.show_tokens(state, marks, follow=follow, strip=details)
+            if details:
+                # before the first layout a pane has no width: the screen's stands in
+                width = pane.content_size.width - 2 if pane.content_size.width else self.size.width
+                pane.set_stats(self.stats_line(lane_id, width))
+        if not details:
+            return
         self.query_one(Legend).show_forecast(forecast_shown)
         aligned = self.query_one("#aligned", AlignedView)
         if aligned.display:
             aligned.show(self.lanes, {lane_id: self.marks(lane_id) for lane_id in self.lanes})
-        if panel:
-            self.render_panel()
+        self.render_panel()
 
     def render_panel(self) -> None:
         index = (
@@ -797,7 +814,7 @@ class SpecdiffApp(App[int]):
         else:
             found = self.find_fork()
             self.align_while_streaming()
-            self.render_lanes(follow=self.follow, panel=found or self.panel_due())
+            self.render_lanes(follow=self.follow, details=found or self.panel_due())
         self.replay_status()
 
     def replay_status(self) -> None:
@@ -1071,7 +1088,7 @@ class SpecdiffApp(App[int]):
         # The panel changes only with the fork, the cursor or the theme.
         found = self.find_fork()
         self.align_while_streaming()
-        self.render_lanes(follow=self.follow, panel=found or self.panel_due())
+        self.render_lanes(follow=self.follow, details=found or self.panel_due())
 
     def frame_due(self) -> bool:
         """Whether streamed steps are drawn now: not while the UI thread has used more
@@ -1336,6 +1353,10 @@ class SpecdiffApp(App[int]):
         await self.action_quit()
 
     def on_unmount(self) -> None:
+        if self._lanes_running:
+            # quitting mid-run: what the run set aside from collection is given back
+            self._lanes_running = False
+            gc.unfreeze()
         self.stop_playback()
         self.cancel.set()
         if self._runner is not None:

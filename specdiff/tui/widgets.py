@@ -927,10 +927,13 @@ class LanePane(Vertical):
     def set_stats(self, stats: str) -> None:
         self.query_one(".lane-stats", Line).set(stats)
 
-    def show_tokens(self, state: LaneState, marks: TokenMarks, follow: bool) -> None:
+    def show_tokens(
+        self, state: LaneState, marks: TokenMarks, follow: bool, strip: bool = True
+    ) -> None:
         view = self.query_one(TokenView)
         view.set_tokens(state, marks)
-        self.query_one(MarginStrip).show(state.steps, marks)
+        if strip:
+            self.query_one(MarginStrip).show(state.steps, marks)
         if follow:
             view.follow_end()
 
