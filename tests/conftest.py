@@ -1,11 +1,12 @@
 """Shared fixtures (the real bundled model, assembled once per test run) and the guards
 that keep the fast tier honest.
 
-The suite has four markers, registered in pyproject.toml: `model` (llama-cpp-python and
-the bundled model), `server` (a real server process), `browser` (headless Chromium) and
+The suite has five markers, registered in pyproject.toml: `model` (llama-cpp-python and
+the bundled model), `server` (a real server process), `browser` (headless Chromium),
 `tui` (drives the Textual app or a real terminal; given here to every coroutine test and
-every snapshot, since those are the ones that run the app). Everything unmarked is the
-fast tier, `pytest -m "not model and not server and not browser and not tui"`. A test
+every snapshot, since those are the ones that run the app) and `fuzz` (hundreds of
+generated inputs per test). Everything unmarked is the fast tier,
+`pytest -m "not model and not server and not browser and not tui and not fuzz"`. A test
 that needs the model but lacks the marker would make that tier slow or make it fail
 on a machine without llama.cpp, so both ways in are checked: asking for a model fixture,
 and loading llama_cpp while the test runs.

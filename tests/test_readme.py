@@ -11,7 +11,9 @@ TEST_COMMAND = (
     "python3 -m pip install -e '.[test]' && python3 -m ruff check . && lint-imports"
     " && python3 -m pytest"
 )
-FAST_COMMAND = 'python3 -m pytest -m "not model and not server and not browser and not tui"'
+FAST_COMMAND = (
+    'python3 -m pytest -m "not model and not server and not browser and not tui and not fuzz"'
+)
 RUN_COMMAND = "python3 -m pip install -e . && specdiff"
 
 

@@ -82,6 +82,7 @@ def test_every_schema_version_written_still_loads() -> None:
         assert load_session(path).steps["a"]
 
 
+@pytest.mark.fuzz
 @settings(
     max_examples=1000,
     deadline=None,
@@ -162,6 +163,7 @@ def every_reader(path: Path) -> None:
     assert read_info(path).problem is None
 
 
+@pytest.mark.fuzz
 @settings(
     max_examples=300,
     deadline=None,

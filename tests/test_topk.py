@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -17,6 +18,7 @@ finite = st.floats(-60, 60, allow_nan=False, width=32)
 rows = hnp.arrays(np.float32, st.integers(1, 400), elements=finite)
 
 
+@pytest.mark.fuzz
 @settings(max_examples=400, deadline=None)
 @given(rows, st.integers(1, 16), st.floats(1e-3, 100))
 def test_topk_matches_full_sort(row: np.ndarray, k: int, start_window: float) -> None:
@@ -25,6 +27,7 @@ def test_topk_matches_full_sort(row: np.ndarray, k: int, start_window: float) ->
     assert topk(row) == reference(row, min(k, row.shape[0]))
 
 
+@pytest.mark.fuzz
 @settings(max_examples=200, deadline=None)
 @given(st.lists(rows, min_size=2, max_size=6), st.integers(1, 12))
 def test_topk_stays_exact_across_rows(sequence: list[np.ndarray], k: int) -> None:
@@ -58,6 +61,7 @@ def reference_fast(row: np.ndarray, k: int) -> tuple[list[int], list[float]]:
     return [int(i) for i in order], [float(row[i]) for i in order]
 
 
+@pytest.mark.fuzz
 @settings(max_examples=200, deadline=None)
 @given(rows, st.data())
 def test_rank_of_agrees_with_topk_order(row: np.ndarray, data: st.DataObject) -> None:

@@ -9,6 +9,7 @@ the end: a full disk, a closed pipe), 2 bad input (one line on stderr, no traceb
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 from collections.abc import Sequence
@@ -51,7 +52,11 @@ COMMANDS = (
 """In the order `specdiff --help` lists them."""
 
 
+@functools.cache
 def build_parser() -> CommandParser:
+    """Every command's options, built once a process: some 150 add_argument calls take
+    ~5 ms, which a caller of main() in a loop paid on every call. Parsing leaves a
+    parser as it found it."""
     parser = CommandParser(
         prog="specdiff",
         description="Why does the same prompt at temperature 0 give different text? "

@@ -28,7 +28,9 @@ class Ledger:
     """The records of one suite run, added in the order their runs end (from any
     thread), read back in the suite's order."""
 
-    def __init__(self, labels: Sequence[str], folder: Path | None = None) -> None:
+    def __init__(
+        self, labels: Sequence[str], folder: Path | None = None, graded: bool = True
+    ) -> None:
         # the ledger holds the file as long as it lives; close() ends it
         self._file: IO[bytes] = tempfile.TemporaryFile(dir=folder)  # noqa: SIM115
         # a ledger nobody closed (a test's, a benchmark's) closes its file as it goes
@@ -40,7 +42,8 @@ class Ledger:
         self._lengths = array("q")
         self._sorted: array[int] | None = None
         """Indices of the added records in suite order; None until asked for again."""
-        self.figures = {label: PairFigures() for label in labels}
+        self.figures = {label: PairFigures(graded) for label in labels}
+        self._graded = graded
         self.count = 0
         self.finished = 0
         """Records of runs that neither failed nor crashed."""
@@ -62,7 +65,7 @@ class Ledger:
             self._sorted = None
             self.count += 1
             self.finished += not run.failed and not run.crashed
-            self.figures.setdefault(record.pair, PairFigures()).add(record)
+            self.figures.setdefault(record.pair, PairFigures(self._graded)).add(record)
             if error and (self._first_error is None or order < self._first_error[0]):
                 self._first_error = (order, f"{record.pair} {record.prompt_id}: {error}")
 

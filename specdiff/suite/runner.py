@@ -323,7 +323,7 @@ class SuiteRun:
         started = datetime.now(timezone.utc).isoformat(timespec="seconds")
         variants = self.settings.variants()
         labels = [label for label, _, _ in variants]
-        ledger = Ledger(labels, self.report_dir)
+        ledger = Ledger(labels, self.report_dir, graded=self.settings.grade)
         tally = _Tally(time.perf_counter(), len(variants) * len(self.prompts), ledger)
         # a run's place in the report: its pair's, then its prompt's
         self._pair_places = {label: n * len(self.prompts) for n, label in enumerate(labels)}

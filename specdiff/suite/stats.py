@@ -50,7 +50,7 @@ class PairFigures:
     sums and the numbers medians and quantiles need (8 bytes each), never the records,
     so that a suite of any length holds the same few objects."""
 
-    def __init__(self) -> None:
+    def __init__(self, graded: bool = True) -> None:
         self.prompts = 0
         self.crashed = 0
         self.finished = 0
@@ -72,7 +72,7 @@ class PairFigures:
         self.generation_seconds = 0.0
         self.fork_classes = dict.fromkeys(FORK_CLASSES, 0)
         self.fork_classes["unclassified"] = 0
-        self.grades = GradedTally()
+        self.grades = GradedTally(graded)
         self.serving = ServingTally()
         self.control = ControlTally()
         self.teacher: TeacherTally | None = None
@@ -236,7 +236,11 @@ class GradedTally:
     are left out of every denominator (a lane that never finished says nothing about its
     quality) and named instead."""
 
-    def __init__(self) -> None:
+    def __init__(self, graded: bool = True) -> None:
+        self.graded = graded
+        """The suite grades its runs: a run left out is named. Without grading no run
+        carries a grade, and naming every run as "not graded" would hold one entry a
+        prompt for a summary that is never shown."""
         self.any_graded = False
         self.all_runs = PairedCounts()
         self.forked_runs = PairedCounts()
@@ -246,7 +250,8 @@ class GradedTally:
         self.any_graded = self.any_graded or record.summary.grades is not None
         outcome = _paired_pass(record)
         if isinstance(outcome, str):
-            self.excluded.append({"prompt_id": record.prompt_id, "why": outcome})
+            if self.graded or record.summary.grades is not None:
+                self.excluded.append({"prompt_id": record.prompt_id, "why": outcome})
             return
         self.all_runs.add(*outcome)
         if not record.summary.identical:
