@@ -253,3 +253,23 @@ def test_a_bad_line_among_the_first_steps_stops_replay_before_it_opens(tmp_path,
     assert main(["replay", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert f"{path}:100:" in err and "index" in err and len(err.splitlines()) == 1
+
+
+async def test_a_pause_shows_the_stats_and_strips_of_every_step_shown(monkeypatch) -> None:
+    from specdiff.tui import app as app_module
+    from specdiff.tui.widgets import Line, MarginStrip
+
+    # the details (stats lines, margin strips) wait for a period no test reaches
+    monkeypatch.setattr(app_module, "PANEL_SECONDS", 3600.0)
+    app = replay_app(0.3)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause(0.6)
+        await pilot.press("space")
+        assert app.playback.paused
+        for lane_id in ("a", "b"):
+            steps = len(app.lanes[lane_id].steps)
+            assert steps > 1
+            stats = app.query_one(f"#lane-{lane_id} .lane-stats", Line).plain
+            assert stats.startswith(f"{steps} tokens"), (lane_id, stats)
+            strip = app.query_one(f"#lane-{lane_id} MarginStrip", MarginStrip)
+            assert strip.shown[0] == steps

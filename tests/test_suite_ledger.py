@@ -8,11 +8,13 @@ from __future__ import annotations
 import json
 import random
 import tracemalloc
+from dataclasses import replace
 
 import pytest
 
 from specdiff.reports._markup import finite
 from specdiff.reports.suite import report_json_chunks, write_reports
+from specdiff.sessions.format import Serving
 from specdiff.suite.ledger import Ledger
 from specdiff.suite.stats import summarize
 from tests.test_suite_stats import PAIR, Run, record, suite_data, table
@@ -21,22 +23,53 @@ from tests.test_terminal_safety import ENCODABLE_IDS
 pytestmark = pytest.mark.filterwarnings("error")
 
 
-def test_records_come_back_in_suite_order_whatever_order_their_runs_ended(tmp_path):
-    records = [record(f"p{n}", Run(n % 3 == 0, (True, n % 2 == 0))) for n in range(60)]
-    places = list(range(60))
-    random.Random(7).shuffle(places)
-    ledger = Ledger([PAIR], tmp_path)
-    for place in places:
-        ledger.add(records[place], place)
-    view = ledger.records()
-    assert [r["prompt_id"] for r in view] == [f"p{n}" for n in range(60)]
-    assert len(view) == 60 and view[5] == json.loads(json.dumps(records[5].to_json()))
-    assert [r["prompt_id"] for r in view[-2:]] == ["p58", "p59"]
-    # the figures do not depend on the order the runs ended in
-    assert ledger.figures[PAIR].summary(48, 0.5) == summarize(records, 48, 0.5)
+def _varied(n: int):
+    """A run unlike its neighbours: its own fork, margins, seconds, back-off and grade,
+    with values whose float sums depend on the order they are added in."""
+    kinds = [
+        Run(False, (True, False), "near tie"),
+        Run(True, (True, True)),
+        Run(False, None, failure="failed"),
+        Run(False, (False, True), "ambiguous"),
+    ]
+    base = record(f"p{n}", kinds[n % len(kinds)], f"error {n}")
+    summary = base.summary
+    forked = summary.fork_index is not None
+    return replace(
+        base,
+        summary=replace(
+            summary,
+            fork_index=n % 40 if forked else None,
+            fork_margins=(0.1 * (n % 7), 0.3) if forked else None,
+            seconds=(0.1 * (n % 3 + 1), 0.7),
+            tokens_per_second=(10.0 + n, 20.0 + n % 5),
+            serving=(Serving(f"http://e{n % 2}", n % 3, 0.1 * (n % 4)), None),
+        ),
+    )
+
+
+def test_figures_and_records_do_not_depend_on_the_order_runs_end(tmp_path):
+    records = [_varied(n) for n in range(60)]
+    in_order = summarize(records, 48, 0.5)
+    for seed in range(5):
+        places = list(range(60))
+        random.Random(seed).shuffle(places)
+        ledger = Ledger([PAIR], tmp_path)
+        for place in places:
+            ledger.add(records[place], place)
+        view = ledger.records()
+        assert [r["prompt_id"] for r in view] == [f"p{n}" for n in range(60)]
+        assert view[5] == json.loads(json.dumps(records[5].to_json()))
+        assert [r["prompt_id"] for r in view[-2:]] == ["p58", "p59"]
+        # the same figures to the last digit: forks listed in suite order, the runs
+        # left out of pass@1 too, and float sums that do not follow the arrival order
+        assert ledger.figures[PAIR].summary(48, 0.5) == in_order
+        ledger.close()
+    finished = [r.summary for r in records if not r.summary.failed]
+    assert in_order["fork_indices"] == [r.fork_index for r in finished if r.fork_index is not None]
+    assert in_order["grades"]["excluded"][0]["prompt_id"] == "p2"
     # the file has no name: nothing is left in the report folder
     assert list(tmp_path.iterdir()) == []
-    ledger.close()
 
 
 def test_the_first_error_is_the_earliest_in_suite_order(tmp_path):
@@ -48,10 +81,12 @@ def test_the_first_error_is_the_earliest_in_suite_order(tmp_path):
     assert (ledger.count, ledger.finished) == (2, 0)
 
 
-@pytest.mark.parametrize("count", [0, 1, 7])
+@pytest.mark.parametrize("count", [0, 1, 7, 20])
 def test_report_json_written_a_record_at_a_time_is_the_whole_json(count):
-    runs = table(2, 1, 1, 1, 1, failures=("crashed", "failed"))[:count]
-    ids = [ENCODABLE_IDS[n % len(ENCODABLE_IDS)] + f"#{n}" for n in range(count)]
+    runs = table(8, 3, 3, 3, 1, failures=("crashed", "failed"))[:count]
+    # U+2028 and U+0085 end a line for str.splitlines, and JSON leaves them raw
+    odd = [*ENCODABLE_IDS, "line\u2028separator", "next\x85line"]
+    ids = [odd[(n * 5) % len(odd)] + f"#{n}" for n in range(count)]
     data = suite_data(runs, ids)
     streamed = "".join(report_json_chunks(data))
     whole = {**data, "prompts": list(data["prompts"])}

@@ -15,7 +15,6 @@ import io
 import itertools
 import json
 import math
-import textwrap
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -123,9 +122,10 @@ def report_json_chunks(data: dict[str, Any]) -> Iterator[str]:
     yield block[: -len("\n}")] + ',\n "prompts": ['
     separator = "\n"
     for record in data["prompts"]:
-        # JSON text holds no raw newline inside a string: each line is indented whole
+        # JSON escapes every newline inside a string, so each "\n" starts a line; not
+        # splitlines, which also breaks at U+2028 and U+0085, left raw in strings
         text = json.dumps(finite(record), indent=1, ensure_ascii=False)
-        yield separator + textwrap.indent(text, "  ")
+        yield separator + "  " + text.replace("\n", "\n  ")
         separator = ",\n"
     yield "]\n}\n" if separator == "\n" else "\n ]\n}\n"
 

@@ -65,7 +65,7 @@ class Ledger:
             self._sorted = None
             self.count += 1
             self.finished += not run.failed and not run.crashed
-            self.figures.setdefault(record.pair, PairFigures(self._graded)).add(record)
+            self.figures.setdefault(record.pair, PairFigures(self._graded)).add(record, order)
             if error and (self._first_error is None or order < self._first_error[0]):
                 self._first_error = (order, f"{record.pair} {record.prompt_id}: {error}")
 

@@ -45,10 +45,57 @@ def fork_bins(max_tokens: int) -> list[tuple[int, int]]:
     return [(start, min(start + width, max_tokens)) for start in range(0, max_tokens, width)]
 
 
+class ExactSum:
+    """A sum of floats that does not depend on the order of its terms: runs side by side
+    end in any order, and a report must not change in its last digit with it. Kept as
+    Shewchuk's non-overlapping partials (what math.fsum keeps), rounded once."""
+
+    def __init__(self) -> None:
+        self.partials: list[float] = []
+
+    def add(self, value: float) -> None:
+        kept = 0
+        for partial in self.partials:
+            if abs(value) < abs(partial):
+                value, partial = partial, value
+            high = value + partial
+            low = partial - (high - value)
+            if low:
+                self.partials[kept] = low
+                kept += 1
+            value = high
+        self.partials[kept:] = [value]
+
+    @property
+    def value(self) -> float:
+        return math.fsum(self.partials)
+
+
+class Placed:
+    """Numbers kept in the order their runs end, each with its run's place in the suite,
+    given back in suite order: the report lists forks as the prompts come."""
+
+    def __init__(self, typecode: str) -> None:
+        self.values = array(typecode)
+        self.places = array("q")
+
+    def append(self, place: int, value: float) -> None:
+        self.values.append(value)  # type: ignore[arg-type]
+        self.places.append(place)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def in_suite_order(self) -> list[Any]:
+        order = sorted(range(len(self.places)), key=self.places.__getitem__)
+        return [self.values[index] for index in order]
+
+
 class PairFigures:
     """The report's figures for one pair (variant), gathered a record at a time: counts,
     sums and the numbers medians and quantiles need (8 bytes each), never the records,
-    so that a suite of any length holds the same few objects."""
+    so that a suite of any length holds the same few objects. Records may come in any
+    order (runs side by side end in any order): the figures do not depend on it."""
 
     def __init__(self, graded: bool = True) -> None:
         self.prompts = 0
@@ -58,8 +105,8 @@ class PairFigures:
         `generation_seconds` is over these."""
         self.identical = 0
         self.lengths_differ = 0
-        self.forks = array("q")
-        self.fork_margins = array("d")
+        self.forks = Placed("q")
+        self.fork_margins = Placed("d")
         """The smaller of the two lanes' margins at each fork."""
         self.longest = 0
         self.steps = [0, 0]
@@ -69,7 +116,7 @@ class PairFigures:
         self.speed_ratios = array("d")
         self.drafted = [0, 0]
         self.accepted = [0, 0]
-        self.generation_seconds = 0.0
+        self.generation_seconds = ExactSum()
         self.fork_classes = dict.fromkeys(FORK_CLASSES, 0)
         self.fork_classes["unclassified"] = 0
         self.grades = GradedTally(graded)
@@ -79,17 +126,19 @@ class PairFigures:
 
     @classmethod
     def of(cls, records: Iterable[PromptRecord]) -> PairFigures:
+        """The figures of `records`, given in suite order."""
         figures = cls()
-        for record in records:
-            figures.add(record)
+        for place, record in enumerate(records):
+            figures.add(record, place)
         return figures
 
-    def add(self, record: PromptRecord) -> None:
+    def add(self, record: PromptRecord, place: int) -> None:
+        """Count `record`, the run at `place` in the suite."""
         run = record.summary
         self.prompts += 1
         self.longest = max(self.longest, *run.generated)
-        self.generation_seconds += run.generation_seconds
-        self.grades.add(record)
+        self.generation_seconds.add(run.generation_seconds)
+        self.grades.add(record, place)
         self.serving.add(run)
         # a crashed run (its worker died) is counted apart from those that failed
         if run.crashed:
@@ -100,14 +149,16 @@ class PairFigures:
         self.finished += 1
         self.identical += run.identical
         if run.fork_index is not None:
-            self.forks.append(run.fork_index)
+            self.forks.append(place, run.fork_index)
+            # a footer edited by hand may put the fork past the tokens it counts
+            self.longest = max(self.longest, run.fork_index + 1)
             # forks recorded before sessions carried a class are `unclassified`
             kind = run.fork_class if run.fork_class in self.fork_classes else None
             self.fork_classes[kind or "unclassified"] += 1
         elif not run.identical:
             self.lengths_differ += 1
         if run.fork_margins is not None:
-            self.fork_margins.append(min(run.fork_margins))
+            self.fork_margins.append(place, min(run.fork_margins))
         for lane in (0, 1):
             self.steps[lane] += run.generated[lane]
             self.near_ties[lane] += record.near_ties[lane]
@@ -125,6 +176,7 @@ class PairFigures:
     def summary(self, max_tokens: int, near_tie: float) -> dict[str, Any]:
         """The pair's figures as the report shows them."""
         steps, ties = self.steps, self.near_ties
+        longest = max(max_tokens, self.longest)
         summary: dict[str, Any] = {
             "prompts": self.prompts,
             "failed": self.prompts - self.finished - self.crashed,
@@ -133,13 +185,13 @@ class PairFigures:
             "identical_rate": Rate(self.identical, self.finished).to_json(),
             "forked": len(self.forks),
             "lengths_differ": self.lengths_differ,
-            **_fork_places(self.forks, max(max_tokens, self.longest), self.finished),
-            "fork_margin_median": median(self.fork_margins),
-            "fork_margins": list(self.fork_margins),
+            **_fork_places(self.forks.in_suite_order(), longest, self.finished),
+            "fork_margin_median": median(self.fork_margins.values),
+            "fork_margins": self.fork_margins.in_suite_order(),
             "near_tie_threshold": near_tie,
             "near_ties_per_1000": [1000 * ties[i] / steps[i] if steps[i] else None for i in (0, 1)],
             **self._speeds(),
-            "generation_seconds": self.generation_seconds,
+            "generation_seconds": self.generation_seconds.value,
             "fork_classes": dict(self.fork_classes),
             "split_threshold": DEFAULT_SPLIT_THRESHOLD,
             "grades": self.grades.summary(),
@@ -176,6 +228,8 @@ class ServingTally:
 
     def __init__(self) -> None:
         self.lanes: tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]] = ({}, {})
+        self.waits: tuple[dict[str, ExactSum], dict[str, ExactSum]] = ({}, {})
+        """Per lane and endpoint, the back-off seconds."""
 
     def add(self, run: RunSummary) -> None:
         if not run.serving:
@@ -189,16 +243,24 @@ class ServingTally:
             row["failed"] += failed
             row["forked"] += not failed and run.fork_index is not None
             row["retries"] += serving.retries
-            row["wait_seconds"] += serving.wait_seconds
+            self.waits[lane].setdefault(serving.endpoint, ExactSum()).add(serving.wait_seconds)
 
     def summary(self) -> dict[str, Any] | None:
         """None where no run recorded how it was served."""
-        lanes = self.lanes
-        if not any(lanes):
+        if not any(self.lanes):
             return None
+        lanes = [
+            {
+                endpoint: {**row, "wait_seconds": self.waits[lane][endpoint].value}
+                for endpoint, row in self.lanes[lane].items()
+            }
+            for lane in (0, 1)
+        ]
         return {
             "retries": [sum(row["retries"] for row in lane.values()) for lane in lanes],
-            "wait_seconds": [sum(row["wait_seconds"] for row in lane.values()) for lane in lanes],
+            "wait_seconds": [
+                math.fsum(row["wait_seconds"] for row in lane.values()) for lane in lanes
+            ],
             "endpoints": [
                 [
                     {"endpoint": endpoint, **row, "fork_rate": _fork_rate(row)}
@@ -244,14 +306,15 @@ class GradedTally:
         self.any_graded = False
         self.all_runs = PairedCounts()
         self.forked_runs = PairedCounts()
-        self.excluded: list[dict[str, str]] = []
+        self.excluded: list[tuple[int, dict[str, str]]] = []
+        """The runs left out, each with its place in the suite."""
 
-    def add(self, record: PromptRecord) -> None:
+    def add(self, record: PromptRecord, place: int) -> None:
         self.any_graded = self.any_graded or record.summary.grades is not None
         outcome = _paired_pass(record)
         if isinstance(outcome, str):
             if self.graded or record.summary.grades is not None:
-                self.excluded.append({"prompt_id": record.prompt_id, "why": outcome})
+                self.excluded.append((place, {"prompt_id": record.prompt_id, "why": outcome}))
             return
         self.all_runs.add(*outcome)
         if not record.summary.identical:
@@ -271,7 +334,7 @@ class GradedTally:
             "neither": table.neither,
             "mcnemar_p": table.mcnemar_p,
             "forked_pass_at_1": [rate.to_json() for rate in forked.solved],
-            "excluded": self.excluded,
+            "excluded": [entry for _, entry in sorted(self.excluded, key=lambda e: e[0])],
         }
 
 

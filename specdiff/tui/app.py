@@ -814,7 +814,9 @@ class SpecdiffApp(App[int]):
         else:
             found = self.find_fork()
             self.align_while_streaming()
-            self.render_lanes(follow=self.follow, details=found or self.panel_due())
+            # caught up with the file read so far: nothing may come for a while
+            caught_up = self.playback is not None and self.playback.finished
+            self.render_lanes(follow=self.follow, details=found or caught_up or self.panel_due())
         self.replay_status()
 
     def replay_status(self) -> None:
@@ -866,6 +868,9 @@ class SpecdiffApp(App[int]):
                 self.follow = True
                 self.cursor = None
                 self.render_lanes(follow=True)
+            else:
+                # a frame may have left the details behind the tokens it drew
+                self.render_lanes(follow=self.follow)
         self.replay_status()
 
     def reset_view_keeping_speeds(self) -> None:
