@@ -157,3 +157,12 @@ def test_the_reports_are_written_holding_one_record_at_a_time(tmp_path):
     # its fork in the figures) to what writing them holds
     assert more_written - written > 600 * 1000
     assert (more_peak - peak) / 600 < 64
+
+
+def test_a_fork_past_the_tokens_a_footer_counts_is_still_reported():
+    # a footer edited by hand: its fork lies beyond both lanes' token counts
+    forked = record("p0", Run(False, None, "near tie"))
+    edited = replace(forked, summary=replace(forked.summary, fork_index=500, generated=(9, 9)))
+    summary = summarize([edited], 48, 0.5)
+    assert summary["fork_indices"] == [500]
+    assert summary["forked_by_token"][-1] == 1
