@@ -575,6 +575,13 @@ class SpecdiffApp(App[int]):
         )
         self.query_one("#panel", Panel).show(view)
 
+    @property
+    def shutting_down(self) -> bool:
+        """The app is closing: its widgets are being removed, and what the generation
+        thread posted before it was stopped (a run that started or ended as the user
+        quit) finds nothing to draw on."""
+        return not self.is_running
+
     def set_status(self, text: str) -> None:
         self._status = text
         self.query_one("#status", Line).set(text)
@@ -1054,6 +1061,8 @@ class SpecdiffApp(App[int]):
         self.call_from_thread(self.set_status, text)
 
     def on_run_started(self, message: RunStarted) -> None:
+        if self.shutting_down:
+            return
         self._last_frame = None  # the first tokens are drawn as they come
         self.set_status(
             f"generating: {message.prompt_tokens}-token prompt, up to "
@@ -1061,6 +1070,8 @@ class SpecdiffApp(App[int]):
         )
 
     def on_steps_arrived(self, message: StepsArrived) -> None:
+        if self.shutting_down:
+            return
         by_lane: dict[str, list] = {"a": [], "b": []}
         for step in message.steps:
             by_lane[step.lane].append(step)
@@ -1117,6 +1128,8 @@ class SpecdiffApp(App[int]):
         return True
 
     def on_run_finished(self, message: RunFinished) -> None:
+        if self.shutting_down:
+            return
         result = message.result
         self.result = result
         self.running = False
@@ -1153,6 +1166,8 @@ class SpecdiffApp(App[int]):
             self.action_run()
 
     def on_run_failed(self, message: RunFailed) -> None:
+        if self.shutting_down:
+            return
         self.running = False
         self._restart = False
         # an error that opens with its lane ("lane a asks for ...") names it already
@@ -1166,6 +1181,8 @@ class SpecdiffApp(App[int]):
         self.render_lanes(follow=False)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if self.shutting_down:
+            return
         if event.state == WorkerState.ERROR:
             self.running = False
             self.render_lanes(follow=self.follow)  # steps held back from a frame
