@@ -19,6 +19,7 @@ import stat
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 from specdiff.errors import SpecdiffError
 
@@ -147,18 +148,26 @@ def replacing(target: Path, suffix: str = ".tmp") -> Iterator[Path]:
         temporary.unlink(missing_ok=True)
 
 
-def write_atomic(path: Path, data: bytes, *, overwrite: bool = True) -> None:
-    """Write data to path through a synced temporary file. With overwrite False, a file
-    that appeared at path while the data was written is kept and FileExistsError raised.
-    A failed write raises its OSError with path as its file name."""
+@contextmanager
+def _atomic_file(path: Path, *, overwrite: bool = True) -> Iterator[BinaryIO]:
+    """A temporary file beside path for the block to write, synced and renamed onto path
+    when the block ends normally. With overwrite False, a file that appeared at path
+    meanwhile is kept and FileExistsError raised. A failed write raises its OSError with
+    path as its file name."""
     with replacing(path) as temporary, naming(path):
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with os.fdopen(descriptor, "wb") as handle:
-            handle.write(data)
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         if not overwrite and path.exists():
             raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(path))
+
+
+def write_atomic(path: Path, data: bytes, *, overwrite: bool = True) -> None:
+    """Write data to path through a synced temporary file (`_atomic_file`)."""
+    with _atomic_file(path, overwrite=overwrite) as handle:
+        handle.write(data)
 
 
 def write_text_atomic(path: Path, text: str, *, overwrite: bool = True) -> None:
@@ -169,10 +178,6 @@ def write_text_atomic(path: Path, text: str, *, overwrite: bool = True) -> None:
 def write_chunks_atomic(path: Path, chunks: Iterable[str]) -> None:
     """write_text_atomic for text made as it is written: each chunk is encoded and
     written as it comes, so the whole text is never held."""
-    with replacing(path) as temporary, naming(path):
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with os.fdopen(descriptor, "w", encoding="utf-8", newline="") as handle:
-            for chunk in chunks:
-                handle.write(chunk)
-            handle.flush()
-            os.fsync(handle.fileno())
+    with _atomic_file(path) as handle:
+        for chunk in chunks:
+            handle.write(chunk.encode("utf-8"))

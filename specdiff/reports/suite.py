@@ -806,8 +806,11 @@ code{font-size:.85em}
 
 
 def _html_table(header: Sequence[str], rows: Sequence[Sequence[str]], css_class: str = "") -> str:
-    body = ("<tr>" + "".join(f"<td>{_html_text(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return html_table(header, body, _html_text, css_class)
+    return html_table(header, (_html_row(row) for row in rows), _html_text, css_class)
+
+
+def _html_row(cells: Sequence[str]) -> str:
+    return "<tr>" + "".join(f"<td>{_html_text(cell)}</td>" for cell in cells) + "</tr>"
 
 
 def html_report(data: dict[str, Any]) -> str:
@@ -831,8 +834,7 @@ def _html_section_lines(
     yield f"<h2>{title}</h2>"
     opening, closing = _html_table(header, []).split("<tbody></tbody>")
     yield opening + "<tbody>"
-    for row in rows:
-        yield "<tr>" + "".join(f"<td>{_html_text(c)}</td>" for c in row) + "</tr>"
+    yield from (_html_row(row) for row in rows)
     yield "</tbody>" + closing
 
 

@@ -22,7 +22,13 @@ from specdiff.errors import SpecdiffError, printable
 from specdiff.files import write_text_atomic
 from specdiff.lanes import Pair
 from specdiff.scoring import PositionScore, summarise
-from specdiff.sessions.format import CRASHED, check_float, check_int, check_list, check_object
+from specdiff.sessions.format import (
+    RunSummary,
+    check_float,
+    check_int,
+    check_list,
+    check_object,
+)
 from specdiff.sessions.store import load_session, safe_name
 from specdiff.suite import SuiteError
 from specdiff.suite.folder import SESSIONS_FOLDER
@@ -88,9 +94,9 @@ class RunRef:
 
     @classmethod
     def of(cls, record: dict[str, Any]) -> RunRef:
-        """From a record's JSON (`PromptRecord.to_json`)."""
-        finished = not any(record["errors"]) and CRASHED not in record["stop_reasons"]
-        return cls(record["prompt_id"], record["session"], finished)
+        """From a record's JSON (`PromptRecord.to_json`), which holds the run's summary."""
+        run = RunSummary.from_json(record)
+        return cls(record["prompt_id"], record["session"], not run.failed and not run.crashed)
 
 
 def _score(

@@ -44,9 +44,6 @@ class Ledger:
         """Indices of the added records in suite order; None until asked for again."""
         self.figures = {label: PairFigures(graded) for label in labels}
         self._graded = graded
-        self.count = 0
-        self.finished = 0
-        """Records of runs that neither failed nor crashed."""
         self._first_error: tuple[int, str] | None = None
 
     def add(self, record: PromptRecord, order: int) -> None:
@@ -63,11 +60,18 @@ class Ledger:
             self._lengths.append(len(data))
             self._order.append(order)
             self._sorted = None
-            self.count += 1
-            self.finished += not run.failed and not run.crashed
             self.figures.setdefault(record.pair, PairFigures(self._graded)).add(record, order)
             if error and (self._first_error is None or order < self._first_error[0]):
                 self._first_error = (order, f"{record.pair} {record.prompt_id}: {error}")
+
+    @property
+    def count(self) -> int:
+        return len(self._order)
+
+    @property
+    def finished(self) -> int:
+        """Records of runs that neither failed nor crashed."""
+        return sum(figures.finished for figures in self.figures.values())
 
     @property
     def first_error(self) -> str | None:
@@ -101,10 +105,10 @@ class Ledger:
         self._file.close()
 
     @classmethod
-    def of(cls, records: Sequence[PromptRecord], labels: Sequence[str] = ()) -> Ledger:
+    def of(cls, records: Sequence[PromptRecord]) -> Ledger:
         """A ledger holding `records` in the order given (for reports built from records
         already at hand)."""
-        ledger = cls(labels)
+        ledger = cls(())
         for order, record in enumerate(records):
             ledger.add(record, order)
         return ledger

@@ -8,11 +8,12 @@ import math
 import statistics
 from array import array
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from specdiff import __version__
 from specdiff.compare import DEFAULT_SPLIT_THRESHOLD, FORK_CLASSES
-from specdiff.sessions.format import RunSummary
+from specdiff.sessions.format import RunSummary, Serving
 from specdiff.suite.noise_floor import ControlTally
 from specdiff.suite.paired import PairedOutcomes, Rate
 from specdiff.suite.records import MARGIN_BUCKETS, PromptRecord, TeacherStats, bucket_index
@@ -227,34 +228,23 @@ class ServingTally:
     than the others is a finding)."""
 
     def __init__(self) -> None:
-        self.lanes: tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]] = ({}, {})
-        self.waits: tuple[dict[str, ExactSum], dict[str, ExactSum]] = ({}, {})
-        """Per lane and endpoint, the back-off seconds."""
+        self.lanes: tuple[dict[str, EndpointTally], dict[str, EndpointTally]] = ({}, {})
 
     def add(self, run: RunSummary) -> None:
         if not run.serving:
             return
         failed = run.failed or run.crashed
         for lane, serving in enumerate(run.serving):
-            if serving is None:
-                continue
-            row = self.lanes[lane].setdefault(serving.endpoint, dict.fromkeys(ENDPOINT_COUNTS, 0))
-            row["prompts"] += 1
-            row["failed"] += failed
-            row["forked"] += not failed and run.fork_index is not None
-            row["retries"] += serving.retries
-            self.waits[lane].setdefault(serving.endpoint, ExactSum()).add(serving.wait_seconds)
+            if serving is not None:
+                endpoint = self.lanes[lane].setdefault(serving.endpoint, EndpointTally())
+                endpoint.add(serving, failed, run.fork_index is not None)
 
     def summary(self) -> dict[str, Any] | None:
         """None where no run recorded how it was served."""
         if not any(self.lanes):
             return None
         lanes = [
-            {
-                endpoint: {**row, "wait_seconds": self.waits[lane][endpoint].value}
-                for endpoint, row in self.lanes[lane].items()
-            }
-            for lane in (0, 1)
+            {endpoint: tally.to_json() for endpoint, tally in lane.items()} for lane in self.lanes
         ]
         return {
             "retries": [sum(row["retries"] for row in lane.values()) for lane in lanes],
@@ -271,8 +261,31 @@ class ServingTally:
         }
 
 
-ENDPOINT_COUNTS = ("prompts", "failed", "forked", "retries", "wait_seconds")
-"""What the report counts per endpoint of a lane."""
+@dataclass
+class EndpointTally:
+    """What the report counts per endpoint of a lane."""
+
+    prompts: int = 0
+    failed: int = 0
+    forked: int = 0
+    retries: int = 0
+    wait_seconds: ExactSum = field(default_factory=ExactSum)
+
+    def add(self, serving: Serving, failed: bool, forked: bool) -> None:
+        self.prompts += 1
+        self.failed += failed
+        self.forked += not failed and forked
+        self.retries += serving.retries
+        self.wait_seconds.add(serving.wait_seconds)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "prompts": self.prompts,
+            "failed": self.failed,
+            "forked": self.forked,
+            "retries": self.retries,
+            "wait_seconds": self.wait_seconds.value,
+        }
 
 
 def _fork_rate(row: dict[str, Any]) -> float | None:
