@@ -19,6 +19,14 @@ from specdiff.tui.widgets import Line, MarginStrip, TokenView
 SESSIONS = sorted((Path(__file__).resolve().parent.parent / "sessions").glob("*.jsonl"))
 
 
+LIVE = {"a": (1.0, 0, 0), "b": (1.0, 0, 0)}
+
+
+def batch(steps: dict, start: int, end: int) -> StepsArrived:
+    """Both lanes' steps from start to end, as the generation thread posts them."""
+    return StepsArrived([*steps["a"][start:end], *steps["b"][start:end]], LIVE)
+
+
 def laid_out(app: app_module.SpecdiffApp, lane_id: str) -> int:
     return len(app.query_one(f"#lane-{lane_id} TokenView", TokenView).token_lines)
 
@@ -33,11 +41,10 @@ async def test_a_batch_held_back_from_a_frame_is_drawn_by_the_timer(
     app = make_app(presets(), "spec-vs-plain", "Hello", 20, autostart=False)
     async with app.run_test(size=(120, 40)) as pilot:
         app.running = True
-        live = {"a": (1.0, 0, 0), "b": (1.0, 0, 0)}
-        app.post_message(StepsArrived([*steps["a"][:10], *steps["b"][:10]], live))
+        app.post_message(batch(steps, 0, 10))
         await pilot.pause()
         assert laid_out(app, "a") == laid_out(app, "b") == 10
-        app.post_message(StepsArrived([*steps["a"][10:20], *steps["b"][10:20]], live))
+        app.post_message(batch(steps, 10, 20))
         await pilot.pause()
         assert laid_out(app, "a") == 10  # held back: the UI used CPU since its last frame
         assert len(app.lanes["a"].steps) == 20  # but kept
@@ -64,17 +71,16 @@ async def test_streaming_frames_draw_the_lanes_details_once_a_panel_period(
     app = make_app(presets(), "spec-vs-plain", "Hello", 30, autostart=False)
     async with app.run_test(size=(120, 40)) as pilot:
         app.running = True
-        live = {"a": (1.0, 0, 0), "b": (1.0, 0, 0)}
-        app.post_message(StepsArrived([*steps["a"][:10], *steps["b"][:10]], live))
+        app.post_message(batch(steps, 0, 10))
         await pilot.pause()
         assert stats_of(app, "a").startswith("10 tokens") and strip_of(app, "a") == 10
-        app.post_message(StepsArrived([*steps["a"][10:20], *steps["b"][10:20]], live))
+        app.post_message(batch(steps, 10, 20))
         await pilot.pause()
         # the tokens are drawn; their stats line and margin strip wait for the period
         assert laid_out(app, "a") == 20
         assert stats_of(app, "a").startswith("10 tokens") and strip_of(app, "a") == 10
         await asyncio.sleep(0.5)
-        app.post_message(StepsArrived([*steps["a"][20:25], *steps["b"][20:25]], live))
+        app.post_message(batch(steps, 20, 25))
         await pilot.pause()
         assert laid_out(app, "b") == 25
         assert stats_of(app, "b").startswith("25 tokens") and strip_of(app, "b") == 25

@@ -409,16 +409,7 @@ class SpecdiffApp(App[int]):
 
     @running.setter
     def running(self, running: bool) -> None:
-        # Python's full collection walks every object the app holds (about 100,000): one
-        # took ~50 ms of the UI thread mid-run, and the lanes' decode threads share its
-        # cores. While lanes run, what exists already is set aside (gc.freeze), so a
-        # collection walks only what the run made.
-        if running and not self._lanes_running:
-            gc.collect()
-            gc.freeze()
-        elif not running and self._lanes_running:
-            gc.unfreeze()
-        self._lanes_running = running
+        self._set_lanes_running(running)
         if not self.screen_stack:  # not composed yet: no field to stop
             return
         # A blinking cursor repaints its field twice a second, and while lanes stream
@@ -574,6 +565,18 @@ class SpecdiffApp(App[int]):
             lane_differences(self.pair),
         )
         self.query_one("#panel", Panel).show(view)
+
+    def _set_lanes_running(self, running: bool) -> None:
+        # Python's full collection walks every object the app holds (about 100,000): one
+        # took ~50 ms of the UI thread mid-run, and the lanes' decode threads share its
+        # cores. While lanes run, what exists already is set aside (gc.freeze), so a
+        # collection walks only what the run made.
+        if running and not self._lanes_running:
+            gc.collect()
+            gc.freeze()
+        elif not running and self._lanes_running:
+            gc.unfreeze()
+        self._lanes_running = running
 
     @property
     def shutting_down(self) -> bool:
@@ -1100,8 +1103,7 @@ class SpecdiffApp(App[int]):
             self._pending_frame.stop()
             self._pending_frame = None
         # While streaming only new tokens are drawn; the alignment after the fork is
-        # drawn once the run ends.
-        # The panel changes only with the fork, the cursor or the theme.
+        # drawn once the run ends, the details at the fork and once a panel period.
         found = self.find_fork()
         self.align_while_streaming()
         self.render_lanes(follow=self.follow, details=found or self.panel_due())
@@ -1375,10 +1377,9 @@ class SpecdiffApp(App[int]):
         await self.action_quit()
 
     def on_unmount(self) -> None:
-        if self._lanes_running:
-            # quitting mid-run: what the run set aside from collection is given back
-            self._lanes_running = False
-            gc.unfreeze()
+        # quitting mid-run: what the run set aside from collection is given back (the
+        # `running` setter would restyle fields that are gone)
+        self._set_lanes_running(False)
         self.stop_playback()
         self.cancel.set()
         if self._runner is not None:
