@@ -14,11 +14,12 @@ import pytest
 
 from specdiff.reports._markup import finite
 from specdiff.reports.suite import report_json_chunks, write_reports
+from specdiff.safe_text import json_text
 from specdiff.sessions.format import Serving
 from specdiff.suite.ledger import Ledger
 from specdiff.suite.stats import summarize
 from tests.test_suite_stats import PAIR, Run, record, suite_data, table
-from tests.test_terminal_safety import ENCODABLE_IDS
+from tests.test_terminal_safety import ENCODABLE_IDS, assert_terminal_safe
 
 pytestmark = pytest.mark.filterwarnings("error")
 
@@ -90,8 +91,11 @@ def test_report_json_written_a_record_at_a_time_is_the_whole_json(count):
     data = suite_data(runs, ids)
     streamed = "".join(report_json_chunks(data))
     whole = {**data, "prompts": list(data["prompts"])}
-    assert streamed == json.dumps(finite(whole), indent=1, ensure_ascii=False) + "\n"
+    text = json.dumps(finite(whole), indent=1, ensure_ascii=False) + "\n"
+    assert streamed == json_text(text)
     assert [r["prompt_id"] for r in json.loads(streamed)["prompts"]] == ids
+    # the controls JSON leaves raw (C1, line separators, bidi marks) are escaped
+    assert_terminal_safe(streamed)
 
 
 RUN_KINDS = [

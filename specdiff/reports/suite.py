@@ -34,7 +34,7 @@ from specdiff.reports.suite_lengths import (
     length_rows,
 )
 from specdiff.reports.svg import LANE_COLORS, Rule, Series, histogram, line_chart
-from specdiff.safe_text import csv_cell, markdown_cell, visible
+from specdiff.safe_text import csv_cell, json_text, markdown_cell, visible
 from specdiff.sessions.format import CRASHED
 from specdiff.suite.noise_floor import control_part, control_rows
 
@@ -108,7 +108,14 @@ JSON_BLOCK = 1 << 16
 
 def report_json_chunks(data: dict[str, Any]) -> Iterator[str]:
     """`data` as indented JSON, its `prompts` (last, and read as they are iterated)
-    written a record at a time: the text `json.dumps(data, indent=1)` would give."""
+    written a record at a time: the text `json.dumps(data, indent=1)` would give, with
+    the controls it leaves raw escaped (`json_text`, as an exported session's JSON), so
+    `cat report.json` runs nothing a prompt id or a server's text held."""
+    for chunk in _report_json_text(data):
+        yield json_text(chunk)
+
+
+def _report_json_text(data: dict[str, Any]) -> Iterator[str]:
     encoder = json.JSONEncoder(indent=1, ensure_ascii=False)
     head = encoder.iterencode(finite({k: v for k, v in data.items() if k != "prompts"}))
     # the encoder's pieces are a few characters each: written in blocks, the last few
