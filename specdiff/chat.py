@@ -176,29 +176,53 @@ def read_messages(text: str, where: str) -> Conversation:
         raise ChatError(str(error)) from None
 
 
-def typed_prompt(text: str) -> str:
-    """What the TUI's prompt box holds: a JSON list of objects is a conversation (checked,
-    ChatError when it is not one), anything else is raw text."""
+def looks_like_messages(text: str) -> bool:
+    """Whether text is a JSON list of objects: what someone typing a conversation into
+    the TUI's prompt box writes (a prompt that starts so opens the box in messages mode)."""
     stripped = text.strip()
     if not stripped.startswith("[") or not stripped.endswith("]"):
-        return text
+        return False
     try:
         value = json.loads(stripped)
     except (ValueError, RecursionError):
+        return False
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+
+
+def typed_messages(text: str) -> Conversation:
+    """The TUI's prompt box read as a messages list: the conversation, or ChatError
+    naming what is wrong with it."""
+    return read_messages(text.strip(), "the prompt box")
+
+
+def box_json(prompt: Conversation) -> str:
+    """A conversation as the TUI's prompt box holds it: JSON on one line whose every
+    character is printable (the others as \\u escapes, which JSON reads back as the same
+    characters), so the box shows exactly the conversation and reads it back unchanged."""
+    text = json.dumps(prompt.to_json(), ensure_ascii=False)
+    if text.isprintable():
         return text
-    if not isinstance(value, list) or not value or not all(isinstance(v, dict) for v in value):
-        return text
-    try:
-        return Conversation(parse_messages(value, "the prompt's messages"))
-    except ValueError as error:
-        raise ChatError(str(error)) from None
+    return "".join(c if c.isprintable() else _json_escape(c) for c in text)
+
+
+def _json_escape(character: str) -> str:
+    code = ord(character)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000  # beyond the BMP: JSON writes a surrogate pair
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+def one_message(text: str) -> Conversation:
+    """A plain prompt as a conversation of one user message."""
+    return Conversation((_checked(Message("user", text), "the prompt"),))
 
 
 def shown_prompt(prompt: str) -> str:
     """What the TUI's prompt box shows for a prompt: a conversation as its JSON messages
-    list, which the box reads back as one (`typed_prompt`), plain text as it is."""
+    list (`box_json`), plain text as it is."""
     if isinstance(prompt, Conversation):
-        return json.dumps(prompt.to_json(), ensure_ascii=False)
+        return box_json(prompt)
     return prompt
 
 

@@ -21,12 +21,15 @@ from specdiff.chat import (
     ChatError,
     Conversation,
     Message,
+    box_json,
     conversation,
+    looks_like_messages,
     messages_of,
     mixed_note,
+    one_message,
     parse_messages,
     read_messages,
-    typed_prompt,
+    typed_messages,
 )
 from specdiff.engine.server.dialects import Chat
 from specdiff.engine.server.lane import SERVER_TEMPLATE
@@ -99,26 +102,55 @@ def test_a_conversation_keeps_its_messages_through_pickle_and_json(name: str) ->
 @pytest.mark.parametrize("prompt", ["Once upon a time", "line one\nline two", "[not json"])
 def test_a_plain_prompt_is_one_user_message(prompt: str) -> None:
     assert messages_of(prompt) == (Message("user", prompt),)
-    assert typed_prompt(prompt) == prompt and not isinstance(typed_prompt(prompt), Conversation)
+    assert one_message(prompt).messages == (Message("user", prompt),)
+    assert not looks_like_messages(prompt)
 
 
-@pytest.mark.parametrize("text", ["[1, 2, 3]", "[]", '["a", "b"]', "[true]"])
-def test_the_prompt_box_leaves_lists_of_no_objects_as_text(text: str) -> None:
-    assert not isinstance(typed_prompt(text), Conversation)
+@pytest.mark.parametrize("text", ["[1, 2, 3]", "[]", '["a", "b"]', "[true]", "[{]", "{}"])
+def test_only_a_json_list_of_objects_looks_like_messages(text: str) -> None:
+    assert not looks_like_messages(text)
+    assert looks_like_messages("  " + json.dumps(CONVERSATIONS["one user message"]) + "\n")
 
 
 @pytest.mark.parametrize("name", CONVERSATIONS)
 def test_the_prompt_box_reads_a_messages_list_as_a_conversation(name: str) -> None:
-    typed = typed_prompt("  " + json.dumps(CONVERSATIONS[name]) + "\n")
+    typed = typed_messages("  " + json.dumps(CONVERSATIONS[name]) + "\n")
     assert isinstance(typed, Conversation) and typed.to_json() == CONVERSATIONS[name]
 
 
 @pytest.mark.parametrize(
-    "text", ['[{"role": "bot", "content": "x"}]', '[{"role": "user", "content": 1}]', "[{}]"]
+    "text",
+    [
+        '[{"role": "bot", "content": "x"}]',
+        '[{"role": "user", "content": 1}]',
+        "[{}]",
+        "Hello",
+        "[{",
+    ],
 )
 def test_the_prompt_box_refuses_a_broken_messages_list(text: str) -> None:
-    with pytest.raises(ChatError):
-        typed_prompt(text)
+    with pytest.raises(ChatError, match="the prompt box"):
+        typed_messages(text)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "plain",
+        "line\nbreak\ttab",
+        "esc \x1b[31m red \x1b]52;c;eA==\x07",
+        "c1 \x85 \x9b line sep \u2028 bidi \u202e rtl",
+        "tag \U000e0001 and emoji \U0001f600 and 日本語",
+        'quotes " and \\ backslash',
+    ],
+)
+def test_the_prompt_box_shows_a_conversation_printable_and_reads_it_back(content: str) -> None:
+    """Whatever the messages hold, the box's JSON is one printable line (nothing raw
+    reaches the terminal) that reads back as the same conversation."""
+    prompt = Conversation(parse_messages([SYSTEM, {"role": "user", "content": content}]))
+    shown = box_json(prompt)
+    assert shown.isprintable() and "\n" not in shown
+    assert typed_messages(shown).messages == prompt.messages
 
 
 @pytest.mark.parametrize("prompt", ["Hello", Conversation(parse_messages([USER, ASSISTANT, USER]))])
@@ -494,6 +526,97 @@ async def test_the_prompt_box_refuses_a_broken_conversation_and_takes_a_good_one
         app.query_one("#prompt", Input).value = json.dumps(good)
         _, prompt, _ = app.resolve_pair()
         assert isinstance(prompt, Conversation) and prompt.to_json() == good
+
+
+def _box_app(prompt: str) -> Any:
+    from specdiff.lanes import presets
+    from specdiff.tui.app import make_app
+
+    return make_app(presets(), "ubatch", prompt, 4, autostart=False)
+
+
+@pytest.mark.parametrize(
+    "prompt", ["Name a colour.", "esc \x1b[31m, a newline\nand a tab\t", "c1 \x85 bidi \u202e"]
+)
+@pytest.mark.parametrize("focus", ["prompt box", "panes"])
+async def test_ctrl_o_reads_the_box_as_messages_and_back_keeping_the_prompt(
+    prompt: str, focus: str
+) -> None:
+    """Text becomes a conversation of one user message and back, exactly (control
+    characters the box shows as escapes included), from the box itself or the panes;
+    the toggle's label and the box's text say which mode is on."""
+    from textual.widgets import Button, Input
+
+    app = _box_app(prompt)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.pause()
+        box, toggle = app.query_one("#prompt", Input), app.query_one("#prompt-mode", Button)
+        if focus == "prompt box":
+            box.focus()
+        else:
+            app.action_panes()
+        await pilot.pause()
+        assert str(toggle.label) == "text"
+        _, sent, _ = app.resolve_pair()
+        assert sent == prompt and not isinstance(sent, Conversation)
+        await pilot.press("ctrl+o")
+        assert str(toggle.label) == "messages" and box.value.isprintable()
+        assert json.loads(box.value) == [{"role": "user", "content": prompt}]
+        _, sent, _ = app.resolve_pair()
+        assert isinstance(sent, Conversation)
+        assert sent.messages == (Message("user", prompt),)
+        await pilot.press("ctrl+o")
+        assert str(toggle.label) == "text"
+        _, sent, _ = app.resolve_pair()
+        assert sent == prompt and not isinstance(sent, Conversation)
+
+
+async def test_a_conversation_of_several_messages_stays_as_typed_when_read_as_text() -> None:
+    from textual.widgets import Button, Input
+
+    typed = json.dumps(CONVERSATIONS["several turns"])
+    app = _box_app(Conversation(parse_messages(CONVERSATIONS["several turns"])))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.pause()
+        toggle = app.query_one("#prompt-mode", Button)
+        assert str(toggle.label) == "messages"
+        await pilot.click("#prompt-mode")
+        assert str(toggle.label) == "text"
+        assert json.loads(app.query_one("#prompt", Input).value) == json.loads(typed)
+        _, sent, _ = app.resolve_pair()
+        assert not isinstance(sent, Conversation) and json.loads(sent) == json.loads(typed)
+
+
+@pytest.mark.parametrize("typed", ["Hello", "[{", '[{"role": "user", "content": 1}]'])
+async def test_a_box_in_messages_mode_refuses_what_is_no_conversation(typed: str) -> None:
+    """The refusal names the problem and the way out (ctrl+o sends the box as text);
+    the same text in text mode is sent as it is."""
+    from textual.widgets import Input
+
+    from specdiff.errors import SpecdiffError
+
+    app = _box_app(json.dumps([USER]))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.pause()
+        assert app.prompt_mode == "messages"
+        app.query_one("#prompt", Input).value = typed
+        with pytest.raises(SpecdiffError, match="ctrl\\+o sends the box as text"):
+            app.resolve_pair()
+        app.action_toggle_prompt_mode()
+        _, sent, _ = app.resolve_pair()
+        assert sent == typed and not isinstance(sent, Conversation)
+
+
+async def test_a_typed_json_list_is_raw_text_in_text_mode() -> None:
+    from textual.widgets import Input
+
+    app = _box_app("Hello")
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.pause()
+        typed = json.dumps([USER])
+        app.query_one("#prompt", Input).value = typed
+        _, sent, _ = app.resolve_pair()
+        assert sent == typed and not isinstance(sent, Conversation)
 
 
 # --- a chat server's formatted prompt, whatever the server answers ------------------------

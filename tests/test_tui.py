@@ -329,10 +329,14 @@ async def test_narrow_screens_fold_the_inputs_into_a_config_bar() -> None:
         assert controls.display and app.query_one("#overrides").display and not bar.display
         assert app.focused is app.query_one("#prompt")
         label = app.query_one("#max-label")
-        assert str(label.render()) == "max tokens" and label.region.width > 0
+        assert str(label.render()) == "max" and label.region.width > 0
+        assert app.query_one("#prompt").region.width >= 12  # room for what is typed
         await pilot.press("end", "!", "escape")
         assert bar.display and not controls.display
         assert "The history of Rome!" in bar.plain
+        await pilot.resize_terminal(120, 24)
+        await pilot.pause()
+        assert str(label.render()) == "max tokens"
 
 
 @pytest.mark.parametrize("size", SIZES)

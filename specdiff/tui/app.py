@@ -31,7 +31,13 @@ from textual.timer import Timer
 from textual.widgets import Button, Footer, Input, Select, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from specdiff.chat import Conversation, shown_prompt, typed_prompt
+from specdiff.chat import (
+    Conversation,
+    looks_like_messages,
+    one_message,
+    shown_prompt,
+    typed_messages,
+)
 from specdiff.compare import DEFAULT_NEAR_TIE, Fork, align_after, first_divergence, fork_at
 from specdiff.compare import near_ties as find_near_ties
 from specdiff.control import control_brief
@@ -108,6 +114,8 @@ NARROW_COLUMNS = 100
 """Below this width the input rows fold into a one-line config bar that `c` opens."""
 CONFIRM_SECONDS = 5.0
 """How long a first `r` over a replay waits for the second that loads the model."""
+TEXT, MESSAGES = "text", "messages"
+"""The prompt box's two modes, named as its toggle shows them."""
 PAIR_OPTION_WIDTH = 58
 """The pair picker's rows: the name, then what the pair compares, cut to fit."""
 
@@ -166,6 +174,8 @@ class SpecdiffApp(App[int]):
         Binding("e", "export", "report"),
         Binding("s", "save", "save"),
         Binding("t", "next_theme", "theme"),
+        # a ctrl key: it must work while the prompt box has focus, where letters type
+        Binding("ctrl+o", "toggle_prompt_mode", "text/messages", show=False),
     ]
 
     def __init__(
@@ -200,6 +210,13 @@ class SpecdiffApp(App[int]):
         self.refused_pairs = refused_pairs or {}
         self.pair_name = pair_name
         self.initial_prompt = prompt
+        self.prompt_mode = (
+            MESSAGES if isinstance(prompt, Conversation) or looks_like_messages(prompt) else TEXT
+        )
+        """How the prompt box is read: as raw text, or as a JSON messages list."""
+        self._box_stands_for = (visible(shown_prompt(prompt)), shown_prompt(prompt))
+        """(what the box shows, the text it stands for): the box shows control characters
+        and newlines as escapes, so while it is unedited it stands for the text itself."""
         self.initial_max_tokens = max_tokens
         self.initial_overrides = overrides or {}
         self.near_tie = near_tie
@@ -256,8 +273,13 @@ class SpecdiffApp(App[int]):
     def compose(self) -> ComposeResult:
         yield Line(id="config-bar")
         with Horizontal(id="controls"):
-            shown = visible(shown_prompt(self.initial_prompt))
-            yield Input(shown, placeholder="prompt", id="prompt")
+            yield Input(self._box_stands_for[0], placeholder="prompt", id="prompt")
+            yield Button(
+                self.prompt_mode,
+                id="prompt-mode",
+                tooltip="how the prompt box is read: raw text, or a JSON messages list "
+                "(a conversation, which chat lanes format); ctrl+o switches",
+            )
             yield Select(
                 [(pair_option(name, pair), name) for name, pair in self.pairs.items()],
                 value=self.pair_name,
@@ -386,6 +408,9 @@ class SpecdiffApp(App[int]):
         if not narrow:
             self.remove_class("configuring")
         with suppress(NoMatches):
+            # a narrow row gives the prompt the room of the label's second word
+            self.query_one("#max-label", Static).update("max" if narrow else "max tokens")
+        with suppress(NoMatches):
             self.query_one(Footer).compact = narrow
         self.refresh_bindings()
         # the lanes' stats lines keep what fits the new width
@@ -467,7 +492,8 @@ class SpecdiffApp(App[int]):
             for lane_id in ("a", "b")
             if (value := self.query_one(f"#lane-{lane_id}-overrides", Input).value.strip())
         ]
-        parts = ["c config", str(pair), f"max {max_tokens}", *overrides, prompt]
+        mode = [MESSAGES] if self.prompt_mode == MESSAGES else []
+        parts = ["c config", str(pair), f"max {max_tokens}", *overrides, *mode, prompt]
         self.query_one("#config-bar", Line).set(visible(" · ".join(parts)))
 
     # -- state to screen ------------------------------------------------------------
@@ -922,17 +948,57 @@ class SpecdiffApp(App[int]):
         self.replay_status()
 
     # -- running --------------------------------------------------------------------
-    def resolve_pair(self) -> tuple[Pair, str, int]:
-        prompt = self.query_one("#prompt", Input).value
-        if prompt == visible(shown_prompt(self.initial_prompt)):
-            # the box shows control characters and newlines as escapes; unedited, it
-            # stands for the prompt itself
-            prompt = self.initial_prompt
-        if not prompt.strip():
+    def box_text(self) -> str:
+        """The prompt box's text: what an unedited box stands for, else what it holds."""
+        value = self.query_one("#prompt", Input).value
+        shown, text = self._box_stands_for
+        return text if value == shown else value
+
+    def box_prompt(self) -> str:
+        """The prompt the box gives in its mode: text, or a checked conversation."""
+        text = self.box_text()
+        if not text.strip():
             raise SpecdiffError("the prompt is empty; type some text to continue")
-        if not isinstance(prompt, Conversation):
-            # typed as a JSON messages list: a conversation, which chat lanes format
-            prompt = typed_prompt(prompt)
+        if self.prompt_mode == TEXT:
+            return text
+        try:
+            return typed_messages(text)
+        except SpecdiffError as error:
+            raise SpecdiffError(f"{error} (ctrl+o sends the box as text)") from None
+
+    def set_box(self, text: str) -> None:
+        shown = visible(text)
+        self._box_stands_for = (shown, text)
+        self.query_one("#prompt", Input).value = shown
+
+    def action_toggle_prompt_mode(self) -> None:
+        """Read the prompt box the other way. Plain text becomes a conversation of one
+        user message, and a conversation of one user message becomes its text, so the
+        prompt stays the same; anything else stays as typed."""
+        text = self.box_text()
+        if self.prompt_mode == TEXT:
+            self.prompt_mode = MESSAGES
+            if not looks_like_messages(text):
+                with suppress(SpecdiffError):
+                    self.set_box(shown_prompt(one_message(text)))
+            note = "the prompt box is read as a JSON messages list"
+        else:
+            self.prompt_mode = TEXT
+            with suppress(SpecdiffError):
+                messages = typed_messages(text).messages
+                if len(messages) == 1 and messages[0].role == "user":
+                    self.set_box(messages[0].content)
+            note = "the prompt box is read as raw text"
+        self.query_one("#prompt-mode", Button).label = self.prompt_mode
+        self.show_config()
+        self.note(f"{note} (ctrl+o switches)")
+
+    @on(Button.Pressed, "#prompt-mode")
+    def prompt_mode_pressed(self) -> None:
+        self.action_toggle_prompt_mode()
+
+    def resolve_pair(self) -> tuple[Pair, str, int]:
+        prompt = self.box_prompt()
         raw = self.query_one("#max-tokens", Input).value.strip()
         try:
             max_tokens = int(raw)

@@ -31,6 +31,7 @@ HELP_ROWS = (
     ("a", "aligned view: the shared prefix folded, the two branches stacked"),
     ("click a token", "select it: the panel shows its top-k in both lanes"),
     ("c (under 100 columns)", "open the config bar: prompt, pair, max tokens, overrides"),
+    ("ctrl+o", "read the prompt box as raw text or as a JSON messages list (a conversation)"),
     ("e", "write the HTML report of what is on screen; the status names the file"),
     ("s", "save the run as a session file"),
     ("t", "next theme"),
