@@ -684,7 +684,17 @@ MAX_PAIRS_FILE_BYTES = 1 << 20
 """A pairs file with a thousand pairs is a few hundred KB; past this it is not one."""
 
 
-def load_pairs_file(path: str | Path, base: Mapping[str, Pair] | None = None) -> dict[str, Pair]:
+class PairSet(dict[str, Pair]):
+    """Pairs by name, and `refused`: the presets a pairs file's [defaults] cannot apply to
+    (an in-process key on a server preset), each with its reason, which is an error only
+    where that pair is chosen."""
+
+    def __init__(self, pairs: Mapping[str, Pair], refused: Mapping[str, str] | None = None) -> None:
+        super().__init__(pairs)
+        self.refused = dict(refused or {})
+
+
+def load_pairs_file(path: str | Path, base: Mapping[str, Pair] | None = None) -> PairSet:
     """Read user pairs from TOML.
 
     ```toml
@@ -718,12 +728,16 @@ def load_pairs_file(path: str | Path, base: Mapping[str, Pair] | None = None) ->
     result: dict[str, Pair] = {}
     for name, spec in pairs.items():
         result[name] = _pair_from_table(path, name, spec, defaults, {**known, **result})
+    refused: dict[str, str] = {}
     if defaults:
         for name, pair in known.items():
             if name not in result:
                 where = f"[defaults] on pair {name!r}, lane "
-                result[name] = _pair_with(path, where, pair, defaults, {})
-    return result
+                try:
+                    result[name] = _pair_with(path, where, pair, defaults, {})
+                except LaneConfigError as error:
+                    refused[name] = str(error)
+    return PairSet(result, refused)
 
 
 def _read_pairs_toml(path: Path) -> dict[str, Any]:

@@ -110,6 +110,41 @@ def test_pairs_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("line", "key"),
+    [
+        ("gpu_layers = -1", "gpu_layers"),
+        ("main_gpu = 1", "main_gpu"),
+        ('split_mode = "row"', "split_mode"),
+        ('chat = "chatml"', "chat"),
+        ('speculation = "ngram"', "speculation"),
+    ],
+)
+def test_defaults_a_server_preset_cannot_take_refuse_only_that_preset(
+    tmp_path: Path, line: str, key: str
+) -> None:
+    """[defaults] reaches every preset; one it cannot apply to (an in-process key on a
+    server lane) is refused where it is chosen, and every other pair still runs."""
+    from specdiff.cli import build_parser
+    from specdiff.cli.common import known_pairs, resolve_pair
+
+    path = tmp_path / "pairs.toml"
+    path.write_text(f'[defaults]\n{line}\n\n[pairs.mine]\nfrom = "ubatch"\n', encoding="utf-8")
+    args = build_parser().parse_args(["run", "--pairs", str(path), "--pair", "mine"])
+    known = known_pairs(args)
+    assert set(known.refused) == {"servers", "server-cache-vs-fresh"}
+    for name in ("mine", "ubatch", "spec-vs-plain"):
+        pair = resolve_pair(args, known, name)
+        assert getattr(pair.a, key) == getattr(pair.b, key) != getattr(Lane(), key)
+    for name in known.refused:
+        assert name not in known
+        with pytest.raises(LaneConfigError) as raised:
+            resolve_pair(args, known, name)
+        message = str(raised.value)
+        assert "\n" not in message and f"[defaults] on pair {name!r}" in message
+        assert key in message and str(path) in message
+
+
+@pytest.mark.parametrize(
     ("text", "message"),
     [
         ("[pairs.x]\na = { n_ubatchh = 1 }\n", "pairs.x.a: unknown lane key 'n_ubatchh'"),

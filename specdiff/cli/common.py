@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import TextIO, TypeAlias
 
 from specdiff.config import config_value
-from specdiff.errors import PromptError, SpecdiffError
+from specdiff.errors import LaneConfigError, PromptError, SpecdiffError
 from specdiff.lanes import (
     Pair,
+    PairSet,
     apply_overrides,
     load_pairs_file,
     parse_overrides,
@@ -126,17 +127,24 @@ def check_limits(max_tokens: int | None, near_tie: float) -> None:
         raise ArgumentError(f"--near-tie must not be negative, got {near_tie}")
 
 
-def known_pairs(args: argparse.Namespace) -> dict[str, Pair]:
-    """The presets, plus the pairs of --pairs FILE."""
+def known_pairs(args: argparse.Namespace) -> PairSet:
+    """The presets, plus the pairs of --pairs FILE (without the presets its [defaults]
+    cannot apply to, which are refused when chosen)."""
     known = presets()
-    if args.pairs:
-        known.update(load_pairs_file(args.pairs, known))
-    return known
+    if not args.pairs:
+        return PairSet(known)
+    loaded = load_pairs_file(args.pairs, known)
+    known.update(loaded)
+    for name in loaded.refused:
+        known.pop(name, None)
+    return PairSet(known, loaded.refused)
 
 
 def resolve_pair(args: argparse.Namespace, known: dict[str, Pair], name: str | None = None) -> Pair:
     """The named pair (default --pair) with --both, --model, --lane-a and --lane-b applied."""
     name = name or args.pair
+    if isinstance(known, PairSet) and name in known.refused:
+        raise LaneConfigError(known.refused[name])
     if name not in known:
         raise unknown_pair(name, known)
     pair = known[name]
