@@ -170,12 +170,17 @@ class Lane:
             object.__setattr__(self, "repack", "on" if repack else "off")
         if isinstance(self.endpoint, (list, tuple)):  # a TOML list of endpoints
             object.__setattr__(self, "endpoint", joined_endpoints(self.endpoint))
+        chat: object = self.chat
+        if isinstance(chat, bool) or chat == "false":  # TOML's chat = true, as repack's
+            object.__setattr__(self, "chat", "true" if chat is True else "")
         for item in fields(self):
             _check_field(item.name, getattr(self, item.name))
         self._check_local()
         check_chat_setting(self.chat)
         if self.backend == "server":
             self._check_server()
+        else:
+            self._check_in_process()
         if len(self.server_flags) > MAX_SERVER_FLAGS or not self.server_flags.isprintable():
             raise LaneConfigError(
                 f"lane key 'server_flags' must be one line of at most {MAX_SERVER_FLAGS} "
@@ -219,6 +224,18 @@ class Lane:
             raise LaneConfigError(
                 f"spec_accept={self.spec_accept} relaxes draft verification: set "
                 "speculation=ngram or speculation=draft too"
+            )
+
+    def _check_in_process(self) -> None:
+        """A server's key on an in-process lane would do nothing and still be listed
+        among the lanes' differences."""
+        server_only = [key for key in SERVER_KEYS if getattr(self, key) != SERVER_DEFAULTS[key]]
+        if server_only:
+            key = server_only[0]
+            raise LaneConfigError(
+                f"{key} applies to server lanes only (backend=server with an endpoint); "
+                f"an in-process lane has no server to send it to: drop {key} or set "
+                "backend=server"
             )
 
     def _check_server(self) -> None:
@@ -429,6 +446,14 @@ def has_masked_credentials(url: str) -> bool:
 OFFLOAD_KEYS = ("gpu_layers", "main_gpu", "split_mode")
 """The keys that place an in-process lane's layers on GPUs."""
 OFFLOAD_DEFAULTS = {item.name: item.default for item in fields(Lane) if item.name in OFFLOAD_KEYS}
+SERVER_KEYS = (
+    "endpoint", "api", "api_model", "api_key_env", "request", "timeout", "retries", "rescore",
+    "server_flags",
+)  # fmt: skip
+"""The keys that only a server lane reads."""
+IN_PROCESS_KEYS = (*OFFLOAD_KEYS, "chat", "speculation")
+"""The keys a server lane refuses: its server's launch decides them."""
+SERVER_DEFAULTS = {item.name: item.default for item in fields(Lane) if item.name in SERVER_KEYS}
 
 _FIELD_TYPES: dict[str, type] = {}
 for _field in fields(Lane):
@@ -811,8 +836,14 @@ def _pair_with(
     a value of the wrong type or range names the file and `where` + the side."""
     lanes = []
     for side in ("a", "b"):
+        lane, own = getattr(pair, side), sides.get(side, {})
+        backend = own.get("backend", defaults.get("backend", lane.backend))
+        # a default reaches the lanes it applies to: a server key the server lanes, an
+        # in-process key the in-process ones (a lane's own table is taken as written)
+        skipped = IN_PROCESS_KEYS if backend == "server" else SERVER_KEYS
+        shared = {key: value for key, value in defaults.items() if key not in skipped}
         try:
-            lanes.append(replace(getattr(pair, side), **{**defaults, **sides.get(side, {})}))
+            lanes.append(replace(lane, **{**shared, **own}))
         except LaneConfigError as error:
             raise LaneConfigError(f"{path}: {where}{side}: {error}") from None
     return Pair(pair.name, lanes[0], lanes[1], pair.description)

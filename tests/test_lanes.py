@@ -110,20 +110,24 @@ def test_pairs_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("line", "key"),
+    ("line", "key", "reaches"),
     [
-        ("gpu_layers = -1", "gpu_layers"),
-        ("main_gpu = 1", "main_gpu"),
-        ('split_mode = "row"', "split_mode"),
-        ('chat = "chatml"', "chat"),
-        ('speculation = "ngram"', "speculation"),
+        ("gpu_layers = -1", "gpu_layers", "local"),
+        ("main_gpu = 1", "main_gpu", "local"),
+        ('split_mode = "row"', "split_mode", "local"),
+        ("chat = true", "chat", "local"),
+        ('speculation = "ngram"', "speculation", "local"),
+        ("timeout = 120", "timeout", "server"),
+        ('rescore = "off"', "rescore", "server"),
+        ('server_flags = "--enable-deterministic-inference"', "server_flags", "server"),
+        ('request = "{\\"seed\\": 1}"', "request", "server"),
     ],
 )
-def test_defaults_a_server_preset_cannot_take_refuse_only_that_preset(
-    tmp_path: Path, line: str, key: str
+def test_a_default_reaches_the_lanes_it_applies_to(
+    tmp_path: Path, line: str, key: str, reaches: str
 ) -> None:
-    """[defaults] reaches every preset; one it cannot apply to (an in-process key on a
-    server lane) is refused where it is chosen, and every other pair still runs."""
+    """[defaults] is for every pair, presets included: an in-process key reaches the
+    in-process lanes and a server key the server lanes, and neither breaks the others."""
     from specdiff.cli import build_parser
     from specdiff.cli.common import known_pairs, resolve_pair
 
@@ -131,17 +135,60 @@ def test_defaults_a_server_preset_cannot_take_refuse_only_that_preset(
     path.write_text(f'[defaults]\n{line}\n\n[pairs.mine]\nfrom = "ubatch"\n', encoding="utf-8")
     args = build_parser().parse_args(["run", "--pairs", str(path), "--pair", "mine"])
     known = known_pairs(args)
-    assert set(known.refused) == {"servers", "server-cache-vs-fresh"}
-    for name in ("mine", "ubatch", "spec-vs-plain"):
+    assert not known.refused
+    default = getattr(Lane(), key)
+    for name in ("mine", "ubatch", "spec-vs-plain", "servers", "server-cache-vs-fresh"):
         pair = resolve_pair(args, known, name)
-        assert getattr(pair.a, key) == getattr(pair.b, key) != getattr(Lane(), key)
-    for name in known.refused:
-        assert name not in known
-        with pytest.raises(LaneConfigError) as raised:
-            resolve_pair(args, known, name)
-        message = str(raised.value)
-        assert "\n" not in message and f"[defaults] on pair {name!r}" in message
-        assert key in message and str(path) in message
+        for lane in (pair.a, pair.b):
+            kind = "server" if lane.backend == "server" else "local"
+            assert (getattr(lane, key) != default) == (kind == reaches), (name, lane)
+
+
+def test_a_default_a_preset_cannot_take_refuses_only_that_preset(tmp_path: Path) -> None:
+    """A default a preset refuses (prefix=cached on a completions server lane) is an
+    error only where that preset is chosen, with its reason in one line."""
+    from specdiff.cli import build_parser
+    from specdiff.cli.common import known_pairs, resolve_pair
+
+    path = tmp_path / "pairs.toml"
+    path.write_text('[defaults]\nprefix = "cached"\n', encoding="utf-8")
+    args = build_parser().parse_args(["run", "--pairs", str(path)])
+    known = known_pairs(args)
+    assert set(known.refused) == {"servers"}
+    assert resolve_pair(args, known, "ubatch").a.prefix == "cached"
+    assert "servers" not in known
+    with pytest.raises(LaneConfigError) as raised:
+        resolve_pair(args, known, "servers")
+    message = str(raised.value)
+    assert "\n" not in message and "[defaults] on pair 'servers'" in message
+    assert "api=llama-server" in message and str(path) in message
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("endpoint", "http://h:1"),
+        ("api", "chat"),
+        ("api_model", "m"),
+        ("api_key_env", "KEY"),
+        ("request", "{}"),
+        ("timeout", 5),
+        ("retries", 0),
+        ("rescore", "off"),
+        ("server_flags", "--x"),
+    ],
+)
+def test_an_in_process_lane_refuses_a_server_key(key: str, value: object) -> None:
+    """It would do nothing there, and still be listed among the lanes' differences."""
+    with pytest.raises(LaneConfigError) as raised:
+        Lane(**{key: value})
+    assert str(raised.value).startswith(f"{key} applies to server lanes only")
+    assert getattr(Lane(**{**SERVER, key: value}), key) == value
+
+
+@pytest.mark.parametrize(("value", "expected"), [(True, "true"), (False, ""), ("false", "")])
+def test_chat_takes_toml_booleans_as_repack_does(value: object, expected: str) -> None:
+    assert Lane(chat=value).chat == expected  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -167,6 +214,9 @@ def test_missing_pairs_file(tmp_path: Path) -> None:
         load_pairs_file(tmp_path / "absent.toml")
 
 
+SERVER = {"backend": "server", "endpoint": "http://h:1"}
+
+
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
@@ -180,11 +230,11 @@ def test_missing_pairs_file(tmp_path: Path) -> None:
             {"backend": "server", "endpoint": "http://h:1", "prefix": "cached"},
             "set api=llama-server",
         ),
-        ({"api_key_env": "MY KEY"}, "api_key_env must name an environment variable"),
-        ({"request": "[1, 2]"}, "request must be a JSON object"),
-        ({"request": "{oops"}, "request must be a JSON object"),
-        ({"api": "grpc"}, "lane key 'api' cannot be 'grpc'"),
-        ({"timeout": 0}, "lane key 'timeout' must be between 1 and 3600"),
+        ({**SERVER, "api_key_env": "MY KEY"}, "api_key_env must name an environment variable"),
+        ({**SERVER, "request": "[1, 2]"}, "request must be a JSON object"),
+        ({**SERVER, "request": "{oops"}, "request must be a JSON object"),
+        ({**SERVER, "api": "grpc"}, "lane key 'api' cannot be 'grpc'"),
+        ({**SERVER, "timeout": 0}, "lane key 'timeout' must be between 1 and 3600"),
     ],
 )
 def test_server_lane_settings_are_checked(settings: dict, message: str) -> None:
