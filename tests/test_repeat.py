@@ -222,6 +222,8 @@ def test_repeat_refuses_a_speculative_lane_and_bad_counts(capsys) -> None:
         (["--endpoint", "http://127.0.0.1:9,"], "ends in a comma"),
         (["--plot", "{tmp}", "--companions", "0,1"], "is a folder"),
         (["--plot", "/dev/null", "--companions", "0,1"], "character device"),
+        (["--lane", "chat=chatml"], "chat would change nothing"),
+        (["--lane", "chat=true"], "chat would change nothing"),
     ],
 )
 def test_repeat_options_are_refused_in_one_line(capsys, tmp_path, arguments, message) -> None:

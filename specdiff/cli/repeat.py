@@ -154,6 +154,12 @@ def command_repeat(args: argparse.Namespace) -> int:
             "down to it (--companions 0,3 or --concurrency 1,4)"
         )
     lane = repeat_lane(args)
+    if lane.chat:
+        raise ArgumentError(
+            "repeat decodes the prompt in-process as raw text, so chat would change nothing; "
+            "drop chat, repeat against a server with --lane api=chat, or compare chat lanes "
+            "with run or suite"
+        )
     prompt = read_prompt(args)
     served = lane.backend == "server"
     values = widths(args, served)
