@@ -133,9 +133,21 @@ def test_every_listed_type_is_in_the_real_binarys_help() -> None:
         (["--spec-type", "draft-simple", "--draft-model", "NOT_GGUF"], "is not a GGUF model"),
         (["--spec-type", "ngram-mod", "--draft-model", "NOT_GGUF"], "drafts without a model"),
         (["--spec-type", "draft-mtp"], "MTP"),  # the bundled model has no MTP head
+        # served on without speculation (it only logs why): a plain-vs-plain pair
+        (["--spec-type", "draft-simple"], "give the draft GGUF with --draft-model"),
+        (["--server-arg=--port", "--server-arg=8080"], "--server-arg --port: serve-pair"),
+        (["--server-arg=--port=8080"], "--server-arg --port: serve-pair"),
+        (["--server-arg=--host=0.0.0.0"], "loopback (127.0.0.1) only"),
+        (["--server-arg-a=-m", "--server-arg-a=x.gguf"], "serve-pair --model PATH"),
+        (["--server-arg-b=--spec-type", "--server-arg-b=ngram-mod"], "server b is plain"),
+        (["--server-arg-a=--model-draft", "--server-arg-a=d.gguf"], "--draft-model PATH"),
+        (["--server-arg=--api-key", "--server-arg=k"], "would be refused (401)"),
+        (["--server-arg-a=--version"], "prints and exits"),
     ],
     ids=["unknown-type", "escapes", "draft-max-0", "draft-max-big", "draft-max-text",
-         "missing-draft", "draft-not-gguf", "draft-model-unread", "no-mtp-head"],
+         "missing-draft", "draft-not-gguf", "draft-model-unread", "no-mtp-head",
+         "draft-without-model", "port", "port-joined", "host", "model", "spec-type-b",
+         "draft-model-arg", "api-key", "version"],
 )  # fmt: skip
 def test_bad_serve_pair_input_is_one_line_and_exit_2(
     tmp_path: Path, args: list[str], names: str
@@ -151,6 +163,48 @@ def test_bad_serve_pair_input_is_one_line_and_exit_2(
     assert "Traceback" not in done.stderr
     assert len(lines) == 1 and names in lines[0] and lines[0].isprintable(), lines
     assert lines[0].startswith("specdiff:")
+
+
+@pytest.mark.parametrize(
+    "inner",
+    [
+        ["--both", "endpoint=http://127.0.0.1:9"],
+        ["--lane-a", "endpoint=http://127.0.0.1:9"],
+        ["--lane-b=endpoint=http://127.0.0.1:9"],
+    ],
+)
+def test_serve_pair_refuses_an_endpoint_of_the_users_own(inner: list[str], capsys) -> None:
+    """Refused before any server starts: the lanes point at the servers serve-pair runs."""
+    from specdiff.cli import main
+
+    code = main(["serve-pair", "--llama-server", "/no/such/binary", "run", *inner])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "serve-pair points the lanes at the servers" in err[0]
+
+
+def test_both_keys_take_the_place_of_serve_pairs_own() -> None:
+    from specdiff.cli.serve_pair import keys_given_to_both
+
+    command = ["run", "--both", "api=chat", "--both=label=x", "--lane-a", "rescore=off"]
+    assert keys_given_to_both(command) == {"api", "label"}
+
+
+@pytest.mark.model
+@pytest.mark.server
+def test_both_api_chat_reaches_both_serve_pair_lanes(tmp_path: Path) -> None:
+    """serve-pair sets api=llama-server on each lane; --both api=chat replaces it on both,
+    and the conversation is sent with the server's template."""
+    messages = json.dumps([{"role": "user", "content": "Name a colour."}])
+    done = specdiff(
+        "serve-pair", "--threads", "1", "run", "--messages", messages, "--both", "api=chat",
+        "--max-tokens", "4", "--json", "--save", "--sessions-dir", str(tmp_path),
+    )  # fmt: skip
+    assert done.returncode in (0, 1), done.stderr
+    [session] = tmp_path.glob("*.jsonl")
+    header = json.loads(session.read_text(encoding="utf-8").splitlines()[0])
+    assert header["lanes"]["a"]["api"] == header["lanes"]["b"]["api"] == "chat"
+    assert set(header["lane_prompts"]) == {"a", "b"}
+    assert "--spec-type" in header["lanes"]["a"]["server_flags"]
 
 
 def _serve_pair(tmp_path: Path, *server_args: str) -> tuple[dict, list[dict]]:

@@ -219,6 +219,8 @@ def command_serve_pair(args: argparse.Namespace) -> int:
     from specdiff.engine.server.process import find_llama_server, stop_servers
 
     command = inner_command(args.inner)
+    check_server_arguments(args)
+    given = keys_given_to_both(command)
     # from the first child process on (finding the binary runs `llama-server --help`), a
     # stop signal unwinds: a probe child dies with subprocess.run, servers in the finally
     # the inner command's --quiet silences the servers' start lines too
@@ -227,7 +229,7 @@ def command_serve_pair(args: argparse.Namespace) -> int:
     with stop_signals_unwind():
         try:
             servers += _servers(args, status, find_llama_server(args.llama_server))
-            return _serve(main, command, args.spec_type, status, *servers)
+            return _serve(main, command, args.spec_type, given, status, *servers)
         except StopSignal as stop:
             status.message(f"{stop.signal_name}: stopping both llama-servers")
             return int(stop.code)  # type: ignore[arg-type]
@@ -239,6 +241,35 @@ def command_serve_pair(args: argparse.Namespace) -> int:
                     signal.signal(stop_signal, signal.SIG_IGN)
             finally:
                 stop_servers(servers)
+
+
+RESERVED_SERVER_OPTIONS = {
+    "--port": "serve-pair gives each server a free loopback port itself",
+    "--host": "serve-pair's servers listen on loopback (127.0.0.1) only",
+    "-m": "give the GGUF as serve-pair --model PATH",
+    "--model": "give the GGUF as serve-pair --model PATH",
+    "--spec-type": "give server a's speculation as serve-pair --spec-type TYPE (server b is plain)",
+    "-md": "give the draft GGUF as serve-pair --draft-model PATH",
+    "--model-draft": "give the draft GGUF as serve-pair --draft-model PATH",
+    "--spec-draft-model": "give the draft GGUF as serve-pair --draft-model PATH",
+    "--draft-max": "give the draft length as serve-pair --draft-max N",
+    "--spec-draft-n-max": "give the draft length as serve-pair --draft-max N",
+    "--api-key": "the lanes would be refused (401): serve-pair's servers are on loopback",
+    "--api-key-file": "the lanes would be refused (401): serve-pair's servers are on loopback",
+}
+"""Server options serve-pair sets itself or cannot honour: given again in --server-arg*,
+llama-server would take the last (a port specdiff is not polling, a speculation the
+lane's label does not name)."""
+
+
+def check_server_arguments(args: argparse.Namespace) -> None:
+    for option in ("--server-arg", "--server-arg-a", "--server-arg-b"):
+        for argument in getattr(args, option[2:].replace("-", "_")):
+            name = argument.partition("=")[0]
+            if name in RESERVED_SERVER_OPTIONS:
+                raise ArgumentError(
+                    f"{option} {visible(name, 40)}: {RESERVED_SERVER_OPTIONS[name]}; drop it"
+                )
 
 
 def _servers(args: argparse.Namespace, status: Status, binary: Path) -> list[LlamaServer]:
@@ -257,10 +288,57 @@ def _servers(args: argparse.Namespace, status: Status, binary: Path) -> list[Lla
     return [speculative, plain]
 
 
+def keys_given_to_both(command: list[str]) -> set[str]:
+    """The lane keys the inner command's --both sets. serve-pair sets its own per lane,
+    and a lane's own setting beats --both: for these it leaves its own out, so that
+    --both api=chat is what both lanes get. The endpoint is serve-pair's alone."""
+    given: set[str] = set()
+    for index, word in enumerate(command):
+        option, joined, value = word.partition("=")
+        if option in ("--both", "--lane-a", "--lane-b"):
+            setting = value if joined else (command[index + 1] if index + 1 < len(command) else "")
+            key = setting.partition("=")[0].strip()
+            if key == "endpoint":
+                raise ArgumentError(
+                    f"{option} endpoint: serve-pair points the lanes at the servers it starts; "
+                    "drop it (to compare servers of your own, use run --pair servers)"
+                )
+            if option == "--both" and key:
+                given.add(key)
+    return given
+
+
+def check_speculates(server: LlamaServer, spec_type: str) -> None:
+    """Server a must speculate: llama-server logs a speculation it cannot set up (a
+    draft type without its draft model) and serves without it, and the pair would
+    compare plain with plain under a speculative label."""
+    import httpx
+
+    try:
+        slots = httpx.get(f"{server.url}/slots", timeout=10).json()
+        speculative = [slot["speculative"] for slot in slots]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return  # a build that does not say (or --no-slots): the run's draft counts show it
+    if not speculative or any(value is not False for value in speculative):
+        return
+    logged = " ".join(server.errors[-1].split()) if server.errors else ""
+    said = f": it logged {visible(logged, 200)}" if logged else ""
+    fix = (
+        "give the draft GGUF with --draft-model PATH"
+        if spec_type.startswith("draft") and spec_type != "draft-mtp"
+        else "check the --spec-type and its options"
+    )
+    raise ArgumentError(
+        f"llama-server a serves without speculation although started with --spec-type "
+        f"{visible(spec_type, 60)} (its /slots say speculative: false){said}; {fix}"
+    )
+
+
 def _serve(
     main: Callable[[list[str]], int],
     command: list[str],
     spec_type: str,
+    given: set[str],
     status: Status,
     speculative: LlamaServer,
     plain: LlamaServer,
@@ -269,17 +347,20 @@ def _serve(
     for name, server in (("a", speculative), ("b", plain)):
         status.message(f"starting llama-server {name} on {server.url}")
         server.start()
-    lanes = [
-        "--pair", "servers",
-        "--lane-a", f"endpoint={speculative.url}", "--lane-a", "api=llama-server",
-        "--lane-a", f"label=llama-server --spec-type {spec_type}",
-        "--lane-b", f"endpoint={plain.url}", "--lane-b", "api=llama-server",
-        "--lane-b", "label=llama-server plain",
-    ]  # fmt: skip
+    check_speculates(speculative, spec_type)
+    own = {
+        "a": {"api": "llama-server", "label": f"llama-server --spec-type {spec_type}"},
+        "b": {"api": "llama-server", "label": "llama-server plain"},
+    }
+    lanes = ["--pair", "servers"]
     for lane_id, server in (("a", speculative), ("b", plain)):
+        settings = {"endpoint": server.url, **own[lane_id]}
         if not server.repack:  # started with --no-repack: the header records it
-            lanes += [f"--lane-{lane_id}", "repack=false"]
+            settings["repack"] = "false"
         # the launch line, which no server reports of itself, beside the result
         launched = visible(" ".join(masked_arguments(list(server.arguments))), MAX_SERVER_FLAGS)
-        lanes += [f"--lane-{lane_id}", f"server_flags={launched}"]
+        settings["server_flags"] = launched
+        for key, value in settings.items():
+            if key not in given:
+                lanes += [f"--lane-{lane_id}", f"{key}={value}"]
     return main([command[0], *lanes, *command[1:]])

@@ -200,6 +200,11 @@ class LlamaServer:
         default_factory=lambda: collections.deque(maxlen=KEPT_OUTPUT_LINES)
     )
     """The last lines the server wrote (stdout and stderr), for the reason it refused."""
+    errors: collections.deque[str] = field(
+        default_factory=lambda: collections.deque(maxlen=KEPT_OUTPUT_LINES)
+    )
+    """The error lines it logged, however long ago: a server can log a setting it could not
+    set up (a speculation without its draft model) and serve on without it."""
     _drain: threading.Thread | None = None
 
     @property
@@ -240,6 +245,13 @@ class LlamaServer:
                 f"llama-server refused to start ({exit_description(code)}{also}): "
                 f"{refusal_reason(self.output)}{where}"
             )
+        if code == 0:  # it did what it was asked and ended: an option that prints and exits
+            if self._drain is not None:
+                self._drain.join(timeout=5)
+            raise ServerProcessError(
+                "llama-server ended at start without serving (exit status 0; an option such "
+                f"as --version or --help prints and exits): {refusal_reason(self.output)}{where}"
+            )
         raise ServerProcessError(
             f"llama-server on port {self.port} was {exit_description(code)} at start{also}{where}"
         )
@@ -260,6 +272,7 @@ class LlamaServer:
             # must neither add that output to this start's nor write the log beside it
             self._drain.join(timeout=STOP_GRACE_SECONDS)
         self.output.clear()
+        self.errors.clear()
         log = self._open_log(append)
         try:
             # its own session: the Ctrl+C that asks specdiff to stop a run must not also
@@ -321,7 +334,11 @@ class LlamaServer:
         try:
             # bounded reads: a server that writes no newline must not fill the memory
             for line in iter(lambda: stream.readline(1 << 16), b""):
-                self.output.append(line[:4096].decode("utf-8", "replace"))
+                text = line[:4096].decode("utf-8", "replace")
+                self.output.append(text)
+                logged = _LOG_LINE.match(text)
+                if logged is not None and logged[1] == "E":
+                    self.errors.append(logged[2])
                 if log is not None:
                     log.write(line)
                     log.flush()
