@@ -194,6 +194,9 @@ def test_a_server_lane_takes_the_servers_template() -> None:
         (Lane(), Lane(backend="server", endpoint="http://h:1", api="chat"), True),
         (Lane(chat="true"), Lane(backend="server", endpoint="http://h:1", api="chat"), False),
         (Lane(), Lane(backend="server", endpoint="http://h:1"), False),
+        (Lane(chat="gemma"), Lane(chat="chatml"), True),  # two templates: two prompts
+        (Lane(chat="true"), Lane(chat="auto"), False),  # both the GGUF's own
+        (Lane(chat="gemma"), Lane(chat="gemma"), False),
     ],
 )
 def test_a_chat_lane_beside_a_raw_one_is_noted(a: Lane, b: Lane, noted: bool) -> None:
@@ -404,6 +407,7 @@ def test_a_chat_lane_records_the_ids_llama_cpp_gives_its_formatted_prompt(
     from llama_cpp.llama_chat_format import format_chatml, format_gemma
 
     from specdiff.engine.pairrun import PairRun
+    from specdiff.reports.text import format_result
 
     # llama-cpp-python's own Python formatters, written apart from llama.cpp's
     formatter = {"gemma": format_gemma, "chatml": format_chatml}[reference]
@@ -421,11 +425,20 @@ def test_a_chat_lane_records_the_ids_llama_cpp_gives_its_formatted_prompt(
             saved = SessionHeader.from_json(json.loads(json.dumps(result.header().to_json())))
             assert saved.lane_prompts["b"] == result.b.executed["chat_prompt"]
             assert saved.prompt.to_json() == items
+            # run's summary gives each lane's prompt where their templates made two
+            sizes = [len(o.executed["chat_prompt"]["token_ids"]) for o in (result.a, result.b)]
+            expected = (
+                f"prompt: {sizes[0]} tokens formatted, the same in both lanes"
+                if sizes[0] == sizes[1]
+                else f"prompt: lane a {sizes[0]} tokens formatted, lane b {sizes[1]} tokens"
+            )
+            assert expected in format_result(result)
 
 
 @pytest.mark.model
 def test_a_raw_lane_beside_a_chat_lane_decodes_the_plain_text() -> None:
     from specdiff.engine.pairrun import PairRun
+    from specdiff.reports.text import format_result
 
     prompt = Conversation(parse_messages(CONVERSATIONS["system and user"]))
     raw = Lane(n_ctx=512)
@@ -434,6 +447,8 @@ def test_a_raw_lane_beside_a_chat_lane_decodes_the_plain_text() -> None:
     with PairRun(Pair("raw", raw, raw)) as runner:
         plain = runner.run(str(prompt), 8)
     assert mixed.b.error is None and "chat_prompt" not in mixed.b.executed
+    formatted = len(mixed.a.executed["chat_prompt"]["token_ids"])
+    assert f"prompt: lane a {formatted} tokens formatted, lane b raw text" in format_result(mixed)
     # each lane formats the prompt itself: the raw lane decodes the contents, a line apart
     assert mixed.b.token_ids == plain.b.token_ids
 

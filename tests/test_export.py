@@ -252,6 +252,46 @@ def test_model_text_cannot_inject_markup(tmp_path: Path) -> None:
         assert plot.find(f"{SVG}title") is not None
 
 
+@pytest.mark.parametrize("same", [True, False], ids=["one-template", "two-templates"])
+def test_a_conversation_exports_with_its_roles_and_each_lanes_formatted_prompt(
+    tmp_path: Path, same: bool
+) -> None:
+    """A chat session's export shows the messages under their roles and the prompt each
+    lane's template made (once where both made the same); JSON keeps both as fields."""
+    messages = [
+        {"role": "system", "content": "Be brief <script>\x1b[31m"},
+        {"role": "user", "content": "Name a colour."},
+    ]
+    formatted = {
+        lane_id: {"text": f"<{lane_id}>system Be brief\n<{lane_id}>user Name a colour.",
+                  "token_ids": list(range(12 if lane_id == "a" or same else 15))}
+        for lane_id in "ab"
+    }  # fmt: skip
+    if same:
+        formatted["b"] = formatted["a"]
+
+    def chat(lines: list[dict]) -> None:
+        lines[0]["messages"] = messages
+        lines[0]["lane_prompts"] = formatted
+
+    session = load_session(edited(tmp_path, chat))
+    markdown = export_session(session, "md")
+    prompt = markdown.split("## Prompt", 1)[1]
+    assert prompt.index("**system**") < prompt.index("**user**")
+    assert "Be brief <script>␛[31m" in prompt and "\x1b" not in markdown
+    if same:
+        assert "**both lanes, as their chat template formats it (12 tokens)**" in prompt
+    else:
+        assert "**lane a, as its chat template formats it (12 tokens)**" in prompt
+        assert "**lane b, as its chat template formats it (15 tokens)**" in prompt
+    html = export_session(session, "html")
+    check_html(html)
+    assert "<script" not in html.lower() and "&lt;b&gt;user Name a colour." in html or same
+    document = json.loads(export_session(session, "json"))
+    assert document["messages"] == messages
+    assert document["lane_prompts"] == formatted
+
+
 def test_markdown_code_blocks_survive_backticks_in_model_text(tmp_path: Path) -> None:
     def fences(lines: list[dict]) -> None:
         step_of(lines, "a", 2)["piece"] = "\n```\n# not a heading | *x*"

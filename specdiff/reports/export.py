@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from specdiff import __version__
+from specdiff.chat import Conversation
 from specdiff.compare import (
     DEFAULT_NEAR_TIE,
     DEFAULT_SPLIT_THRESHOLD,
@@ -406,7 +407,31 @@ def _md_opening(report: _Report) -> list[str]:
     if session.pair.description:
         out += [md_escape(session.pair.description), ""]
     out += [f"**Verdict:** {md_escape(verdict(session, report.comparison))}", ""]
-    return out + ["## Prompt", "", md_block(pictured(session.prompt)), ""]
+    out += ["## Prompt", ""]
+    for title, text in _prompt_parts(session):
+        out += [f"**{md_escape(title)}**", ""] if title else []
+        out += [md_block(pictured(text)), ""]
+    return out
+
+
+def _prompt_parts(session: Session) -> list[tuple[str, str]]:
+    """The prompt as a document shows it: the text; or a conversation's messages, each
+    under its role, then each chat lane's prompt as its template formatted it."""
+    prompt = session.prompt
+    if not isinstance(prompt, Conversation):
+        return [("", prompt)]
+    parts = [(message.role, message.content) for message in prompt.messages]
+    formatted = session.header.lane_prompts
+    shared = len(formatted) == 2 and formatted["a"] == formatted["b"]
+    for lane_id, lane_prompt in sorted(formatted.items())[: 1 if shared else 2]:
+        whose = (
+            "both lanes, as their chat template formats it"
+            if shared
+            else (f"lane {lane_id}, as its chat template formats it")
+        )
+        count = len(lane_prompt.get("token_ids", ()))
+        parts.append((f"{whose} ({count} tokens)", str(lane_prompt.get("text", ""))))
+    return parts
 
 
 def _md_fork(report: _Report) -> list[str]:
@@ -594,7 +619,11 @@ def _html_opening(report: _Report) -> list[str]:
         "</header>",
         f'<p class="verdict">{xml_text(verdict(session, report.comparison))}</p>',
         "<h2>Prompt</h2>",
-        f'<pre class="prompt">{xml_text(pictured(session.prompt))}</pre>',
+        *(
+            (f'<h3 class="muted">{xml_text(title)}</h3>' if title else "")
+            + f'<pre class="prompt">{xml_text(pictured(text))}</pre>'
+            for title, text in _prompt_parts(session)
+        ),
     ]
 
 
@@ -672,7 +701,13 @@ def _json(report: _Report) -> str:
         "description": header["description"],
         "created": header["created"],
         "prompt": session.prompt,
+        **(
+            {"messages": session.prompt.to_json()}
+            if isinstance(session.prompt, Conversation)
+            else {}
+        ),
         "prompt_token_ids": header["prompt_token_ids"],
+        **({"lane_prompts": header["lane_prompts"]} if "lane_prompts" in header else {}),
         "max_tokens": header["max_tokens"],
         "stop": header["stop"],
         "config": {

@@ -72,12 +72,34 @@ def _indent(text: str, width: int = 96) -> str:
     return "\n".join("    " + line for line in lines)
 
 
+def _prompt_sizes(result: PairResult) -> str:
+    """The prompt's length: one count where both lanes decode the same ids, else each
+    lane's (a chat lane formats the prompt with its template, a raw lane does not)."""
+    formatted = {
+        lane_id: outcome.executed.get("chat_prompt", {}).get("token_ids")
+        for lane_id, outcome in (("a", result.a), ("b", result.b))
+    }
+    if not any(formatted.values()):
+        return f"{len(result.prompt_tokens)} tokens"
+    sizes = []
+    for lane_id, ids in formatted.items():
+        if ids:
+            sizes.append(f"lane {lane_id} {len(ids)} tokens formatted")
+        elif lane_id == "a":  # result.prompt_tokens are lane a's ids
+            sizes.append(f"lane a {len(result.prompt_tokens)} tokens raw")
+        else:
+            sizes.append("lane b raw text")
+    if formatted["a"] and formatted["a"] == formatted["b"]:
+        return f"{len(formatted['a'])} tokens formatted, the same in both lanes"
+    return ", ".join(sizes)
+
+
 def format_result(result: PairResult) -> str:
     comparison = result.comparison
     a, b = result.a, result.b
     out = [
         f"pair {visible(result.pair.name)}: {visible(result.pair.description)}".rstrip(": "),
-        f"prompt: {len(result.prompt_tokens)} tokens, max {result.max_tokens} new",
+        f"prompt: {_prompt_sizes(result)}, max {result.max_tokens} new",
         _lane_line(a),
         _lane_line(b),
     ]
