@@ -47,6 +47,7 @@ MAX_CONVERSATION_CHARS = 1 << 20
 """A conversation's text at most: more than any context holds, and what the largest
 prompt file a command reads may be."""
 EXAMPLE = '[{"role": "user", "content": "Hello"}]'
+EMPTY_CONVERSATION = "the conversation holds no text; give its messages content"
 
 
 class ChatError(SpecdiffError):
@@ -143,6 +144,8 @@ def conversation(prompt: str, system: str | None) -> str:
     opens with that system message."""
     if system is None:
         return prompt
+    if not system.strip():
+        raise ChatError("--system is empty; give the system message's text, or drop --system")
     messages = messages_of(prompt)
     if messages[0].role == "system":
         raise ChatError(
@@ -192,7 +195,10 @@ def looks_like_messages(text: str) -> bool:
 def typed_messages(text: str) -> Conversation:
     """The TUI's prompt box read as a messages list: the conversation, or ChatError
     naming what is wrong with it."""
-    return read_messages(text.strip(), "the prompt box")
+    typed = read_messages(text.strip(), "the prompt box")
+    if not typed.strip():
+        raise ChatError(EMPTY_CONVERSATION)
+    return typed
 
 
 def box_json(prompt: Conversation) -> str:

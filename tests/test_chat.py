@@ -306,6 +306,13 @@ def specdiff(*args: str, stdin: str | None = None) -> subprocess.CompletedProces
         (["--messages", "-", "--prompt", "x"], "give the prompt once"),
         (["--messages", json.dumps([SYSTEM, USER]), "--system", "Be kind."], "keep one"),
         (["--both", "chat=gema"], "did you mean 'gemma'"),
+        (["--messages", ""], "--messages is empty"),
+        (["--messages", "  "], "--messages is empty"),
+        (["--messages", '"hi"'], "--messages must be a list"),
+        (["--messages", "null"], "--messages must be a list"),
+        (["--system", ""], "--system is empty"),
+        (["--system", " \t"], "--system is empty"),
+        (["--messages", '[{"role": "user", "content": ""}]'], "conversation holds no text"),
     ],
 )
 @pytest.mark.parametrize("command", ["run", "live"])

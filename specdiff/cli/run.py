@@ -10,7 +10,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specdiff.chat import MAX_CONVERSATION_CHARS, ChatError, conversation, mixed_note, read_messages
+from specdiff.chat import (
+    EMPTY_CONVERSATION,
+    EXAMPLE,
+    MAX_CONVERSATION_CHARS,
+    ChatError,
+    conversation,
+    mixed_note,
+    read_messages,
+)
 from specdiff.cli import options
 from specdiff.cli.common import Exit, Status, Subcommands, add_command, interrupt_sets, read_request
 from specdiff.compare import run_fork_index
@@ -134,15 +142,19 @@ def read_chat_request(args: argparse.Namespace) -> tuple[dict[str, Pair], Pair, 
     known, pair, prompt = read_request(args)
     if args.messages is not None:
         prompt = read_messages(*_messages_source(args.messages))
+        if not prompt.strip():
+            raise ChatError(f"{EMPTY_CONVERSATION} (--messages)")
     return known, pair, conversation(prompt, args.system)
 
 
 def _messages_source(value: str) -> tuple[str, str]:
     """--messages JSON itself, or the text of the file (- = stdin) it names; with the
     words that name it in messages."""
-    if value.lstrip().startswith(("[", "{")):
+    if not value.strip():
+        raise ChatError(f"--messages is empty; give a JSON list like {EXAMPLE}, or a file")
+    if value.lstrip().startswith(("[", "{")) or _is_json_scalar(value):
         return value, "--messages"
-    where = "--messages on stdin" if value == "-" else f"--messages file {value}"
+    where = "--messages on stdin" if value == "-" else f"--messages file {visible(value, 120)}"
     limit = 4 * MAX_CONVERSATION_CHARS  # the longest conversation, every character 4 bytes
     try:
         if value == "-":
@@ -160,6 +172,21 @@ def _messages_source(value: str) -> tuple[str, str]:
         raise ChatError(f"{where} is not UTF-8 text") from None
     except ValueError as error:
         raise ChatError(f"{where} {error}; give a messages list") from None
+
+
+def _is_json_scalar(value: str) -> bool:
+    """A JSON string, true, false or null: meant as the messages themselves (and refused
+    as no list), not as a file's name."""
+    stripped = value.strip()
+    if stripped in ("null", "true", "false"):
+        return True
+    if not stripped.startswith('"'):
+        return False
+    try:
+        json.loads(stripped)
+    except ValueError:
+        return False
+    return True
 
 
 def start_session(

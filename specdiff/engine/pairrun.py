@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from specdiff import __version__
+from specdiff.chat import EMPTY_CONVERSATION, Conversation
 from specdiff.compare import DEFAULT_NEAR_TIE, compare
 from specdiff.control import warm_second_run
 from specdiff.engine.backends import open_lane
@@ -91,6 +92,8 @@ class PairRun(StreamsARun):
         """Lane a's token ids of the prompt. Each lane formats it its own way (a chat lane
         with its template), so each lane's own ids are kept for `check`."""
         if not prompt.strip():
+            if isinstance(prompt, Conversation):
+                raise PromptError(EMPTY_CONVERSATION)
             raise PromptError("the prompt is empty; give some text (--prompt or --prompt-file)")
         self.lane_tokens = {lane_id: lane.tokenize(prompt) for lane_id, lane in self.lanes.items()}
         return self.lane_tokens["a"]
