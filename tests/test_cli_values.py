@@ -279,3 +279,14 @@ def test_pairs_file_without_read_permission(tmp_path, capsys) -> None:
     path.chmod(0)
     error = refused(capsys, ["run", "--pairs", str(path)])
     assert f"cannot read the pairs file {path}: Permission denied" in error
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["run"], ["live"], ["suite", "coding", "--report", "out"], ["repeat"], ["serve-pair"]],
+)
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_model_is_refused_not_read_as_the_bundled_one(capsys, command, value) -> None:
+    """An unset shell variable ($MODEL) must not quietly run the bundled model."""
+    error = refused(capsys, [*command, "--model", value])
+    assert "argument --model: is empty" in error

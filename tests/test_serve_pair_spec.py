@@ -143,11 +143,16 @@ def test_every_listed_type_is_in_the_real_binarys_help() -> None:
         (["--server-arg-a=--model-draft", "--server-arg-a=d.gguf"], "--draft-model PATH"),
         (["--server-arg=--api-key", "--server-arg=k"], "would be refused (401)"),
         (["--server-arg-a=--version"], "prints and exits"),
+        (["--spec-type", "none"], "make server a plain as well"),
+        (["--spec-type", "ngram-simple,ngram-mod,ngram-simple"], "ngram-simple twice"),
+        (["--spec-type", "draft-simple", "--draft-model", ""], "--draft-model is empty"),
+        (["--model", ""], "--model: is empty"),
     ],
     ids=["unknown-type", "escapes", "draft-max-0", "draft-max-big", "draft-max-text",
          "missing-draft", "draft-not-gguf", "draft-model-unread", "no-mtp-head",
          "draft-without-model", "port", "port-joined", "host", "model", "spec-type-b",
-         "draft-model-arg", "api-key", "version"],
+         "draft-model-arg", "api-key", "version", "none", "twice", "empty-draft",
+         "empty-model"],
 )  # fmt: skip
 def test_bad_serve_pair_input_is_one_line_and_exit_2(
     tmp_path: Path, args: list[str], names: str

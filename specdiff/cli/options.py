@@ -72,6 +72,14 @@ def utf8_text(text: str) -> str:
     return text
 
 
+def model_path(text: str) -> str:
+    """An argparse type: a GGUF path. An empty one (an unset shell variable) is refused,
+    not read as the bundled model."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; give a GGUF path, or leave --model out")
+    return utf8_text(text)
+
+
 def check_output_file(path: Path, option: str) -> None:
     """Refused before any work: a file that could not be written once the work is done
     (a folder, a device or a pipe in its place, or a folder that does not exist)."""
@@ -115,7 +123,9 @@ def add_lane_options(parser: argparse.ArgumentParser, one_pair: bool = True) -> 
             "--pair", default=DEFAULT_PAIR, help=f"pair preset (default {DEFAULT_PAIR})"
         )
     parser.add_argument("--pairs", metavar="FILE", help="TOML file with more pairs ([pairs.NAME])")
-    parser.add_argument("--model", help="GGUF path for both lanes (default: the bundled model)")
+    parser.add_argument(
+        "--model", type=model_path, help="GGUF path for both lanes (default: the bundled model)"
+    )
     for flag, whom in (("--lane-a", "lane A"), ("--lane-b", "lane B"), ("--both", "both lanes")):
         parser.add_argument(
             flag, action="append", default=[], metavar="KEY=VALUE", help=f"override {whom}"
@@ -210,7 +220,7 @@ def add_stop(parser: argparse.ArgumentParser) -> None:
 
 def add_model(parser: argparse.ArgumentParser) -> None:
     """One GGUF model, for the commands that run a single lane or server pair."""
-    parser.add_argument("--model", help="GGUF path (default: the bundled model)")
+    parser.add_argument("--model", type=model_path, help="GGUF path (default: the bundled model)")
 
 
 def add_session_file(parser: argparse.ArgumentParser) -> None:

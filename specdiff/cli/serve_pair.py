@@ -141,13 +141,24 @@ def speculation_arguments(args: argparse.Namespace, binary: Path) -> list[str]:
     from specdiff.engine.server.process import spec_types, usable_option  # deferred, as below
 
     known = spec_types(binary)
-    for kind in args.spec_type.split(","):
+    kinds = args.spec_type.split(",")
+    if "none" in kinds:
+        raise ArgumentError(
+            "--spec-type none would make server a plain as well; name a speculation type "
+            f"({', '.join(k for k in known if k != 'none') or 'e.g. ngram-simple'})"
+        )
+    repeated = sorted({kind for kind in kinds if kinds.count(kind) > 1})
+    if repeated:
+        raise ArgumentError(f"--spec-type lists {visible(repeated[0], 60)} twice; name it once")
+    for kind in kinds:
         if known and kind not in known:
             raise ArgumentError(
                 f"--spec-type '{visible(kind, 60)}' is not one this llama-server knows; "
                 f"it lists {', '.join(known)}"
             )
     draft = None
+    if args.draft_model is not None and not args.draft_model.strip():
+        raise ArgumentError("--draft-model is empty; give the draft GGUF's path, or leave it out")
     if args.draft_model is not None:
         draft = Path(args.draft_model).expanduser()
         if not draft.is_file():
