@@ -668,11 +668,14 @@ def parse_value(key: str, text: str) -> Any:
             return False
         raise _bad_type(key, text, "true or false")
     if expected is int:
-        try:
-            return int(text.strip())
-        except ValueError:
-            raise _bad_type(key, text, "a whole number") from None
+        # int() also reads 1_000 and other scripts' digits; a lane value is ASCII digits
+        if not _WHOLE_NUMBER.fullmatch(text.strip()):
+            raise _bad_type(key, text, "a whole number")
+        return int(text.strip())
     return text
+
+
+_WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+", re.ASCII)
 
 
 def unknown_key(key: str) -> LaneConfigError:

@@ -254,3 +254,27 @@ def test_a_server_lane_round_trips_through_a_session_dict() -> None:
     assert lane_from_dict(lane.as_dict()) == lane
     assert lane.describe() == "prefix cached"
     assert Lane(backend="server", endpoint="http://h:1").describe() == "server http://h:1"
+
+
+@pytest.mark.parametrize("text", ["１", "1_0", "٣", "1.0", "0x10", "", "+-1"])
+def test_a_whole_number_key_takes_ascii_digits_only(text: str) -> None:
+    with pytest.raises(LaneConfigError, match="a whole number"):
+        parse_overrides([f"n_ubatch={text}"])
+
+
+@pytest.mark.parametrize(("text", "value"), [("2", 2), (" 2 ", 2), ("+2", 2), ("-1", -1)])
+def test_a_whole_number_key_reads_plain_digits(text: str, value: int) -> None:
+    assert parse_overrides([f"gpu_layers={text}"]) == {"gpu_layers": value}
+
+
+@pytest.mark.parametrize("option", ["--both", "--lane-a", "--lane-b"])
+def test_a_bad_override_names_its_lane(option: str) -> None:
+    """--both reaches both lanes: the error says which of them refused."""
+    from specdiff.cli import build_parser
+    from specdiff.cli.common import known_pairs, resolve_pair
+
+    args = build_parser().parse_args(["run", "--pair", "servers", option, "gpu_layers=-1"])
+    with pytest.raises(LaneConfigError) as raised:
+        resolve_pair(args, known_pairs(args))
+    lane_id = "b" if option == "--lane-b" else "a"
+    assert str(raised.value).startswith(f"lane {lane_id}: gpu_layers does not apply")

@@ -151,9 +151,15 @@ def resolve_pair(args: argparse.Namespace, known: dict[str, Pair], name: str | N
     both = parse_overrides(args.both)
     if args.model:
         both.setdefault("model", args.model)
-    a = apply_overrides(apply_overrides(pair.a, both), parse_overrides(args.lane_a))
-    b = apply_overrides(apply_overrides(pair.b, both), parse_overrides(args.lane_b))
-    return replace(pair, a=a, b=b)
+    lanes = {}
+    for lane_id, own in (("a", args.lane_a), ("b", args.lane_b)):
+        try:
+            lanes[lane_id] = apply_overrides(
+                apply_overrides(getattr(pair, lane_id), both), parse_overrides(own)
+            )
+        except LaneConfigError as error:
+            raise LaneConfigError(f"lane {lane_id}: {error}") from None
+    return replace(pair, a=lanes["a"], b=lanes["b"])
 
 
 def read_request(args: argparse.Namespace) -> tuple[dict[str, Pair], Pair, str]:
