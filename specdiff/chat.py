@@ -240,6 +240,17 @@ def chat_lane(lane: Any) -> bool:
     return bool(lane.chat)
 
 
+def unformatted_note(prompt: str, lane_a: Any, lane_b: Any) -> str | None:
+    """A note when a conversation meets a pair with no chat lane: both lanes decode its
+    contents as raw text, which is rarely what messages were given for."""
+    if not isinstance(prompt, Conversation) or chat_lane(lane_a) or chat_lane(lane_b):
+        return None
+    return (
+        "neither lane formats the conversation with a chat template, so both decode its "
+        "contents as raw text; set chat=true (or a template name, e.g. --both chat=gemma)"
+    )
+
+
 def _template(setting: str) -> str:
     return "true" if setting in MODEL_TEMPLATE else setting
 

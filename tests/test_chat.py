@@ -30,6 +30,7 @@ from specdiff.chat import (
     parse_messages,
     read_messages,
     typed_messages,
+    unformatted_note,
 )
 from specdiff.engine.server.dialects import Chat
 from specdiff.engine.server.lane import SERVER_TEMPLATE
@@ -201,6 +202,21 @@ def test_a_server_lane_takes_the_servers_template() -> None:
 )
 def test_a_chat_lane_beside_a_raw_one_is_noted(a: Lane, b: Lane, noted: bool) -> None:
     assert (mixed_note(a, b) is not None) == noted
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "noted"),
+    [
+        (Lane(), Lane(), True),
+        (Lane(chat="gemma"), Lane(), False),
+        (Lane(), Lane(backend="server", endpoint="http://h:1", api="chat"), False),
+        (Lane(), Lane(backend="server", endpoint="http://h:1"), True),
+    ],
+)
+def test_a_conversation_no_lane_formats_is_noted(a: Lane, b: Lane, noted: bool) -> None:
+    prompt = Conversation(parse_messages([SYSTEM, USER]))
+    assert (unformatted_note(prompt, a, b) is not None) == noted
+    assert unformatted_note("plain text", a, b) is None
 
 
 @pytest.mark.parametrize("name", CONVERSATIONS)

@@ -18,6 +18,7 @@ from specdiff.chat import (
     conversation,
     mixed_note,
     read_messages,
+    unformatted_note,
 )
 from specdiff.cli import options
 from specdiff.cli.common import Exit, Status, Subcommands, add_command, interrupt_sets, read_request
@@ -69,9 +70,9 @@ def command_run(args: argparse.Namespace) -> int:
     _, pair, prompt = read_chat_request(args)
     if args.control:
         refuse_uncontrollable(pair)
-    note = mixed_note(pair.a, pair.b)
-    if note is not None:
-        print(f"specdiff: note: {note}", file=sys.stderr)
+    for note in (mixed_note(pair.a, pair.b), unformatted_note(prompt, pair.a, pair.b)):
+        if note is not None:
+            print(f"specdiff: note: {note}", file=sys.stderr)
     status = Status(sys.stderr, not args.quiet)
     cancel = threading.Event()
     counts = {"a": 0, "b": 0}
