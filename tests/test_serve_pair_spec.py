@@ -413,3 +413,22 @@ def test_a_restart_with_no_repack_keeps_apart_the_first_starts_output(tmp_path: 
     lines = log.read_text(encoding="utf-8").splitlines()
     assert lines == ["first start", "late from the first start", "second start",
                      "error: no such model"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "argument",
+    ["--port", "--port=1", "--host=0.0.0.0", "-m", "-hf", "--hf-repo=x/y", "-mu", "-md",
+     "--spec-type=ngram-mod", "--spec-default", "--spec-draft-n-max=4", "--api-key-file"],
+)  # fmt: skip
+@pytest.mark.parametrize("option", ["--server-arg", "--server-arg-a", "--server-arg-b"])
+def test_serve_pair_refuses_server_options_it_sets_itself(
+    option: str, argument: str, capsys
+) -> None:
+    """Refused before any server starts, whichever server it was for and however joined."""
+    from specdiff.cli import main
+
+    code = main(["serve-pair", "--llama-server", "/no/such/binary", f"{option}={argument}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"specdiff: error: {option} {argument.partition('=')[0]}: ")
+    assert err[0].endswith("; drop it")
