@@ -141,7 +141,6 @@ def test_every_listed_type_is_in_the_real_binarys_help() -> None:
         (["--server-arg-a=-m", "--server-arg-a=x.gguf"], "serve-pair --model PATH"),
         (["--server-arg-b=--spec-type", "--server-arg-b=ngram-mod"], "server b is plain"),
         (["--server-arg-a=--model-draft", "--server-arg-a=d.gguf"], "--draft-model PATH"),
-        (["--server-arg=--api-key", "--server-arg=k"], "would be refused (401)"),
         (["--server-arg-a=--version"], "prints and exits"),
         (["--spec-type", "none"], "make server a plain as well"),
         (["--spec-type", "ngram-simple,ngram-mod,ngram-simple"], "ngram-simple twice"),
@@ -151,7 +150,7 @@ def test_every_listed_type_is_in_the_real_binarys_help() -> None:
     ids=["unknown-type", "escapes", "draft-max-0", "draft-max-big", "draft-max-text",
          "missing-draft", "draft-not-gguf", "draft-model-unread", "no-mtp-head",
          "draft-without-model", "port", "port-joined", "host", "model", "spec-type-b",
-         "draft-model-arg", "api-key", "version", "none", "twice", "empty-draft",
+         "draft-model-arg", "version", "none", "twice", "empty-draft",
          "empty-model"],
 )  # fmt: skip
 def test_bad_serve_pair_input_is_one_line_and_exit_2(
@@ -418,7 +417,7 @@ def test_a_restart_with_no_repack_keeps_apart_the_first_starts_output(tmp_path: 
 @pytest.mark.parametrize(
     "argument",
     ["--port", "--port=1", "--host=0.0.0.0", "-m", "-hf", "--hf-repo=x/y", "-mu", "-md",
-     "--spec-type=ngram-mod", "--spec-default", "--spec-draft-n-max=4", "--api-key-file"],
+     "--spec-type=ngram-mod", "--spec-default", "--spec-draft-n-max=4"],
 )  # fmt: skip
 @pytest.mark.parametrize("option", ["--server-arg", "--server-arg-a", "--server-arg-b"])
 def test_serve_pair_refuses_server_options_it_sets_itself(

@@ -257,7 +257,6 @@ def command_serve_pair(args: argparse.Namespace) -> int:
 _MODEL_OPTIONS = "-m --model -mu --model-url -hf -hfr --hf-repo -hff --hf-file -dr --docker-repo"
 _DRAFT_OPTIONS = "-md --model-draft --spec-draft-model --spec-draft-hf -hfd -hfrd --hf-repo-draft"
 _SPECULATION = "give server a's speculation as serve-pair --spec-type TYPE (server b is plain)"
-_NO_KEY = "the lanes would be refused (401): serve-pair's servers are on loopback"
 RESERVED_SERVER_OPTIONS = {
     "--port": "serve-pair gives each server a free loopback port itself",
     "--host": "serve-pair's servers listen on loopback (127.0.0.1) only",
@@ -266,7 +265,6 @@ RESERVED_SERVER_OPTIONS = {
     **dict.fromkeys(("--spec-type", "--spec-default"), _SPECULATION),
     **dict.fromkeys(_DRAFT_OPTIONS.split(), "give the draft GGUF as serve-pair --draft-model PATH"),
     **dict.fromkeys(("--draft-max", "--spec-draft-n-max"), "give it as serve-pair --draft-max N"),
-    **dict.fromkeys(("--api-key", "--api-key-file"), _NO_KEY),
 }
 """Server options serve-pair sets itself or cannot honour: given again in --server-arg*,
 llama-server would take the last (a port specdiff is not polling, a speculation the
