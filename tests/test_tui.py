@@ -822,3 +822,29 @@ async def test_the_focused_pair_picker_is_lit_as_a_focused_input(theme) -> None:
         assert lit != resting and lit == app.query_one("#prompt").styles.background
         assert bar == app.query_one("#prompt").styles.border_left[0] != ""  # the accent bar
         assert current.styles.border_left[0] == ""  # unlit again once focus leaves
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        ["--lane-a", "label=llama-server --spec-type ngram-simple"],  # serve-pair's labels
+        ["--lane-a", 'label=it\'s quoted "twice"'],
+        ["--both", "label=both lanes", "--lane-a", "label=lane a's own"],
+    ],
+)
+async def test_override_values_with_spaces_survive_the_overrides_field(given: list[str]) -> None:
+    """The command line's overrides are shown quoted and read back as the same words."""
+    from specdiff.cli import build_parser
+    from specdiff.cli.live import live_app
+    from specdiff.errors import SpecdiffError
+
+    args = build_parser().parse_args(["live", "--no-start", "--pair", "ubatch", *given])
+    app = live_app(args)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.pause()
+        pair, _, _ = app.resolve_pair()
+        expected = [word.partition("=")[2] for word in given if word.startswith("label=")][-1]
+        assert pair.a.label == expected
+        app.query_one("#lane-b-overrides").value = "label='never closed"
+        with pytest.raises(SpecdiffError, match="lane b overrides: .*close the quote"):
+            app.resolve_pair()

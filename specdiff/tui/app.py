@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import re
+import shlex
 import sys
 import threading
 import time
@@ -1010,12 +1011,20 @@ class SpecdiffApp(App[int]):
         if name in self.refused_pairs:
             raise SpecdiffError(self.refused_pairs[name])
         base = self.pairs[name]
-        overrides = {
-            lane_id: parse_overrides(
-                self.query_one(f"#lane-{lane_id}-overrides", Input).value.split()
-            )
-            for lane_id in ("a", "b")
-        }
+        overrides = {}
+        for lane_id in ("a", "b"):
+            typed = self.query_one(f"#lane-{lane_id}-overrides", Input).value
+            try:
+                # words as a shell splits them: "label='my lane'" keeps its space
+                words = shlex.split(typed)
+            except ValueError as error:
+                raise SpecdiffError(
+                    f"lane {lane_id} overrides: {error}; close the quote, as in label='my lane'"
+                ) from None
+            try:
+                overrides[lane_id] = parse_overrides(words)
+            except SpecdiffError as error:
+                raise SpecdiffError(f"lane {lane_id} overrides: {error}") from None
         pair = replace(
             base,
             a=apply_overrides(base.a, overrides["a"]),
