@@ -106,6 +106,26 @@ def pictured(text: str) -> str:
     return terminal_text(text.translate(_PICTURES))
 
 
+_LINE_PICTURES = {code: 0x2400 + code for code in range(0x20)}
+_LINE_PICTURES[0x0A] = 0x2424  # ␤, the symbol for a newline, reads better than ␊
+_LINE_PICTURES[0x7F] = 0x2421
+_FROM_LINE_PICTURES = {picture: code for code, picture in _LINE_PICTURES.items()}
+_FROM_LINE_PICTURES[0x240A] = 0x0A
+
+
+def on_one_line(text: str) -> str:
+    """Text for a one-line input that edits it: C0 controls and DEL as their control
+    pictures (a newline as ␤, a tab as ␉), which `from_one_line` reads back; any other
+    character that is not printable as its escape."""
+    return visible(text.translate(_LINE_PICTURES))
+
+
+def from_one_line(shown: str) -> str:
+    """The text a one-line input holds: its control pictures as the characters they
+    stand for (an escape is kept as typed: a prompt may well hold a backslash)."""
+    return shown.translate(_FROM_LINE_PICTURES)
+
+
 def without_controls(text: str) -> str:
     """`text` with every control character removed, newline and tab included: for text
     already laid out, where an escape would change its width (a control character

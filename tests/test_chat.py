@@ -699,3 +699,26 @@ def test_messages_saved_with_or_without_a_byte_order_mark_read_alike(bom: str) -
     conversation = read_messages(text, "--messages")
     read = [message.to_json() for message in conversation.messages]
     assert read == CONVERSATIONS["several turns"]
+
+
+@pytest.mark.parametrize(
+    "prompt", ["Write a poem.\nTitle: Sea\n", "tab\there", "esc \x1b[31m red", "nul \x00 del \x7f"]
+)
+async def test_an_edited_prompt_box_keeps_the_newlines_and_controls_it_showed(
+    prompt: str,
+) -> None:
+    """The box shows a newline as ␤ and a control character as its picture; typing in it
+    sends those characters again, not the pictures (nor an escape's backslash)."""
+    from textual.widgets import Input
+
+    app = _box_app(prompt)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.pause()
+        box = app.query_one("#prompt", Input)
+        assert box.value.isprintable()
+        box.value += " ok"
+        _, sent, _ = app.resolve_pair()
+        assert sent == prompt + " ok"
+        box.value = "a literal \\n and \\x1b stay as typed"
+        _, sent, _ = app.resolve_pair()
+        assert sent == "a literal \\n and \\x1b stay as typed"

@@ -394,3 +394,12 @@ async def test_a_hostile_replay_renders_escapes_and_no_control(tmp_path: Path) -
         await pilot.pause()
         drawn = [line for line in rendered_lines(app) if "raw " in line]
         assert drawn and all(not TERMINAL_UNSAFE.search(line) for line in drawn), drawn
+
+
+def test_one_line_pictures_read_back_as_the_characters() -> None:
+    from specdiff.safe_text import from_one_line, on_one_line
+
+    text = "".join(chr(code) for code in range(0x20)) + "\x7f plain ünïcode \u202e"
+    shown = on_one_line(text)
+    assert shown.isprintable() and "␤" in shown
+    assert from_one_line(shown) == text.replace("\u202e", "\\u202e")  # an escape stays typed

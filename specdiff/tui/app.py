@@ -46,7 +46,7 @@ from specdiff.engine.worker import PairWorker
 from specdiff.errors import SpecdiffError
 from specdiff.forecast import model_for
 from specdiff.lanes import Pair, apply_overrides, headline, parse_overrides
-from specdiff.safe_text import visible
+from specdiff.safe_text import from_one_line, on_one_line, visible
 from specdiff.sessions.format import PairResult
 from specdiff.sessions.playback import Playback
 from specdiff.sessions.store import (
@@ -215,9 +215,10 @@ class SpecdiffApp(App[int]):
             MESSAGES if isinstance(prompt, Conversation) or looks_like_messages(prompt) else TEXT
         )
         """How the prompt box is read: as raw text, or as a JSON messages list."""
-        self._box_stands_for = (visible(shown_prompt(prompt)), shown_prompt(prompt))
-        """(what the box shows, the text it stands for): the box shows control characters
-        and newlines as escapes, so while it is unedited it stands for the text itself."""
+        self._box_stands_for = (on_one_line(shown_prompt(prompt)), shown_prompt(prompt))
+        """(what the box shows, the text it stands for): the box shows newlines and control
+        characters as pictures (␤, ␛), read back when edited, and other unprintable
+        characters as escapes, so while it is unedited it stands for the text itself."""
         self.initial_max_tokens = max_tokens
         self.initial_overrides = overrides or {}
         self.near_tie = near_tie
@@ -953,7 +954,7 @@ class SpecdiffApp(App[int]):
         """The prompt box's text: what an unedited box stands for, else what it holds."""
         value = self.query_one("#prompt", Input).value
         shown, text = self._box_stands_for
-        return text if value == shown else value
+        return text if value == shown else from_one_line(value)
 
     def box_prompt(self) -> str:
         """The prompt the box gives in its mode: text, or a checked conversation."""
@@ -968,7 +969,7 @@ class SpecdiffApp(App[int]):
             raise SpecdiffError(f"{error} (ctrl+o sends the box as text)") from None
 
     def set_box(self, text: str) -> None:
-        shown = visible(text)
+        shown = on_one_line(text)
         self._box_stands_for = (shown, text)
         self.query_one("#prompt", Input).value = shown
 
