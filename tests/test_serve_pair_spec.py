@@ -431,3 +431,35 @@ def test_serve_pair_refuses_server_options_it_sets_itself(
     assert code == 2 and len(err) == 1, err
     assert err[0].startswith(f"specdiff: error: {option} {argument.partition('=')[0]}: ")
     assert err[0].endswith("; drop it")
+
+
+@pytest.mark.server
+@pytest.mark.parametrize(
+    ("variable", "option"),
+    [("LLAMA_ARG_SPEC_TYPE", "--spec-type"), ("LLAMA_ARG_PORT", "--port"),
+     ("LLAMA_ARG_MODEL", "--model")],
+)  # fmt: skip
+def test_an_environment_variable_for_an_option_serve_pair_sets_is_refused(
+    monkeypatch: pytest.MonkeyPatch, variable: str, option: str
+) -> None:
+    """llama-server reads LLAMA_ARG_* as its options, on both servers: server b would
+    speculate under the label "plain"."""
+    from specdiff.cli.common import ArgumentError
+    from specdiff.cli.serve_pair import server_environment
+
+    monkeypatch.setenv(variable, "1")
+    with pytest.raises(ArgumentError) as raised:
+        server_environment(find_llama_server())
+    assert str(raised.value).startswith(f"{variable} is set, and it gives both servers {option}")
+
+
+@pytest.mark.server
+def test_other_llama_arg_variables_go_into_server_flags_secrets_masked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from specdiff.cli.serve_pair import server_environment
+
+    monkeypatch.setenv("LLAMA_ARG_N_PARALLEL", "1")
+    monkeypatch.setenv("LLAMA_ARG_API_KEY", "sk-live-0123456789")
+    words = server_environment(find_llama_server())
+    assert "LLAMA_ARG_N_PARALLEL=1" in words and "LLAMA_ARG_API_KEY=***" in words

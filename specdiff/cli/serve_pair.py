@@ -239,8 +239,10 @@ def command_serve_pair(args: argparse.Namespace) -> int:
     servers: list[LlamaServer] = []
     with stop_signals_unwind():
         try:
-            servers += _servers(args, status, find_llama_server(args.llama_server))
-            return _serve(main, command, args.spec_type, given, status, *servers)
+            binary = find_llama_server(args.llama_server)
+            environment = server_environment(binary)
+            servers += _servers(args, status, binary)
+            return _serve(main, command, args.spec_type, given, environment, status, *servers)
         except StopSignal as stop:
             status.message(f"{stop.signal_name}: stopping both llama-servers")
             return int(stop.code)  # type: ignore[arg-type]
@@ -279,6 +281,36 @@ def check_server_arguments(args: argparse.Namespace) -> None:
                 raise ArgumentError(
                     f"{option} {visible(name, 40)}: {RESERVED_SERVER_OPTIONS[name]}; drop it"
                 )
+
+
+def server_environment(binary: Path) -> list[str]:
+    """The LLAMA_ARG_* variables set here, which reach both servers as their options:
+    refused for an option serve-pair sets itself (LLAMA_ARG_SPEC_TYPE would make server
+    b speculate too), else kept as VAR=value words for the lanes' server_flags, a secret's
+    value masked."""
+    from specdiff.engine.server.process import _help_entries, server_help
+
+    options_of = {}
+    for name, entry in _help_entries(server_help(binary)).items():
+        found = re.search(r"\(env: (LLAMA_ARG_\w+)\)", entry)
+        if found is not None:
+            options_of.setdefault(found[1], []).append(name)
+    words = []
+    for variable in sorted(os.environ):
+        if not variable.startswith("LLAMA_ARG_"):
+            continue
+        names = options_of.get(variable, [])
+        reserved = [name for name in names if name in RESERVED_SERVER_OPTIONS]
+        if reserved:
+            option = max(reserved, key=len)  # --model, not -m
+            raise ArgumentError(
+                f"{variable} is set, and it gives both servers {option}: "
+                f"{RESERVED_SERVER_OPTIONS[option]}; unset it"
+            )
+        secret = any(SECRET_OPTION.search(name) for name in [variable, *names])
+        value = MASK if secret else os.environ[variable]
+        words.append(f"{variable}={value}")
+    return words
 
 
 def _servers(args: argparse.Namespace, status: Status, binary: Path) -> list[LlamaServer]:
@@ -348,6 +380,7 @@ def _serve(
     command: list[str],
     spec_type: str,
     given: set[str],
+    environment: list[str],
     status: Status,
     speculative: LlamaServer,
     plain: LlamaServer,
@@ -367,7 +400,8 @@ def _serve(
         if not server.repack:  # started with --no-repack: the header records it
             settings["repack"] = "false"
         # the launch line, which no server reports of itself, beside the result
-        launched = visible(" ".join(masked_arguments(list(server.arguments))), MAX_SERVER_FLAGS)
+        launch = [*environment, *masked_arguments(list(server.arguments))]
+        launched = visible(" ".join(launch), MAX_SERVER_FLAGS)
         settings["server_flags"] = launched
         for key, value in settings.items():
             if key not in given:

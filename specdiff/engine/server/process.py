@@ -90,6 +90,9 @@ def find_llama_server(given: str | None = None) -> Path:
 @functools.lru_cache(maxsize=8)
 def server_help(binary: Path) -> str:
     """The binary's --help text (what this build accepts), "" where it gives none."""
+    # without the LLAMA_ARG_* variables, which it reads as options: a bad value there
+    # makes it refuse before it prints its help
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
     try:
         done = subprocess.run(
             [str(binary), "--help"],
@@ -97,6 +100,7 @@ def server_help(binary: Path) -> str:
             timeout=HELP_SECONDS,
             stdin=subprocess.DEVNULL,
             check=False,
+            env=environment,
         )
     except (OSError, subprocess.TimeoutExpired):
         return ""
