@@ -135,6 +135,7 @@ def test_every_listed_type_is_in_the_real_binarys_help() -> None:
         (["--spec-type", "draft-mtp"], "MTP"),  # the bundled model has no MTP head
         # served on without speculation (it only logs why): a plain-vs-plain pair
         (["--spec-type", "draft-simple"], "give the draft GGUF with --draft-model"),
+        (["--spec-type", "draft-simple", "--server-arg-a=--no-slots"], "logged that specul"),
         (["--server-arg=--port", "--server-arg=8080"], "--server-arg --port: serve-pair"),
         (["--server-arg=--port=8080"], "--server-arg --port: serve-pair"),
         (["--server-arg=--host=0.0.0.0"], "loopback (127.0.0.1) only"),
@@ -149,7 +150,7 @@ def test_every_listed_type_is_in_the_real_binarys_help() -> None:
     ],
     ids=["unknown-type", "escapes", "draft-max-0", "draft-max-big", "draft-max-text",
          "missing-draft", "draft-not-gguf", "draft-model-unread", "no-mtp-head",
-         "draft-without-model", "port", "port-joined", "host", "model", "spec-type-b",
+         "draft-without-model", "no-slots", "port", "port-joined", "host", "model", "spec-type-b",
          "draft-model-arg", "version", "none", "twice", "empty-draft",
          "empty-model"],
 )  # fmt: skip

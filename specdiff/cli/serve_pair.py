@@ -355,14 +355,20 @@ def check_speculates(server: LlamaServer, spec_type: str) -> None:
     compare plain with plain under a speculative label."""
     import httpx
 
+    failed = [line for line in server.errors if "specul" in line.lower()]
     try:
         slots = httpx.get(f"{server.url}/slots", timeout=10).json()
         speculative = [slot["speculative"] for slot in slots]
     except (httpx.HTTPError, ValueError, KeyError, TypeError):
-        return  # a build that does not say (or --no-slots): the run's draft counts show it
-    if not speculative or any(value is not False for value in speculative):
-        return
-    logged = " ".join(server.errors[-1].split()) if server.errors else ""
+        # no /slots (--no-slots, an older build): its own log line is the word on it
+        if not failed:
+            return
+        evidence = "it logged that speculation failed"
+    else:
+        if not speculative or any(value is not False for value in speculative):
+            return
+        evidence = "its /slots say speculative: false"
+    logged = " ".join((failed or server.errors or [""])[-1].split())
     said = f": it logged {visible(logged, 200)}" if logged else ""
     fix = (
         "give the draft GGUF with --draft-model PATH"
@@ -371,7 +377,7 @@ def check_speculates(server: LlamaServer, spec_type: str) -> None:
     )
     raise ArgumentError(
         f"llama-server a serves without speculation although started with --spec-type "
-        f"{visible(spec_type, 60)} (its /slots say speculative: false){said}; {fix}"
+        f"{visible(spec_type, 60)} ({evidence}){said}; {fix}"
     )
 
 
