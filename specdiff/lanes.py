@@ -453,6 +453,7 @@ SERVER_KEYS = (
 """The keys that only a server lane reads."""
 IN_PROCESS_KEYS = (*OFFLOAD_KEYS, "chat", "speculation")
 """The keys a server lane refuses: its server's launch decides them."""
+_DEFAULTS = {item.name: item.default for item in fields(Lane) if item.name != "threads"}
 SERVER_DEFAULTS = {item.name: item.default for item in fields(Lane) if item.name in SERVER_KEYS}
 
 _FIELD_TYPES: dict[str, type] = {}
@@ -701,7 +702,18 @@ def apply_overrides(lane: Lane, overrides: Mapping[str, Any]) -> Lane:
     for key in overrides:
         if key not in _FIELD_TYPES:
             raise unknown_key(key)
-    return replace(lane, **overrides)
+    return with_settings(lane, overrides)
+
+
+def with_settings(lane: Lane, settings: Mapping[str, Any]) -> Lane:
+    """`lane` with `settings`. A lane they move to another backend drops the keys only
+    the other kind of lane reads (a server's timeout on a lane made in-process, an
+    in-process chat template on a lane made a server), unless given here as well."""
+    backend = settings.get("backend", lane.backend)
+    if backend != lane.backend:
+        other = IN_PROCESS_KEYS if backend == "server" else SERVER_KEYS
+        settings = {**{key: _DEFAULTS[key] for key in other}, **settings}
+    return replace(lane, **settings)
 
 
 def unknown_pair(name: str, known: Iterable[str]) -> LaneConfigError:
@@ -846,7 +858,7 @@ def _pair_with(
         skipped = IN_PROCESS_KEYS if backend == "server" else SERVER_KEYS
         shared = {key: value for key, value in defaults.items() if key not in skipped}
         try:
-            lanes.append(replace(lane, **{**shared, **own}))
+            lanes.append(with_settings(lane, {**shared, **own}))
         except LaneConfigError as error:
             raise LaneConfigError(f"{path}: {where}{side}: {error}") from None
     return Pair(pair.name, lanes[0], lanes[1], pair.description)

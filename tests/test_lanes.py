@@ -278,3 +278,29 @@ def test_a_bad_override_names_its_lane(option: str) -> None:
         resolve_pair(args, known_pairs(args))
     lane_id = "b" if option == "--lane-b" else "a"
     assert str(raised.value).startswith(f"lane {lane_id}: gpu_layers does not apply")
+
+
+def test_a_lane_moved_to_another_backend_drops_the_other_kinds_keys(tmp_path: Path) -> None:
+    """A [defaults] server key a lane took as a server goes when a later table makes it
+    in-process, and an in-process key when the command line makes a lane a server."""
+    from specdiff.cli import build_parser
+    from specdiff.cli.common import known_pairs, resolve_pair
+
+    path = tmp_path / "pairs.toml"
+    path.write_text(
+        '[defaults]\ntimeout = 3\nchat = "chatml"\n\n'
+        '[pairs.mixed]\na = { backend = "server", endpoint = "http://127.0.0.1:9" }\n\n'
+        '[pairs.chain]\nfrom = "mixed"\na = { backend = "local", endpoint = "" }\n',
+        encoding="utf-8",
+    )
+    pairs = load_pairs_file(path)
+    assert (pairs["mixed"].a.timeout, pairs["mixed"].a.chat) == (3, "")
+    assert (pairs["chain"].a.backend, pairs["chain"].a.timeout) == ("local", 60)
+    served = ["--lane-a", "backend=server", "--lane-a", "endpoint=http://h:1"]
+    args = build_parser().parse_args(["run", "--pairs", str(path), "--pair", "ubatch", *served])
+    pair = resolve_pair(args, known_pairs(args))
+    assert (pair.a.backend, pair.a.chat, pair.b.chat) == ("server", "", "chatml")
+    local = ["--lane-b", "backend=local", "--lane-b", "endpoint="]
+    args = build_parser().parse_args(["run", "--pairs", str(path), "--pair", "servers", *local])
+    pair = resolve_pair(args, known_pairs(args))
+    assert (pair.b.backend, pair.b.timeout, pair.a.timeout) == ("local", 60, 3)
