@@ -245,9 +245,16 @@ def unformatted_note(prompt: str, lane_a: Any, lane_b: Any) -> str | None:
     contents as raw text, which is rarely what messages were given for."""
     if not isinstance(prompt, Conversation) or chat_lane(lane_a) or chat_lane(lane_b):
         return None
+    served = lane_a.backend == "server" and lane_b.backend == "server"
+    fix = (
+        "set api=chat (--both api=chat), and each server applies its template"
+        if served
+        else "set chat=true or a template name on in-process lanes (e.g. --both chat=gemma), "
+        "api=chat on server lanes"
+    )
     return (
         "neither lane formats the conversation with a chat template, so both decode its "
-        "contents as raw text; set chat=true (or a template name, e.g. --both chat=gemma)"
+        f"contents as raw text; {fix}"
     )
 
 

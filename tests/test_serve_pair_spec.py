@@ -171,27 +171,38 @@ def test_bad_serve_pair_input_is_one_line_and_exit_2(
 
 
 @pytest.mark.parametrize(
-    "inner",
+    ("inner", "fragment"),
     [
-        ["--both", "endpoint=http://127.0.0.1:9"],
-        ["--lane-a", "endpoint=http://127.0.0.1:9"],
-        ["--lane-b=endpoint=http://127.0.0.1:9"],
+        (["run", "--both", "endpoint=http://127.0.0.1:9"], "points the lanes at the servers"),
+        (["run", "--lane-a", "endpoint=http://127.0.0.1:9"], "points the lanes at the servers"),
+        (["run", "--lane-b=endpoint=http://127.0.0.1:9"], "points the lanes at the servers"),
+        (["run", "--bot", "endpoint=http://127.0.0.1:9"], "points the lanes at the servers"),
+        (["run", "--pair", "ubatch"], "drop --pair"),
+        (["live", "--pair", "spec-vs-plain"], "drop --pair"),
+        (["suite", "coding", "--report", "r", "--pair", "ubatch"], "drop --pair"),
+        (["run", "--pairs", "p.toml"], "drop --pairs"),
+        (["suite", "--resume", "--report", "r"], "cannot be resumed"),
+        (["run", "--max-tokens", "0x"], "--max-tokens"),
     ],
 )
-def test_serve_pair_refuses_an_endpoint_of_the_users_own(inner: list[str], capsys) -> None:
-    """Refused before any server starts: the lanes point at the servers serve-pair runs."""
+def test_serve_pair_refuses_an_inner_command_it_cannot_serve(
+    inner: list[str], fragment: str, capsys
+) -> None:
+    """Refused before any server starts (the binary named does not exist)."""
     from specdiff.cli import main
 
-    code = main(["serve-pair", "--llama-server", "/no/such/binary", "run", *inner])
+    code = main(["serve-pair", "--llama-server", "/no/such/binary", *inner])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and "serve-pair points the lanes at the servers" in err[0]
+    assert code == 2 and len(err) == 1 and fragment in err[0], err
 
 
 def test_both_keys_take_the_place_of_serve_pairs_own() -> None:
+    """Read by the inner command's own parser: an abbreviation counts, a lane's own not."""
     from specdiff.cli.serve_pair import keys_given_to_both
 
-    command = ["run", "--both", "api=chat", "--both=label=x", "--lane-a", "rescore=off"]
+    command = ["run", "--bot", "api=chat", "--both=label=x", "--lane-a", "rescore=off"]
     assert keys_given_to_both(command) == {"api", "label"}
+    assert keys_given_to_both(["suite", "coding", "--report", "r", "--both", "api=chat"]) == {"api"}
 
 
 @pytest.mark.model

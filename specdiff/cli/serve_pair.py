@@ -329,24 +329,47 @@ def _servers(args: argparse.Namespace, status: Status, binary: Path) -> list[Lla
     return [speculative, plain]
 
 
+_UNSET = object()
+
+
 def keys_given_to_both(command: list[str]) -> set[str]:
-    """The lane keys the inner command's --both sets. serve-pair sets its own per lane,
-    and a lane's own setting beats --both: for these it leaves its own out, so that
-    --both api=chat is what both lanes get. The endpoint is serve-pair's alone."""
-    given: set[str] = set()
-    for index, word in enumerate(command):
-        option, joined, value = word.partition("=")
-        if option in ("--both", "--lane-a", "--lane-b"):
-            setting = value if joined else (command[index + 1] if index + 1 < len(command) else "")
-            key = setting.partition("=")[0].strip()
-            if key == "endpoint":
-                raise ArgumentError(
-                    f"{option} endpoint: serve-pair points the lanes at the servers it starts; "
-                    "drop it (to compare servers of your own, use run --pair servers)"
-                )
-            if option == "--both" and key:
-                given.add(key)
-    return given
+    """The lane keys the inner command's --both sets, read by its own parser (so an
+    abbreviation such as --bot counts). serve-pair sets its own per lane, and a lane's
+    own setting beats --both: for these it leaves its own out, so that --both api=chat
+    is what both lanes get. Refused before any server starts: another pair, a pairs
+    file, a resumed suite (each start has new ports), an endpoint of the user's own."""
+    from specdiff.cli import build_parser
+    from specdiff.lanes import parse_overrides
+
+    # a parser of its own: the shared one must keep its defaults
+    parser = build_parser.__wrapped__()  # type: ignore[attr-defined]
+    subcommand = parser._subparsers._group_actions[0].choices[command[0]]  # type: ignore[union-attr]
+    subcommand.set_defaults(pair=_UNSET, pair_names=None)  # suite's --pair appends to a list
+    inner = parser.parse_args(command)
+    chosen = [getattr(inner, name, _UNSET) for name in ("pair", "pair_names")]
+    if any(value is not _UNSET and value is not None for value in chosen):
+        raise ArgumentError(
+            "serve-pair compares its two servers (the pair servers); drop --pair (to run "
+            "another pair on servers of your own, use run --pair NAME with endpoints)"
+        )
+    if getattr(inner, "pairs", None):
+        raise ArgumentError("serve-pair compares its two servers; drop --pairs")
+    if getattr(inner, "resume", False):
+        raise ArgumentError(
+            "serve-pair starts its servers on new ports each time, so a suite it ran cannot "
+            "be resumed; to resume suites, start the servers yourself and run suite --pair "
+            "servers --lane-a endpoint=URL --lane-b endpoint=URL"
+        )
+    given: dict[str, set[str]] = {}
+    for option in ("--both", "--lane-a", "--lane-b"):
+        keys = set(parse_overrides(getattr(inner, option[2:].replace("-", "_"))))
+        if "endpoint" in keys:
+            raise ArgumentError(
+                f"{option} endpoint: serve-pair points the lanes at the servers it starts; "
+                "drop it (to compare servers of your own, use run --pair servers)"
+            )
+        given[option] = keys
+    return given["--both"]
 
 
 def check_speculates(server: LlamaServer, spec_type: str) -> None:
