@@ -258,21 +258,12 @@ def unformatted_note(prompt: str, lane_a: Any, lane_b: Any) -> str | None:
     )
 
 
-def _template(setting: str) -> str:
-    return "true" if setting in MODEL_TEMPLATE else setting
-
-
 def mixed_note(lane_a: Any, lane_b: Any) -> str | None:
     """A note when one lane formats the prompt with a chat template and the other sends
-    it as raw text, or two in-process lanes name different templates: the pair then
-    compares two different prompts."""
+    it as raw text: the pair then compares two different prompts. (Two templates may
+    format a conversation alike, chatml and a GGUF's missing one: run's summary says
+    whether the lanes' prompts differed.)"""
     chat_a, chat_b = chat_lane(lane_a), chat_lane(lane_b)
-    local = lane_a.backend != "server" and lane_b.backend != "server"
-    if chat_a and chat_b and local and _template(lane_a.chat) != _template(lane_b.chat):
-        return (
-            f"lanes a and b format the prompt with different chat templates "
-            f"({lane_a.chat} vs {lane_b.chat}): the lanes compare different prompts"
-        )
     if chat_a == chat_b:
         return None
     chat_id = "a" if chat_a else "b"

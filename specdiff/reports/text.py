@@ -91,7 +91,7 @@ def _prompt_sizes(result: PairResult) -> str:
             sizes.append("lane b raw text")
     if formatted["a"] and formatted["a"] == formatted["b"]:
         return f"{len(formatted['a'])} tokens formatted, the same in both lanes"
-    return ", ".join(sizes)
+    return ", ".join(sizes) + " (two different prompts)"
 
 
 def format_result(result: PairResult) -> str:
