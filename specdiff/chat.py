@@ -102,6 +102,8 @@ def _message(item: object, where: str) -> Message:
     role, content = item.get("role"), item.get("content")
     if role not in ROLES:
         raise ValueError(f"{where}.role must be one of {', '.join(ROLES)}, got {role!r:.40}")
+    if "content" not in item:
+        raise ValueError(f'{where} has no "content"; give the message\'s text')
     if not isinstance(content, str):
         raise ValueError(f"{where}.content must be text, got {content!r:.40}")
     if "\x00" in content:

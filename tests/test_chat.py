@@ -61,7 +61,7 @@ BAD_MESSAGES = {
     "a role with escapes": ([{"role": "\x1b[2J", "content": "x"}], "[0].role"),
     "content that is a number": ([{"role": "user", "content": 5}], "[0].content must be text"),
     "content that is a list": ([{"role": "user", "content": ["x"]}], "[0].content must be text"),
-    "missing content": ([{"role": "user"}], "[0].content must be text"),
+    "missing content": ([{"role": "user"}], '[0] has no "content"'),
     "an unknown key": ([{"role": "user", "content": "x", "name": "n"}], "unknown key 'name'"),
     "a NUL character": ([{"role": "user", "content": "a\x00b"}], "NUL"),
     "a lone surrogate": ([{"role": "user", "content": "a\udc80"}], "lone surrogate"),
@@ -641,7 +641,7 @@ async def test_a_box_in_messages_mode_refuses_what_is_no_conversation(typed: str
         await pilot.pause()
         assert app.prompt_mode == "messages"
         app.query_one("#prompt", Input).value = typed
-        with pytest.raises(SpecdiffError, match="ctrl\\+o sends the box as text"):
+        with pytest.raises(SpecdiffError, match="ctrl\\+o: send as text"):
             app.resolve_pair()
         app.action_toggle_prompt_mode()
         _, sent, _ = app.resolve_pair()

@@ -144,6 +144,7 @@ def test_every_listed_type_is_in_the_real_binarys_help() -> None:
         (["--server-arg-a=--model-draft", "--server-arg-a=d.gguf"], "--draft-model PATH"),
         (["--server-arg-a=--version"], "prints and exits"),
         (["--spec-type", "none"], "make server a plain as well"),
+        (["--spec-type", "ngram-simple,"], "has an empty entry"),
         (["--spec-type", "ngram-simple,ngram-mod,ngram-simple"], "ngram-simple twice"),
         (["--spec-type", "draft-simple", "--draft-model", ""], "--draft-model is empty"),
         (["--model", ""], "--model: is empty"),
@@ -151,7 +152,7 @@ def test_every_listed_type_is_in_the_real_binarys_help() -> None:
     ids=["unknown-type", "escapes", "draft-max-0", "draft-max-big", "draft-max-text",
          "missing-draft", "draft-not-gguf", "draft-model-unread", "no-mtp-head",
          "draft-without-model", "no-slots", "port", "port-joined", "host", "model", "spec-type-b",
-         "draft-model-arg", "version", "none", "twice", "empty-draft",
+         "draft-model-arg", "version", "none", "empty-entry", "twice", "empty-draft",
          "empty-model"],
 )  # fmt: skip
 def test_bad_serve_pair_input_is_one_line_and_exit_2(

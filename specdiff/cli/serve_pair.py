@@ -142,6 +142,11 @@ def speculation_arguments(args: argparse.Namespace, binary: Path) -> list[str]:
 
     known = spec_types(binary)
     kinds = args.spec_type.split(",")
+    if "" in (kind.strip() for kind in kinds):
+        raise ArgumentError(
+            f"--spec-type '{visible(args.spec_type, 60)}' has an empty entry; give types "
+            "separated by commas, e.g. ngram-simple or ngram-mod,ngram-simple"
+        )
     if "none" in kinds:
         raise ArgumentError(
             "--spec-type none would make server a plain as well; name a speculation type "
@@ -330,6 +335,7 @@ def _servers(args: argparse.Namespace, status: Status, binary: Path) -> list[Lla
 
 
 _UNSET = object()
+SERVER_ROLES = {"a": "speculative", "b": "plain"}
 
 
 def keys_given_to_both(command: list[str]) -> set[str]:
@@ -415,9 +421,14 @@ def _serve(
     plain: LlamaServer,
 ) -> int:
     """Start both servers and run the command with its lanes pointed at them."""
+    from specdiff.engine.server.process import ServerProcessError  # deferred, as above
+
     for name, server in (("a", speculative), ("b", plain)):
         status.message(f"starting llama-server {name} on {server.url}")
-        server.start()
+        try:
+            server.start()
+        except ServerProcessError as error:
+            raise ServerProcessError(f"server {name} ({SERVER_ROLES[name]}): {error}") from None
     check_speculates(speculative, spec_type)
     own = {
         "a": {"api": "llama-server", "label": f"llama-server --spec-type {spec_type}"},

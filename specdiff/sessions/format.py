@@ -37,7 +37,8 @@ LANE_IDS = ("a", "b")
 CRASHED = "crashed"
 """A lane's stop reason when the process running the lanes died under it (a native
 crash in llama.cpp); the other stop reasons are eos, length, stop and cancelled."""
-MAX_TOKEN_ID = 1 << 31
+MAX_TOKEN_ID = (1 << 31) - 1
+"""llama.cpp's token ids are int32."""
 MAX_INDEX = 1 << 24
 MAX_PROMPT_TOKENS = 1 << 20
 """A lane's largest n_ctx: no prompt that ran is longer."""

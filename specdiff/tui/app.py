@@ -392,7 +392,8 @@ class SpecdiffApp(App[int]):
         if action == "panes":
             return not self.panes_focused or self.has_class("configuring")
         if action == "quit_from_input":
-            return not self.panes_focused
+            # only where q would type a q: a focused button passes q on to the app
+            return isinstance(self.focused, Input)
         if action == "configure":
             return self.has_class("narrow")
         if action == "stop":
@@ -966,7 +967,7 @@ class SpecdiffApp(App[int]):
         try:
             return typed_messages(text)
         except SpecdiffError as error:
-            raise SpecdiffError(f"{error} (ctrl+o sends the box as text)") from None
+            raise SpecdiffError(f"{error} (ctrl+o: send as text)") from None
 
     def set_box(self, text: str) -> None:
         shown = on_one_line(text)
