@@ -163,12 +163,28 @@ def _checked(message: Message, where: str) -> Message:
         raise ChatError(str(error)) from None
 
 
+class _RepeatedKey(ValueError):
+    """A JSON object with a key twice: json.loads would keep the last, unsaid."""
+
+
+def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    for key in keys:
+        if keys.count(key) > 1:
+            raise _RepeatedKey(key)
+    return dict(pairs)
+
+
 def read_messages(text: str, where: str) -> Conversation:
     """A conversation from JSON text (a --messages value or file); ChatError naming
     `where`."""
     try:
         # editors on Windows save UTF-8 with a byte-order mark, which JSON itself refuses
-        value = json.loads(text.removeprefix("\ufeff"))
+        value = json.loads(text.removeprefix("\ufeff"), object_pairs_hook=_once_each)
+    except _RepeatedKey as repeated:
+        raise ChatError(
+            f"{where} gives {str(repeated)!r:.40} twice in one message; give each key once"
+        ) from None
     except ValueError as error:
         raise ChatError(
             f"{where} is not valid JSON ({str(error).split(':')[0]}); give a list like {EXAMPLE}"

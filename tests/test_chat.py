@@ -324,6 +324,7 @@ def specdiff(*args: str, stdin: str | None = None) -> subprocess.CompletedProces
         (["--messages", json.dumps([SYSTEM, USER]), "--system", "Be kind."], "keep one"),
         (["--both", "chat=gema"], "did you mean 'gemma'"),
         (["--messages", ""], "--messages is empty"),
+        (["--messages", '[{"role": "user", "role": "system", "content": "x"}]'], "'role' twice"),
         (["--messages", "  "], "--messages is empty"),
         (["--messages", '"hi"'], "--messages must be a list"),
         (["--messages", "null"], "--messages must be a list"),
