@@ -168,11 +168,11 @@ class _RepeatedKey(ValueError):
 
 
 def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    keys = [key for key, _ in pairs]
-    for key in keys:
-        if keys.count(key) > 1:
-            raise _RepeatedKey(key)
-    return dict(pairs)
+    value = dict(pairs)
+    if len(value) < len(pairs):
+        seen: set[str] = set()
+        raise _RepeatedKey(next(key for key, _ in pairs if key in seen or seen.add(key)))
+    return value
 
 
 def read_messages(text: str, where: str) -> Conversation:

@@ -179,8 +179,6 @@ class Lane:
         check_chat_setting(self.chat)
         if self.backend == "server":
             self._check_server()
-        else:
-            self._check_in_process()
         if len(self.server_flags) > MAX_SERVER_FLAGS or not self.server_flags.isprintable():
             raise LaneConfigError(
                 f"lane key 'server_flags' must be one line of at most {MAX_SERVER_FLAGS} "
@@ -224,18 +222,6 @@ class Lane:
             raise LaneConfigError(
                 f"spec_accept={self.spec_accept} relaxes draft verification: set "
                 "speculation=ngram or speculation=draft too"
-            )
-
-    def _check_in_process(self) -> None:
-        """A server's key on an in-process lane would do nothing and still be listed
-        among the lanes' differences."""
-        server_only = [key for key in SERVER_KEYS if getattr(self, key) != SERVER_DEFAULTS[key]]
-        if server_only:
-            key = server_only[0]
-            raise LaneConfigError(
-                f"{key} applies to server lanes only (backend=server with an endpoint); "
-                f"an in-process lane has no server to send it to: drop {key} or set "
-                "backend=server"
             )
 
     def _check_server(self) -> None:
@@ -452,8 +438,8 @@ SERVER_KEYS = (
 )  # fmt: skip
 """The keys that only a server lane reads."""
 IN_PROCESS_KEYS = (*OFFLOAD_KEYS, "chat", "speculation")
-"""The keys a server lane refuses: its server's launch decides them."""
-_DEFAULTS = {item.name: item.default for item in fields(Lane) if item.name != "threads"}
+"""The keys a server lane refuses: its server's launch decides them. A pairs file's
+[defaults] gives them to in-process lanes only."""
 SERVER_DEFAULTS = {item.name: item.default for item in fields(Lane) if item.name in SERVER_KEYS}
 
 _FIELD_TYPES: dict[str, type] = {}
@@ -521,8 +507,21 @@ def accept_tolerance(spec_accept: str) -> float | None:
 
 
 def differences(a: Lane, b: Lane) -> list[str]:
-    """The keys whose values differ between two lanes (the label excluded)."""
-    return [key for key in LANE_KEYS if key != "label" and getattr(a, key) != getattr(b, key)]
+    """The keys whose values differ between two lanes (the label excluded, and the
+    server keys where both lanes run in-process: nothing reads them there)."""
+    unread = SERVER_KEYS if a.backend != "server" and b.backend != "server" else ()
+    return [
+        key
+        for key in LANE_KEYS
+        if key != "label" and key not in unread and getattr(a, key) != getattr(b, key)
+    ]
+
+
+def unread_keys(lane: Lane) -> list[str]:
+    """The server keys an in-process lane was given, which nothing reads there."""
+    if lane.backend == "server":
+        return []
+    return [key for key in SERVER_KEYS if getattr(lane, key) != SERVER_DEFAULTS[key]]
 
 
 def headline(lane: Lane, other: Lane) -> str:
@@ -686,6 +685,16 @@ def unknown_key(key: str) -> LaneConfigError:
     return LaneConfigError(f"unknown lane key {key!r}; {hint}")
 
 
+_NEXT_SETTING = re.compile(r"\s+(?=[A-Za-z_][A-Za-z0-9_]*=)")
+
+
+def override_words(text: str) -> list[str]:
+    """`key=value` settings typed on one line: a new one starts only where a word reads
+    `key=`, so a value keeps its spaces, quotes and backslashes (a label, a JSON
+    request, a Windows path) as typed."""
+    return [word for word in _NEXT_SETTING.split(text.strip()) if word]
+
+
 def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
     """Parse CLI overrides like ``n_ubatch=1`` into typed values."""
     parsed: dict[str, Any] = {}
@@ -702,18 +711,7 @@ def apply_overrides(lane: Lane, overrides: Mapping[str, Any]) -> Lane:
     for key in overrides:
         if key not in _FIELD_TYPES:
             raise unknown_key(key)
-    return with_settings(lane, overrides)
-
-
-def with_settings(lane: Lane, settings: Mapping[str, Any]) -> Lane:
-    """`lane` with `settings`. A lane they move to another backend drops the keys only
-    the other kind of lane reads (a server's timeout on a lane made in-process, an
-    in-process chat template on a lane made a server), unless given here as well."""
-    backend = settings.get("backend", lane.backend)
-    if backend != lane.backend:
-        other = IN_PROCESS_KEYS if backend == "server" else SERVER_KEYS
-        settings = {**{key: _DEFAULTS[key] for key in other}, **settings}
-    return replace(lane, **settings)
+    return replace(lane, **overrides)
 
 
 def unknown_pair(name: str, known: Iterable[str]) -> LaneConfigError:
@@ -858,7 +856,7 @@ def _pair_with(
         skipped = IN_PROCESS_KEYS if backend == "server" else SERVER_KEYS
         shared = {key: value for key, value in defaults.items() if key not in skipped}
         try:
-            lanes.append(with_settings(lane, {**shared, **own}))
+            lanes.append(replace(lane, **{**shared, **own}))
         except LaneConfigError as error:
             raise LaneConfigError(f"{path}: {where}{side}: {error}") from None
     return Pair(pair.name, lanes[0], lanes[1], pair.description)

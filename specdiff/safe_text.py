@@ -111,19 +111,30 @@ _LINE_PICTURES[0x0A] = 0x2424  # ␤, the symbol for a newline, reads better tha
 _LINE_PICTURES[0x7F] = 0x2421
 _FROM_LINE_PICTURES = {picture: code for code, picture in _LINE_PICTURES.items()}
 _FROM_LINE_PICTURES[0x240A] = 0x0A
+_ON_ONE_LINE_ESCAPED = re.compile(f"[{_RAW_IN_JSON}\u2400-\u2426\ud800-\udfff]")
+"""What a one-line input shows as an escape: DEL, C1 controls, line separators and
+bidi marks (unsafe on a terminal), and the control pictures themselves (which stand
+for controls there)."""
+_ONE_LINE_ESCAPE = re.compile(
+    r"\\x(?:7f|[89][0-9a-f])|\\u(?:061c|200[ef]|202[89a-e]|206[6-9]|24[01][0-9a-f]|242[0-6])"
+)
+"""The escapes `on_one_line` writes, and only those: any other backslash is the text's."""
 
 
 def on_one_line(text: str) -> str:
-    """Text for a one-line input that edits it: C0 controls and DEL as their control
-    pictures (a newline as ␤, a tab as ␉), which `from_one_line` reads back; any other
-    character that is not printable as its escape."""
-    return visible(text.translate(_LINE_PICTURES))
+    """Text for a one-line input that edits it: C0 controls as their control pictures
+    (a newline as ␤, a tab as ␉); DEL, C1 controls, line separators, bidi marks and
+    any control picture already in the text as escapes. `from_one_line` reads either
+    back; every other character (a full-width space, a joiner) is shown as it is."""
+    return _ON_ONE_LINE_ESCAPED.sub(_escaped, text).translate(_LINE_PICTURES)
 
 
 def from_one_line(shown: str) -> str:
-    """The text a one-line input holds: its control pictures as the characters they
-    stand for (an escape is kept as typed: a prompt may well hold a backslash)."""
-    return shown.translate(_FROM_LINE_PICTURES)
+    """The text a one-line input holds: its control pictures and `on_one_line`'s
+    escapes as the characters they stand for; any other backslash as typed (a prompt
+    may well hold code)."""
+    pictured = shown.translate(_FROM_LINE_PICTURES)
+    return _ONE_LINE_ESCAPE.sub(lambda match: chr(int(match.group()[2:], 16)), pictured)
 
 
 def without_controls(text: str) -> str:

@@ -543,27 +543,25 @@ def server_ids(url: str, items: list[dict[str, str]]) -> list[int]:
         ('[{"role": "system", "content": "x"}]', "no user message"),
     ],
 )
-async def test_the_prompt_box_refuses_a_broken_conversation_and_takes_a_good_one(
+async def test_a_raw_prompt_that_looks_like_json_stays_text_until_switched(
     typed: str, fragment: str
 ) -> None:
+    """A prompt's kind is known, never guessed from its text: a raw prompt shaped like a
+    messages list opens (and would replay) as text; switched to messages, a broken list
+    is refused and a good one taken."""
     from textual.widgets import Input
 
-    from specdiff.lanes import presets
-    from specdiff.tui.app import make_app
+    from specdiff.errors import SpecdiffError
 
-    app = make_app(presets(), "ubatch", typed, 4)
-    notes: list[str] = []
-    notify = app.notify
-
-    def recording_notify(message: str, **options: Any) -> None:
-        notes.append(message)
-        notify(message, **options)
-
-    app.notify = recording_notify  # type: ignore[method-assign]
+    app = _box_app(typed)
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.pause()
-        assert any(fragment in note for note in notes), notes  # the autostart refused
-        assert not app.running
+        assert app.prompt_mode == "text"
+        _, prompt, _ = app.resolve_pair()
+        assert prompt == typed and not isinstance(prompt, Conversation)
+        app.action_toggle_prompt_mode()
+        with pytest.raises(SpecdiffError, match=fragment):
+            app.resolve_pair()
         good = CONVERSATIONS["several turns"]
         app.query_one("#prompt", Input).value = json.dumps(good)
         _, prompt, _ = app.resolve_pair()

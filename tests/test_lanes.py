@@ -13,6 +13,7 @@ from specdiff.lanes import (
     load_pairs_file,
     parse_overrides,
     presets,
+    unread_keys,
 )
 
 
@@ -178,12 +179,17 @@ def test_a_default_a_preset_cannot_take_refuses_only_that_preset(tmp_path: Path)
         ("server_flags", "--x"),
     ],
 )
-def test_an_in_process_lane_refuses_a_server_key(key: str, value: object) -> None:
-    """It would do nothing there, and still be listed among the lanes' differences."""
-    with pytest.raises(LaneConfigError) as raised:
-        Lane(**{key: value})
-    assert str(raised.value).startswith(f"{key} applies to server lanes only")
-    assert getattr(Lane(**{**SERVER, key: value}), key) == value
+def test_a_server_key_on_an_in_process_lane_is_named_unread_not_a_difference(
+    key: str, value: object
+) -> None:
+    """Nothing reads it there: run notes it, and it is no difference between two
+    in-process lanes (a saved session holding one still loads)."""
+    lane = Lane(**{key: value})
+    assert unread_keys(lane) == [key]
+    assert differences(lane, Lane()) == []
+    assert lane_from_dict(lane.as_dict()) == lane
+    served = Lane(**{**SERVER, key: value})
+    assert unread_keys(served) == [] and getattr(served, key) == value
 
 
 @pytest.mark.parametrize(("value", "expected"), [(True, "true"), (False, ""), ("false", "")])
@@ -280,9 +286,10 @@ def test_a_bad_override_names_its_lane(option: str) -> None:
     assert str(raised.value).startswith(f"lane {lane_id}: gpu_layers does not apply")
 
 
-def test_a_lane_moved_to_another_backend_drops_the_other_kinds_keys(tmp_path: Path) -> None:
-    """A [defaults] server key a lane took as a server goes when a later table makes it
-    in-process, and an in-process key when the command line makes a lane a server."""
+def test_a_lane_moved_to_another_backend_keeps_its_settings(tmp_path: Path) -> None:
+    """A lane that a later table or the command line moves keeps what it had: a server
+    key it took is unread in-process, and an in-process key a server lane cannot take
+    is refused with the lane named (the pair may compare exactly that key)."""
     from specdiff.cli import build_parser
     from specdiff.cli.common import known_pairs, resolve_pair
 
@@ -295,12 +302,31 @@ def test_a_lane_moved_to_another_backend_drops_the_other_kinds_keys(tmp_path: Pa
     )
     pairs = load_pairs_file(path)
     assert (pairs["mixed"].a.timeout, pairs["mixed"].a.chat) == (3, "")
-    assert (pairs["chain"].a.backend, pairs["chain"].a.timeout) == ("local", 60)
+    chain = pairs["chain"].a
+    assert (chain.backend, chain.timeout, unread_keys(chain)) == ("local", 3, ["timeout"])
     served = ["--lane-a", "backend=server", "--lane-a", "endpoint=http://h:1"]
     args = build_parser().parse_args(["run", "--pairs", str(path), "--pair", "ubatch", *served])
-    pair = resolve_pair(args, known_pairs(args))
-    assert (pair.a.backend, pair.a.chat, pair.b.chat) == ("server", "", "chatml")
-    local = ["--lane-b", "backend=local", "--lane-b", "endpoint="]
-    args = build_parser().parse_args(["run", "--pairs", str(path), "--pair", "servers", *local])
-    pair = resolve_pair(args, known_pairs(args))
-    assert (pair.b.backend, pair.b.timeout, pair.a.timeout) == ("local", 60, 3)
+    with pytest.raises(LaneConfigError, match="^lane a: a server lane's chat template"):
+        resolve_pair(args, known_pairs(args))
+    both = ["--both", "backend=server", "--both", "endpoint=http://h:1"]
+    args = build_parser().parse_args(["run", "--pair", "spec-vs-plain", *both])
+    with pytest.raises(LaneConfigError, match="^lane a: .*speculation"):
+        resolve_pair(args, known_pairs(args))
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("n_ubatch=2  repack=off", ["n_ubatch=2", "repack=off"]),
+        ("label=llama-server --spec-type x", ["label=llama-server --spec-type x"]),
+        ('request={"cache_prompt": true, "seed": 0} top_k=4',
+         ['request={"cache_prompt": true, "seed": 0}', "top_k=4"]),
+        ("model=C:\\models\\my model.gguf", ["model=C:\\models\\my model.gguf"]),
+        ("label=Bob's lane", ["label=Bob's lane"]),
+        ("   ", []),
+    ],
+)  # fmt: skip
+def test_override_words_start_a_setting_only_at_key_equals(text: str, words: list[str]) -> None:
+    from specdiff.lanes import override_words
+
+    assert override_words(text) == words

@@ -449,8 +449,8 @@ def test_serve_pair_refuses_server_options_it_sets_itself(
 @pytest.mark.server
 @pytest.mark.parametrize(
     ("variable", "option"),
-    [("LLAMA_ARG_SPEC_TYPE", "--spec-type"), ("LLAMA_ARG_PORT", "--port"),
-     ("LLAMA_ARG_MODEL", "--model")],
+    [("LLAMA_ARG_SPEC_TYPE", "--spec-type"), ("LLAMA_ARG_HF_REPO", "--hf-repo"),
+     ("LLAMA_ARG_SPEC_DRAFT_MODEL", "--spec-draft-model")],
 )  # fmt: skip
 def test_an_environment_variable_for_an_option_serve_pair_sets_is_refused(
     monkeypatch: pytest.MonkeyPatch, variable: str, option: str
@@ -474,5 +474,9 @@ def test_other_llama_arg_variables_go_into_server_flags_secrets_masked(
 
     monkeypatch.setenv("LLAMA_ARG_N_PARALLEL", "1")
     monkeypatch.setenv("LLAMA_ARG_API_KEY", "sk-live-0123456789")
+    # serve-pair gives these on both command lines, which llama.cpp reads after them
+    monkeypatch.setenv("LLAMA_ARG_HOST", "0.0.0.0")
+    monkeypatch.setenv("LLAMA_ARG_PORT", "8080")
     words = server_environment(find_llama_server())
     assert "LLAMA_ARG_N_PARALLEL=1" in words and "LLAMA_ARG_API_KEY=***" in words
+    assert "LLAMA_ARG_HOST=0.0.0.0" in words and "LLAMA_ARG_PORT=8080" in words

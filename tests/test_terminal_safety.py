@@ -396,10 +396,23 @@ async def test_a_hostile_replay_renders_escapes_and_no_control(tmp_path: Path) -
         assert drawn and all(not TERMINAL_UNSAFE.search(line) for line in drawn), drawn
 
 
-def test_one_line_pictures_read_back_as_the_characters() -> None:
+@pytest.mark.parametrize(
+    "text",
+    [
+        "".join(chr(code) for code in range(0x20)) + "\x7f plain ünïcode",
+        "c1 \x85\x9b, separators \u2028\u2029, bidi \u202e\u2066\u200f\u061c",
+        "pictures typed as text: ␤ ␉ ␛ ␊ ␡",
+        "東京\u3000大阪, a no-break\u00a0space, a family 👨\u200d👩\u200d👧",
+        'code keeps its backslashes: print("a\\nb"), C:\\new\\x1b',
+    ],
+)
+def test_one_line_text_reads_back_as_the_text(text: str) -> None:
+    """What a one-line input shows reads back exactly, nothing unsafe is shown raw, and
+    characters a terminal shows safely (a full-width space, a joiner) are not escaped."""
     from specdiff.safe_text import from_one_line, on_one_line
 
-    text = "".join(chr(code) for code in range(0x20)) + "\x7f plain ünïcode \u202e"
     shown = on_one_line(text)
-    assert shown.isprintable() and "␤" in shown
-    assert from_one_line(shown) == text.replace("\u202e", "\\u202e")  # an escape stays typed
+    assert from_one_line(shown) == text
+    assert "\n" not in shown
+    assert_terminal_safe(shown, newlines=False)
+    assert "\u3000" in on_one_line("\u3000") and "\u200d" in on_one_line("\u200d")

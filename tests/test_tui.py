@@ -828,12 +828,14 @@ async def test_the_focused_pair_picker_is_lit_as_a_focused_input(theme) -> None:
     "given",
     [
         ["--lane-a", "label=llama-server --spec-type ngram-simple"],  # serve-pair's labels
-        ["--lane-a", 'label=it\'s quoted "twice"'],
+        ["--lane-a", 'label=it\'s quoted "twice" C:\\new'],
         ["--both", "label=both lanes", "--lane-a", "label=lane a's own"],
+        ["--lane-a", 'request={"cache_prompt": true, "seed": 0}', "--lane-a", "label=x y"],
     ],
 )
 async def test_override_values_with_spaces_survive_the_overrides_field(given: list[str]) -> None:
-    """The command line's overrides are shown quoted and read back as the same words."""
+    """The command line's overrides are shown in the field and read back as the same
+    settings: a value keeps its spaces, quotes and backslashes."""
     from specdiff.cli import build_parser
     from specdiff.cli.live import live_app
     from specdiff.errors import SpecdiffError
@@ -842,9 +844,16 @@ async def test_override_values_with_spaces_survive_the_overrides_field(given: li
     app = live_app(args)
     async with app.run_test(size=(120, 30)) as pilot:
         await pilot.pause()
-        pair, _, _ = app.resolve_pair()
-        expected = [word.partition("=")[2] for word in given if word.startswith("label=")][-1]
-        assert pair.a.label == expected
-        app.query_one("#lane-b-overrides").value = "label='never closed"
-        with pytest.raises(SpecdiffError, match="lane b overrides: .*close the quote"):
+        app.query_one("#lane-a-overrides").value = app.query_one("#lane-a-overrides").value
+        settings = dict(word.partition("=")[::2] for word in given if "=" in word)
+        field_pair, _, _ = app.resolve_pair()
+        for key, value in settings.items():
+            assert getattr(field_pair.a, key) == value, key
+        # typed into the field alone, on the preset (not the command line's pair)
+        app.pairs["ubatch"] = presets()["ubatch"]
+        field_pair, _, _ = app.resolve_pair()
+        for key, value in settings.items():
+            assert getattr(field_pair.a, key) == value, key
+        app.query_one("#lane-b-overrides").value = "n_ubatch=2 oops"
+        with pytest.raises(SpecdiffError, match="^lane b overrides: .*'n_ubatch'"):
             app.resolve_pair()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import shlex
 from typing import TYPE_CHECKING
 
 from specdiff.cli import options
@@ -47,8 +46,7 @@ def live_app(args: argparse.Namespace) -> SpecdiffApp:
 
     # what the command line changed, shown in the TUI's overrides fields (later words win)
     both = [*([f"model={args.model}"] if args.model else []), *args.both]
-    # quoted as a shell would: a value may hold spaces (serve-pair's lane labels do)
-    overrides = {"a": shlex.join([*both, *args.lane_a]), "b": shlex.join([*both, *args.lane_b])}
+    overrides = {"a": " ".join([*both, *args.lane_a]), "b": " ".join([*both, *args.lane_b])}
     return make_app(
         known,
         pair.name,

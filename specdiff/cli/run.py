@@ -26,7 +26,7 @@ from specdiff.compare import run_fork_index
 from specdiff.control import refuse_uncontrollable
 from specdiff.errors import SpecdiffError
 from specdiff.files import read_limited
-from specdiff.lanes import Pair
+from specdiff.lanes import Pair, unread_keys
 from specdiff.safe_text import visible
 from specdiff.steps import TokenStep
 
@@ -70,7 +70,15 @@ def command_run(args: argparse.Namespace) -> int:
     _, pair, prompt = read_chat_request(args)
     if args.control:
         refuse_uncontrollable(pair)
-    for note in (mixed_note(pair.a, pair.b), unformatted_note(prompt, pair.a, pair.b)):
+    notes = [mixed_note(pair.a, pair.b), unformatted_note(prompt, pair.a, pair.b)]
+    for lane_id, lane in (("a", pair.a), ("b", pair.b)):
+        unread = unread_keys(lane)
+        if unread:
+            notes.append(
+                f"lane {lane_id} runs in-process, where {', '.join(unread)} "
+                f"{'is' if len(unread) == 1 else 'are'} not read (server lanes only)"
+            )
+    for note in notes:
         if note is not None:
             print(f"specdiff: note: {note}", file=sys.stderr)
     status = Status(sys.stderr, not args.quiet)

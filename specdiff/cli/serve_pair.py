@@ -271,7 +271,10 @@ RESERVED_SERVER_OPTIONS = {
     **dict.fromkeys(("--models-dir", "--models-preset"), "serve-pair serves one --model PATH"),
     **dict.fromkeys(("--spec-type", "--spec-default"), _SPECULATION),
     **dict.fromkeys(_DRAFT_OPTIONS.split(), "give the draft GGUF as serve-pair --draft-model PATH"),
-    **dict.fromkeys(("--draft-max", "--spec-draft-n-max"), "give it as serve-pair --draft-max N"),
+    **dict.fromkeys(
+        ("--draft-max", "--draft", "--draft-n", "--spec-draft-n-max"),
+        "give it as serve-pair --draft-max N",
+    ),
 }
 """Server options serve-pair sets itself or cannot honour: given again in --server-arg*,
 llama-server would take the last (a port specdiff is not polling, a speculation the
@@ -288,6 +291,13 @@ def check_server_arguments(args: argparse.Namespace) -> None:
                 )
 
 
+GIVEN_ON_EVERY_COMMAND_LINE = ("--port", "--host", "-m", "--model")
+"""Options serve-pair passes to both servers itself, which win over a LLAMA_ARG_*
+variable for the same option (llama.cpp reads the command line after the environment)."""
+ENVIRONMENT_OPTIONS = {"LLAMA_ARG_SPEC_TYPE": ["--spec-type"]}
+"""Known without the binary's help, for a build whose --help gives nothing."""
+
+
 def server_environment(binary: Path) -> list[str]:
     """The LLAMA_ARG_* variables set here, which reach both servers as their options:
     refused for an option serve-pair sets itself (LLAMA_ARG_SPEC_TYPE would make server
@@ -295,7 +305,7 @@ def server_environment(binary: Path) -> list[str]:
     value masked."""
     from specdiff.engine.server.process import _help_entries, server_help
 
-    options_of = {}
+    options_of: dict[str, list[str]] = {k: list(v) for k, v in ENVIRONMENT_OPTIONS.items()}
     for name, entry in _help_entries(server_help(binary)).items():
         found = re.search(r"\(env: (LLAMA_ARG_\w+)\)", entry)
         if found is not None:
@@ -305,7 +315,11 @@ def server_environment(binary: Path) -> list[str]:
         if not variable.startswith("LLAMA_ARG_"):
             continue
         names = options_of.get(variable, [])
-        reserved = [name for name in names if name in RESERVED_SERVER_OPTIONS]
+        reserved = [
+            name
+            for name in names
+            if name in RESERVED_SERVER_OPTIONS and name not in GIVEN_ON_EVERY_COMMAND_LINE
+        ]
         if reserved:
             option = max(reserved, key=len)  # --model, not -m
             raise ArgumentError(
@@ -313,7 +327,7 @@ def server_environment(binary: Path) -> list[str]:
                 f"{RESERVED_SERVER_OPTIONS[option]}; unset it"
             )
         secret = any(SECRET_OPTION.search(name) for name in [variable, *names])
-        value = MASK if secret else os.environ[variable]
+        value = MASK if secret else visible(os.environ[variable], 60)
         words.append(f"{variable}={value}")
     return words
 
@@ -435,15 +449,21 @@ def _serve(
         "b": {"api": "llama-server", "label": "llama-server plain"},
     }
     lanes = ["--pair", "servers"]
+    facts: list[str] = []
     for lane_id, server in (("a", speculative), ("b", plain)):
         settings = {"endpoint": server.url, **own[lane_id]}
         if not server.repack:  # started with --no-repack: the header records it
             settings["repack"] = "false"
         # the launch line, which no server reports of itself, beside the result
-        launch = [*environment, *masked_arguments(list(server.arguments))]
+        # the arguments first: a long variable must not cut the speculation off the line
+        launch = [*masked_arguments(list(server.arguments)), *environment]
         launched = visible(" ".join(launch), MAX_SERVER_FLAGS)
         settings["server_flags"] = launched
         for key, value in settings.items():
             if key not in given:
                 lanes += [f"--lane-{lane_id}", f"{key}={value}"]
-    return main([command[0], *lanes, *command[1:]])
+        if not server.repack and "repack" in given:
+            # what the server ran with is a fact, not a setting --both may replace
+            facts.append(f"--lane-{lane_id}")
+            facts.append("repack=false")
+    return main([command[0], *lanes, *command[1:], *facts])

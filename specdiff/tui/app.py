@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gc
 import re
-import shlex
 import sys
 import threading
 import time
@@ -45,7 +44,7 @@ from specdiff.control import control_brief
 from specdiff.engine.worker import PairWorker
 from specdiff.errors import SpecdiffError
 from specdiff.forecast import model_for
-from specdiff.lanes import Pair, apply_overrides, headline, parse_overrides
+from specdiff.lanes import Pair, apply_overrides, headline, override_words, parse_overrides
 from specdiff.safe_text import from_one_line, on_one_line, visible
 from specdiff.sessions.format import PairResult
 from specdiff.sessions.playback import Playback
@@ -211,9 +210,9 @@ class SpecdiffApp(App[int]):
         self.refused_pairs = refused_pairs or {}
         self.pair_name = pair_name
         self.initial_prompt = prompt
-        self.prompt_mode = (
-            MESSAGES if isinstance(prompt, Conversation) or looks_like_messages(prompt) else TEXT
-        )
+        # a prompt's kind is known (a session's, the command line's): never guessed from
+        # its text, so a raw prompt that looks like JSON runs as the raw prompt it was
+        self.prompt_mode = MESSAGES if isinstance(prompt, Conversation) else TEXT
         """How the prompt box is read: as raw text, or as a JSON messages list."""
         self._box_stands_for = (on_one_line(shown_prompt(prompt)), shown_prompt(prompt))
         """(what the box shows, the text it stands for): the box shows newlines and control
@@ -955,7 +954,10 @@ class SpecdiffApp(App[int]):
         """The prompt box's text: what an unedited box stands for, else what it holds."""
         value = self.query_one("#prompt", Input).value
         shown, text = self._box_stands_for
-        return text if value == shown else from_one_line(value)
+        if value == shown:
+            return text
+        # JSON spells its own escapes: a messages list is read as typed
+        return from_one_line(value) if self.prompt_mode == TEXT else value
 
     def box_prompt(self) -> str:
         """The prompt the box gives in its mode: text, or a checked conversation."""
@@ -1013,25 +1015,16 @@ class SpecdiffApp(App[int]):
         if name in self.refused_pairs:
             raise SpecdiffError(self.refused_pairs[name])
         base = self.pairs[name]
-        overrides = {}
+        lanes = {}
         for lane_id in ("a", "b"):
             typed = self.query_one(f"#lane-{lane_id}-overrides", Input).value
             try:
-                # words as a shell splits them: "label='my lane'" keeps its space
-                words = shlex.split(typed)
-            except ValueError as error:
-                raise SpecdiffError(
-                    f"lane {lane_id} overrides: {error}; close the quote, as in label='my lane'"
-                ) from None
-            try:
-                overrides[lane_id] = parse_overrides(words)
+                # a value keeps its spaces: serve-pair's labels and a JSON request hold them
+                overrides = parse_overrides(override_words(typed))
+                lanes[lane_id] = apply_overrides(getattr(base, lane_id), overrides)
             except SpecdiffError as error:
                 raise SpecdiffError(f"lane {lane_id} overrides: {error}") from None
-        pair = replace(
-            base,
-            a=apply_overrides(base.a, overrides["a"]),
-            b=apply_overrides(base.b, overrides["b"]),
-        )
+        pair = replace(base, a=lanes["a"], b=lanes["b"])
         return pair, prompt, max_tokens
 
     def action_run(self) -> None:
