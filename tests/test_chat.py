@@ -635,7 +635,7 @@ async def test_a_box_in_messages_mode_refuses_what_is_no_conversation(typed: str
 
     from specdiff.errors import SpecdiffError
 
-    app = _box_app(json.dumps([USER]))
+    app = _box_app(Conversation(parse_messages([USER])))
     async with app.run_test(size=(120, 30)) as pilot:
         await pilot.pause()
         assert app.prompt_mode == "messages"
