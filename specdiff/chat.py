@@ -192,14 +192,17 @@ def read_messages(text: str, where: str) -> Conversation:
     except RecursionError:
         raise ChatError(f"{where} is nested too deep; give a list like {EXAMPLE}") from None
     try:
-        return Conversation(parse_messages(value, where))
+        read = Conversation(parse_messages(value, where))
     except ValueError as error:
         raise ChatError(str(error)) from None
+    if not read.strip():
+        raise ChatError(f"{EMPTY_CONVERSATION} ({where})")
+    return read
 
 
 def looks_like_messages(text: str) -> bool:
-    """Whether text is a JSON list of objects: what someone typing a conversation into
-    the TUI's prompt box writes (a prompt that starts so opens the box in messages mode)."""
+    """Whether text is a JSON list of objects: a conversation someone typed into the
+    TUI's prompt box, which switching it to messages mode keeps as typed."""
     stripped = text.strip()
     if not stripped.startswith("[") or not stripped.endswith("]"):
         return False
@@ -213,10 +216,7 @@ def looks_like_messages(text: str) -> bool:
 def typed_messages(text: str) -> Conversation:
     """The TUI's prompt box read as a messages list: the conversation, or ChatError
     naming what is wrong with it."""
-    typed = read_messages(text.strip(), "the prompt box")
-    if not typed.strip():
-        raise ChatError(EMPTY_CONVERSATION)
-    return typed
+    return read_messages(text.strip(), "the prompt box")
 
 
 def box_json(prompt: Conversation) -> str:

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specdiff.chat import (
-    EMPTY_CONVERSATION,
     EXAMPLE,
     MAX_CONVERSATION_CHARS,
     ChatError,
@@ -151,8 +150,6 @@ def read_chat_request(args: argparse.Namespace) -> tuple[dict[str, Pair], Pair, 
     known, pair, prompt = read_request(args)
     if args.messages is not None:
         prompt = read_messages(*_messages_source(args.messages))
-        if not prompt.strip():
-            raise ChatError(f"{EMPTY_CONVERSATION} (--messages)")
     return known, pair, conversation(prompt, args.system)
 
 

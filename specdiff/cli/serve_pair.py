@@ -380,16 +380,13 @@ def keys_given_to_both(command: list[str]) -> set[str]:
             "be resumed; to resume suites, start the servers yourself and run suite --pair "
             "servers --lane-a endpoint=URL --lane-b endpoint=URL"
         )
-    given: dict[str, set[str]] = {}
     for option in ("--both", "--lane-a", "--lane-b"):
-        keys = set(parse_overrides(getattr(inner, option[2:].replace("-", "_"))))
-        if "endpoint" in keys:
+        if "endpoint" in parse_overrides(getattr(inner, option[2:].replace("-", "_"))):
             raise ArgumentError(
                 f"{option} endpoint: serve-pair points the lanes at the servers it starts; "
                 "drop it (to compare servers of your own, use run --pair servers)"
             )
-        given[option] = keys
-    return given["--both"]
+    return set(parse_overrides(inner.both))
 
 
 def check_speculates(server: LlamaServer, spec_type: str) -> None:
