@@ -97,6 +97,19 @@ def test_each_visitor_runs_this_python_with_every_word_quoted() -> None:
     ]
 
 
+def test_the_examples_in_serve_help_are_accepted() -> None:
+    from specdiff.cli import build_parser
+
+    serve = build_parser()._subparsers._group_actions[0].choices["serve"]  # type: ignore[union-attr]
+    examples = serve.epilog.split("examples:", 1)[1].replace("\\\n", " ")
+    lines = [line.split() for line in examples.strip().splitlines()]
+    assert len(lines) == 3
+    for words in lines:
+        assert words[:2] == ["specdiff", "serve"]
+        words = [str(SESSION) if word.endswith(".jsonl") else word for word in words[2:]]
+        check_command(inner_command(split_words(words)[1]))
+
+
 def test_a_good_replay_and_a_good_live_command_pass_the_check() -> None:
     check_command(["replay", str(SESSION), "--speed", "2", "--pause-at-fork"])
     check_command(["live", "--pair", "ubatch", "--max-tokens", "20", "--no-start"])

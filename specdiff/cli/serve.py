@@ -78,10 +78,19 @@ def add_parser(commands: Subcommands) -> None:
         "specdiff serve [--host HOST] [--port N] [--public-url URL]\n"
         "                      [replay SESSION [replay options] | [live] [live options]]"
     )
+    # the examples keep their lines; the description is wrapped for 80 columns by hand
+    serve.formatter_class = argparse.RawDescriptionHelpFormatter
     serve.description = (
-        "Serve the TUI to web browsers: each visitor gets a fresh app. A replay of a "
-        "saved session loads no model; live loads the model for every visitor. Anyone "
-        "who can open the page drives an app on this machine as you."
+        "Serve the TUI to web browsers: each visitor gets a fresh app of their own.\n"
+        "A replay of a saved session loads no model; live loads it for every visitor.\n"
+        "Anyone who can open the page drives an app on this machine as you."
+    )
+    serve.epilog = (
+        "examples:\n"
+        "  specdiff serve replay sessions/NAME.jsonl --speed 0.5 --pause-at-fork\n"
+        "  specdiff serve --port 9000 --pair ubatch --max-tokens 100\n"
+        "  specdiff serve --host 0.0.0.0 --public-url http://laptop.local:8000 \\\n"
+        "      replay talk.jsonl"
     )
     serve.add_argument(
         "--host",
@@ -106,8 +115,8 @@ def add_parser(commands: Subcommands) -> None:
         "inner",
         nargs=argparse.REMAINDER,
         metavar="COMMAND ...",
-        help="replay SESSION with replay's options, or live's options (the default: "
-        "live with its defaults); see specdiff replay --help and specdiff live --help",
+        help="after serve's own options: replay SESSION and replay's options, or live's "
+        "options (live is the default); see specdiff replay --help, specdiff live --help",
     )
 
 
