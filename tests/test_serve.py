@@ -155,6 +155,22 @@ def test_bad_input_is_one_line_and_exit_2_before_any_server(
     assert expected in lines[0]
 
 
+def test_without_textual_serve_the_command_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # None in sys.modules is how Python marks a module that cannot be imported
+    monkeypatch.setitem(sys.modules, "textual_serve.server", None)
+    monkeypatch.delitem(sys.modules, "specdiff.tui.browser")
+    with socket.socket() as taken:  # had the import worked: "in use", never a server
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = str(taken.getsockname()[1])
+        assert main(["serve", "--port", port, "replay", str(SESSION)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "specdiff serve needs textual-serve" in err and "pip install textual-serve" in err
+
+
 def test_hosts_are_told_apart() -> None:
     for host in ("127.0.0.1", "127.3.2.1", "::1", "[::1]", "localhost", "LOCALHOST"):
         assert host_kind(host) == "loopback", host
