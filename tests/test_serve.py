@@ -10,6 +10,7 @@ import itertools
 import json
 import os
 import re
+import select
 import shlex
 import shutil
 import signal
@@ -17,6 +18,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -282,23 +284,47 @@ def running_server(*inner: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     )
     try:
         assert process.stdout is not None
-        first = process.stdout.readline()  # the server listens once this is printed
-        found = re.search(r"open (http://\S+) in a browser", first)
-        if found is None:
-            process.kill()
-            raise AssertionError(f"no address printed: {first!r} {process.communicate()[1]}")
+        # the server listens once this is printed
+        found = read_until(process.stdout.fileno(), r"open (http://\S+) in a browser")
         assert found[1] == f"http://127.0.0.1:{port}"
         yield found[1], process
     finally:
         kill_group(process)
 
 
-def kill_group(process: subprocess.Popen[str]) -> None:
+def read_until(fd: int, pattern: str, seconds: float = 120) -> re.Match[str]:
+    """Read a child's output until `pattern` shows: a child that hangs or dies before
+    printing it fails the test, rather than hanging it."""
+    seen = ""
+    deadline = time.monotonic() + seconds
+    while (found := re.search(pattern, seen)) is None:
+        left = deadline - time.monotonic()
+        assert left > 0, f"{pattern!r} not printed in {seconds} s: {seen!r}"
+        if select.select([fd], [], [], min(left, 1.0))[0]:
+            chunk = os.read(fd, 65536)
+            assert chunk, f"the process ended before printing {pattern!r}: {seen!r}"
+            seen += chunk.decode("utf-8", "replace")
+    return found
+
+
+def read_to_end(fd: int) -> None:
+    with contextlib.suppress(OSError):  # closed once the process is gone
+        while os.read(fd, 65536):
+            pass
+
+
+def kill_group(process: subprocess.Popen[str], drain: threading.Thread | None = None) -> None:
+    """Kill the process and everything in its group, then close its pipes."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
     process.wait(timeout=30)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)  # an app the server had not yet reaped
+    if drain is not None:
+        drain.join(timeout=30)
+    for stream in (process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()
 
 
 def group_alive(pgid: int) -> bool:
@@ -502,21 +528,20 @@ def headless_chromium(profile: Path) -> Iterator[str]:
         text=True,
         start_new_session=True,
     )
+    drain = None
     try:
         assert browser.stderr is not None
-        found = None
-        for line in browser.stderr:
-            found = re.search(r"DevTools listening on ws://127\.0\.0\.1:(\d+)/", line)
-            if found:
-                break
-        assert found, "Chromium did not open its DevTools port"
+        found = read_until(
+            browser.stderr.fileno(), r"DevTools listening on ws://127\.0\.0\.1:(\d+)/"
+        )
+        # Chromium keeps logging: a full pipe would stop it
+        drain = threading.Thread(target=read_to_end, args=(browser.stderr.fileno(),), daemon=True)
+        drain.start()
         with urllib.request.urlopen(f"http://127.0.0.1:{found[1]}/json/list", timeout=30) as r:
             targets = json.load(r)
         yield next(t["webSocketDebuggerUrl"] for t in targets if t["type"] == "page")
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(browser.pid, signal.SIGKILL)
-        browser.wait(timeout=30)
+        kill_group(browser, drain)
 
 
 @pytest.mark.browser
