@@ -88,6 +88,9 @@ def test_the_inner_command_is_live_unless_replay_is_named() -> None:
 def test_each_visitor_runs_this_python_with_every_word_quoted() -> None:
     line = app_command(["replay", "/tmp/my talk/a session.jsonl", "--speed", "0.5"])
     assert shlex.split(line) == [
+        "trap",
+        "",
+        "INT;",
         "exec",
         sys.executable,
         "-m",

@@ -139,10 +139,14 @@ def inner_command(inner: list[str]) -> list[str]:
 
 def app_command(command: list[str]) -> str:
     """The shell command line textual-serve runs for each visitor: this Python, so the
-    visitor's app is this specdiff, with every word quoted (paths with spaces). `exec`
-    makes the app the shell's own process, which textual-serve stops and a Ctrl+C
-    reaches, not a shell waiting on it."""
-    return "exec " + shlex.join([sys.executable, "-m", "specdiff", *command])
+    visitor's app is this specdiff, with every word quoted (paths with spaces).
+
+    A Ctrl+C in serve's terminal reaches every process in its group, and an app
+    interrupted in its threads' shutdown prints a traceback; ignored here (Python keeps
+    a SIGINT it inherits ignored), each app is stopped by the server instead, which
+    tells it to quit. `exec` makes the app the shell's own process, not a shell
+    waiting on it."""
+    return "trap '' INT; exec " + shlex.join([sys.executable, "-m", "specdiff", *command])
 
 
 def check_command(command: list[str]) -> None:
