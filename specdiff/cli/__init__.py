@@ -24,6 +24,7 @@ from specdiff.cli import (
     replay,
     run,
     score,
+    serve,
     serve_pair,
     sessions,
     suite,
@@ -46,6 +47,7 @@ COMMANDS = (
     score,
     repeat,
     serve_pair,
+    serve,
     models,
     doctor,
 )

@@ -1,0 +1,220 @@
+"""The TUI served to web browsers by textual-serve, for a talk or a shared screen.
+
+textual-serve runs a command line for each browser connection, so every visitor gets a
+fresh app process of their own, and relays that app's terminal over a websocket. This
+module adds what a demo on someone else's network needs:
+
+- the page works with no network at all: textual-serve's page asks Google Fonts for its
+  font, which here comes from the copy textual-serve's wheel bundles;
+- only pages served from this address may drive an app. Browsers let any web site open a
+  websocket to any address, loopback included, so without a check a page open in another
+  tab could connect and type into specdiff (point a lane at its own server, with an API
+  key variable, say). The Host header is checked as well, so a name that a hostile DNS
+  server points at 127.0.0.1 does not pass for this address;
+- the listening socket is opened before anything is served, so a port in use or an
+  address that is not this machine's is one line from the command, not a log traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import re
+import signal
+import socket
+import sys
+from collections.abc import Awaitable, Callable
+from urllib.parse import urlsplit
+
+import aiohttp_jinja2
+import jinja2
+from aiohttp import web
+from aiohttp.web_runner import GracefulExit
+from textual_serve.server import Server
+
+from specdiff.errors import SpecdiffError
+from specdiff.safe_text import visible
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+"""The names a browser on this machine may use for a loopback address."""
+SHUTDOWN_SECONDS = 3.0
+"""How long open connections get to finish once the server is stopped; then each one's
+app is told to quit."""
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+_REMOTE_FONT = re.compile(r"<link\b[^>]*\bhref=\"https?://fonts\.googleapis\.com[^>]*>", re.S)
+_BUNDLED_FONT = """<link rel="preload" as="font" type="font/ttf" crossorigin
+      href="{{ config.static.url }}fonts/RobotoMono-VariableFont_wght.ttf" />
+    <style>
+      @font-face {
+        font-family: "Roboto Mono";
+        src: url("{{ config.static.url }}fonts/RobotoMono-VariableFont_wght.ttf")
+          format("truetype");
+        font-weight: 100 700;
+      }
+    </style>"""
+"""The font textual-serve's wheel bundles, preloaded: the page's terminal measures its
+cells when the page has loaded, and a font that came later would not fit them."""
+
+log = logging.getLogger("specdiff.serve")
+
+
+class ServeError(SpecdiffError):
+    """The server cannot listen where it was asked to."""
+
+
+class OfflineTemplates(jinja2.FileSystemLoader):
+    """textual-serve's page with its one remote resource, a Google Fonts stylesheet,
+    replaced by the font bundled beside the page's script."""
+
+    def get_source(
+        self, environment: jinja2.Environment, template: str
+    ) -> tuple[str, str, Callable[[], bool]]:
+        source, filename, uptodate = super().get_source(environment, template)
+        return _REMOTE_FONT.sub(_BUNDLED_FONT, source), filename, uptodate
+
+
+def origin_of(url: str) -> str:
+    """scheme://host[:port] as a browser writes it in an Origin header: lower case, the
+    scheme's default port left out."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    if ":" in host:
+        host = f"[{host}]"
+    default = 443 if parts.scheme == "https" else 80
+    port = "" if parts.port in (None, default) else f":{parts.port}"
+    return f"{parts.scheme}://{host}{port}"
+
+
+def allowed_origins(public_url: str, port: int, loopback: bool) -> frozenset[str]:
+    """The origins whose pages may drive an app: the public URL's, and on loopback each
+    name this machine's browser may use for it."""
+    origins = {origin_of(public_url)}
+    if loopback:
+        origins |= {origin_of(f"http://{name}:{port}") for name in LOOPBACK_NAMES}
+    return frozenset(origins)
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket listening on host:port, or ServeError naming what is wrong and the fix."""
+    try:
+        found = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except (socket.gaierror, UnicodeError):
+        raise ServeError(
+            f"--host {visible(host, 80)} is no address this machine can find; give an IP "
+            "address or a name it resolves (127.0.0.1 serves this machine only)"
+        ) from None
+    family, kind, protocol, _, address = found[0]
+    listening = socket.socket(family, kind, protocol)
+    try:
+        # a restart right after a stop finds the port free (a closed connection's
+        # TIME_WAIT would otherwise hold it); a port another server listens on stays taken
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listening.bind(address)
+        listening.listen(128)
+    except OSError as error:
+        listening.close()
+        raise ServeError(_listen_problem(error, host, port)) from None
+    return listening
+
+
+def _listen_problem(error: OSError, host: str, port: int) -> str:
+    where = f"{visible(host, 80)}:{port}"
+    if error.errno == errno.EADDRINUSE:
+        return f"port {port} is in use on {visible(host, 80)}; give another with --port N"
+    if error.errno == errno.EADDRNOTAVAIL:
+        return (
+            f"--host {visible(host, 80)} is not an address of this machine; give one of its "
+            "addresses, or 127.0.0.1 for this machine only"
+        )
+    if error.errno == errno.EACCES:
+        return f"listening on port {port} needs more rights; give one above 1023 with --port N"
+    return f"cannot listen on {where}: {error.strerror}"
+
+
+class BrowserServer(Server):
+    """textual-serve's server with an offline page, a same-origin check on every
+    request, a socket opened beforehand and no banner of its own."""
+
+    def __init__(self, command: str, host: str, port: int, public_url: str, loopback: bool) -> None:
+        super().__init__(command, host=host, port=port, title="specdiff", public_url=public_url)
+        self.origins = allowed_origins(public_url, port, loopback)
+        self.hosts = frozenset(origin.partition("://")[2] for origin in self.origins)
+
+    def initialize_logging(self) -> None:
+        # textual-serve's own lines (an app that failed to start) as plain lines on
+        # stderr, without its colour and local-variable tracebacks
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("specdiff serve: %(message)s"))
+        for name in ("textual-serve", log.name):
+            logger = logging.getLogger(name)
+            logger.handlers[:] = [handler]
+            logger.setLevel(logging.WARNING)
+            logger.propagate = False
+
+    async def on_startup(self, app: web.Application) -> None:
+        """The command prints the address itself, before the first connection."""
+
+    async def _make_app(self) -> web.Application:
+        app = await super()._make_app()
+        aiohttp_jinja2.setup(app, loader=OfflineTemplates(self.templates_path))
+
+        @web.middleware
+        async def same_origin(
+            request: web.Request,
+            handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+        ) -> web.StreamResponse:
+            refusal = self.refusal(request.host, request.headers.get("Origin"))
+            if refusal is not None:
+                log.warning(refusal)
+                raise web.HTTPForbidden(text=refusal)
+            return await handler(request)
+
+        app.middlewares.append(same_origin)
+        return app
+
+    def refusal(self, host: str, origin: str | None) -> str | None:
+        """Why a request is refused, or None. A browser sends Origin with every
+        websocket, so a page from elsewhere is caught there; a client with no Origin
+        is no browser page and could reach the port directly anyway."""
+        if host.lower() not in self.hosts:
+            return (
+                f"refused a request for host {visible(host, 80)}: this server answers to "
+                f"{', '.join(sorted(self.hosts))} (give --public-url for another name)"
+            )
+        if origin is not None and origin_of(origin) not in self.origins:
+            return (
+                f"refused a connection from a page at {visible(origin, 80)}: only pages "
+                f"from {', '.join(sorted(self.origins))} may drive the app"
+            )
+        return None
+
+    def serve_on(self, listening: socket.socket) -> int:
+        """Serve on `listening` until SIGINT or SIGTERM; the signal's number. Open
+        connections get SHUTDOWN_SECONDS, then their apps are told to quit."""
+        self.initialize_logging()
+        loop = asyncio.new_event_loop()
+        stopped_by: list[int] = []
+
+        def stop(signum: int) -> None:
+            stopped_by.append(signum)
+            raise GracefulExit
+
+        for signum in STOP_SIGNALS:
+            loop.add_signal_handler(signum, stop, signum)
+        try:
+            web.run_app(
+                self._make_app(),
+                sock=listening,
+                handle_signals=False,
+                loop=loop,
+                print=None,
+                access_log=None,
+                shutdown_timeout=SHUTDOWN_SECONDS,
+            )
+        finally:
+            asyncio.set_event_loop(None)
+        return stopped_by[0] if stopped_by else 0
