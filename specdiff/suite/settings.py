@@ -17,6 +17,7 @@ from specdiff.lanes import QUANT_TYPES, Pair, lane_from_dict
 from specdiff.suite import MAX_CONCURRENCY, SuiteError
 from specdiff.suite.lengths import length_label
 from specdiff.suite.prompts import SuitePrompt, prompts_digest
+from specdiff.errors import did_you_mean
 
 BASE_QUANT = "base"
 """In --quants: the model as it is, not requantized."""
@@ -167,7 +168,8 @@ def check_quants(quants: Iterable[str]) -> tuple[str, ...]:
         quant = quant.strip().lower()
         if quant not in known:
             raise SuiteError(
-                f"unknown weight type {quant!r} in --quants; known: {', '.join(known)}"
+                f"unknown weight type {quant!r} in --quants; {did_you_mean(quant, known)}"
+                f"known: {', '.join(known)}"
             )
         if quant not in out:
             out.append(quant)
