@@ -551,7 +551,8 @@ class _Sides:
                 f"{percent(self.fork.a.other.probability)}"
             )
         else:
-            sure = f"{ref_name} held {second} {times_as_likely(gap)} times less likely than its best"
+            odds = times_as_likely(gap)
+            sure = f"{ref_name} held {second} {odds} times less likely than its best"
         plain = (
             f"{sure}; rounding moves a score by well under {DEFAULT_SPLIT_THRESHOLD:g} "
             f"logits, so {other_name} changed the computation"

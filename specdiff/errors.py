@@ -36,10 +36,11 @@ def printable(text: str, limit: int = 200) -> str:
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:
     """"did you mean 'ubatch'? " where a known name is close to the mistyped one (the
-    closest first), else "": the start of the fix an unknown-name error gives."""
+    closest alone: a second guess is mostly noise, 'quant' for 'ubatc'), else "": the
+    start of the fix an unknown-name error gives."""
     choices = list(known)
-    close = difflib.get_close_matches(name, choices, n=2, cutoff=0.6)
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
     if not close:
         lowered = {choice.lower(): choice for choice in choices}
-        close = [lowered[match] for match in difflib.get_close_matches(name.lower(), lowered, 2)]
-    return f"did you mean {' or '.join(repr(match) for match in close)}? " if close else ""
+        close = [lowered[match] for match in difflib.get_close_matches(name.lower(), lowered, 1)]
+    return f"did you mean {close[0]!r}? " if close else ""

@@ -269,7 +269,8 @@ def test_a_drift_names_both_tokens_as_text_with_their_ids() -> None:
     assert fork is not None, "the demo session forks"
     rerun = {"a": list(session.steps["a"]), "b": list(session.steps["b"])}
     rerun["b"][fork.index] = session.steps["a"][fork.index]
-    drift = first_drift(session, {lane: [s.token_id for s in steps] for lane, steps in rerun.items()})
+    ids = {lane: [s.token_id for s in steps] for lane, steps in rerun.items()}
+    drift = first_drift(session, ids)
     assert drift is not None and (drift.index, drift.lane) == (fork.index, "b")
     head = drift_lines(session, drift, rerun)[0]
     recorded = f"{quoted_piece(fork.piece_b)} [{fork.token_b}]"

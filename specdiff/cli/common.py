@@ -58,8 +58,16 @@ class CommandParser(argparse.ArgumentParser):
         # argparse exits with its own usage dump; specdiff's rule is one line and exit 2.
         raise ArgumentError(f"{with_suggestion(message)} (see: {self.prog} --help)")
 
+    def _print_message(self, message: str, file: TextIO | None = None) -> None:
+        # argparse ignores a failed write, so `--help > /dev/full` exited 0 having
+        # written nothing; raised, main() reports it like any other lost output
+        if message:
+            (file or sys.stderr).write(message)
 
-_INVALID_CHOICE = re.compile(r"invalid choice: '(?P<value>[^']*)' \(choose from (?P<choices>.*)\)$")
+
+_INVALID_CHOICE = re.compile(
+    r"invalid choice: '(?P<value>[^']*)' \(choose from (?P<choices>.*)\)$"
+)
 
 
 def with_suggestion(message: str) -> str:
@@ -71,12 +79,6 @@ def with_suggestion(message: str) -> str:
     choices = re.findall(r"'([^']*)'", match.group("choices"))
     hint = did_you_mean(match.group("value"), choices)
     return message.replace("(choose from", f"({hint}choose from", 1) if hint else message
-
-    def _print_message(self, message: str, file: TextIO | None = None) -> None:
-        # argparse ignores a failed write, so `--help > /dev/full` exited 0 having
-        # written nothing; raised, main() reports it like any other lost output
-        if message:
-            (file or sys.stderr).write(message)
 
 
 def is_terminal(stream: TextIO) -> bool:

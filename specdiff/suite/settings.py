@@ -11,13 +11,13 @@ from typing import Any
 
 from specdiff import __version__
 from specdiff.compare import DEFAULT_NEAR_TIE
+from specdiff.errors import did_you_mean
 from specdiff.grading import DEFAULT_TIMEOUT
 from specdiff.grading import MAX_TIMEOUT as MAX_GRADE_TIMEOUT
 from specdiff.lanes import QUANT_TYPES, Pair, lane_from_dict
 from specdiff.suite import MAX_CONCURRENCY, SuiteError
 from specdiff.suite.lengths import length_label
 from specdiff.suite.prompts import SuitePrompt, prompts_digest
-from specdiff.errors import did_you_mean
 
 BASE_QUANT = "base"
 """In --quants: the model as it is, not requantized."""
