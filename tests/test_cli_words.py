@@ -15,6 +15,8 @@ import os
 import re
 import select
 import struct
+import subprocess
+import sys
 import termios
 from pathlib import Path
 
@@ -444,3 +446,24 @@ def test_the_near_tie_default_is_the_glossarys() -> None:
         f"under {DEFAULT_NEAR_TIE:g} logit"
         in next(t for t in GLOSSARY if t.name == "near tie").short
     )
+
+
+@pytest.mark.model
+def test_run_colours_its_verdict_into_a_pipe_only_when_forced() -> None:
+    """FORCE_COLOR=1: the verdict word in bold red or green, and no other control
+    sequence than specdiff's own; the footer defines the terms the text used."""
+    environment = {k: v for k, v in os.environ.items() if k != "NO_COLOR"} | {"FORCE_COLOR": "1"}
+    completed = subprocess.run(
+        [sys.executable, "-m", "specdiff", "run", "--max-tokens", "6", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=environment,
+    )
+    assert completed.returncode in (0, 1), completed.stderr
+    out = completed.stdout
+    verdicts = re.findall(r"\x1b\[1;3([12])m(IDENTICAL|DIVERGED)\x1b\[0m", out)
+    assert verdicts in ([("2", "IDENTICAL")], [("1", "DIVERGED")])
+    assert set(SGR_PATTERN.findall(out)) <= set(SEQUENCES)
+    assert "\x1b" not in SGR_PATTERN.sub("", out)
+    assert "\nterms (all of them: specdiff run --help):\n" in out
