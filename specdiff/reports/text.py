@@ -329,7 +329,7 @@ def _fork_lines(result: PairResult, fork: Fork, layout: Layout) -> list[str]:
         lines.append(f"after the fork: {after.similarity:.0%} similar (Indel)")
     for outcome in (a, b):
         rest = outcome.steps[fork.index :]
-        lines.append(f"lane {outcome.lane_id} continues (its fork token highlighted):")
+        lines.append(f"lane {outcome.lane_id} continues from the fork:")
         first = rest[0].piece.decode("utf-8", "replace") if rest else ""
         more = " (the whole text: --json, or --save and specdiff export)"
         lines.extend(_capped(text_of(rest), layout, first=first, more=more))
