@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specdiff.errors import SpecdiffError
+from specdiff.errors import SpecdiffError, did_you_mean
 
 KNOWN_KEYS = ("theme", "sessions_dir")
 
@@ -36,7 +36,10 @@ def read_config() -> dict[str, str]:
         raise ConfigError(f"{path}: cannot read the config file ({error})") from None
     for key, value in data.items():
         if key not in KNOWN_KEYS:
-            raise ConfigError(f"{path}: unknown setting {key!r}; known: {', '.join(KNOWN_KEYS)}")
+            raise ConfigError(
+                f"{path}: unknown setting {key!r}; {did_you_mean(key, KNOWN_KEYS)}known: "
+                f"{', '.join(KNOWN_KEYS)}"
+            )
         if not isinstance(value, str) or not value:
             raise ConfigError(f"{path}: {key} must be a non-empty string, got {value!r}")
     return data

@@ -5,6 +5,9 @@ line that names the problem and the fix, and the CLI turns it into exit code 2
 without a traceback.
 """
 
+import difflib
+from collections.abc import Iterable
+
 from specdiff.safe_text import visible
 
 
@@ -29,3 +32,15 @@ def printable(text: str, limit: int = 200) -> str:
     control characters, escape sequences included, shown as visible escapes (\\x1b),
     and cut at `limit`."""
     return visible(text, limit)
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """"did you mean 'ubatch'? " where a known name is close to the mistyped one (the
+    closest alone: a second guess is mostly noise, 'quant' for 'ubatc'), else "": the
+    start of the fix an unknown-name error gives."""
+    choices = list(known)
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
+    if not close:
+        lowered = {choice.lower(): choice for choice in choices}
+        close = [lowered[match] for match in difflib.get_close_matches(name.lower(), lowered, 1)]
+    return f"did you mean {close[0]!r}? " if close else ""

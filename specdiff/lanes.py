@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from specdiff.chat import check_chat_setting
-from specdiff.errors import LaneConfigError
+from specdiff.errors import LaneConfigError, did_you_mean
 from specdiff.files import read_limited
 
 if sys.version_info >= (3, 11):
@@ -715,7 +715,10 @@ def apply_overrides(lane: Lane, overrides: Mapping[str, Any]) -> Lane:
 
 
 def unknown_pair(name: str, known: Iterable[str]) -> LaneConfigError:
-    return LaneConfigError(f"unknown pair {name!r}; known pairs: {', '.join(sorted(known))}")
+    names = sorted(known)
+    return LaneConfigError(
+        f"unknown pair {name!r}; {did_you_mean(name, names)}known pairs: {', '.join(names)}"
+    )
 
 
 MAX_PAIRS_FILE_BYTES = 1 << 20

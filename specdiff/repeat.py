@@ -450,7 +450,10 @@ def summary(result: RepeatResult) -> dict[str, Any]:
         "unique": len(groups),
         "largest_share": largest / len(result.runs) if result.runs else 0.0,
         "first_split": split,
-        "groups": [_group_json(result, members, split) for _, members in ordered],
+        "groups": [
+            _group_json(result, members, split, result.runs[ordered[0][1][0]])
+            for _, members in ordered
+        ],
         "per_run": [
             {
                 "run": number,
@@ -471,8 +474,12 @@ def summary(result: RepeatResult) -> dict[str, Any]:
     return data
 
 
-def _group_json(result: RepeatResult, members: list[int], split: int | None) -> dict[str, Any]:
-    """One distinct completion: its runs, and its pick and margin at the split."""
+def _group_json(
+    result: RepeatResult, members: list[int], split: int | None, largest: BatchedRun
+) -> dict[str, Any]:
+    """One distinct completion: its runs, its pick and margin at the split, and where it
+    leaves the largest group's completion (token and character), so two completions
+    that read alike for a while can be shown from where they differ."""
     first = result.runs[members[0]]
     entry: dict[str, Any] = {
         "runs": members,
@@ -481,6 +488,11 @@ def _group_json(result: RepeatResult, members: list[int], split: int | None) -> 
         "tokens": len(first.steps),
         "text": text_of(first.steps),
     }
+    if first is not largest:
+        departs = first_split([largest.token_ids, first.token_ids])
+        if departs is not None:
+            entry["departs_at"] = departs
+            entry["departs_at_char"] = len(text_of(first.steps[:departs]))
     if split is not None and split < len(first.steps):
         step = first.steps[split]
         entry["at_split"] = {
@@ -592,9 +604,23 @@ def format_summary(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+TEXT_SHOWN = 60
+"""Characters of a completion a group line shows."""
+CONTEXT_SHOWN = 20
+"""Characters before the point where a completion leaves the largest group's that its
+line shows, so the reader sees the words leading into the difference."""
+
+
 def _group_line(data: dict[str, Any], number: int, group: dict[str, Any]) -> str:
-    text = " ".join(group["text"].split())
-    text = text if len(text) <= 60 else text[:59] + "…"
+    text, where = group["text"], ""
+    departs = group.get("departs_at_char")
+    if departs is not None and departs > TEXT_SHOWN - CONTEXT_SHOWN:
+        # the first TEXT_SHOWN characters are #1's too: show where this one differs
+        text = "…" + text[departs - CONTEXT_SHOWN :]
+    if departs is not None:
+        where = f", differs from #1 at token {group['departs_at']}"
+    text = " ".join(text.split())
+    text = text if len(text) <= TEXT_SHOWN else text[: TEXT_SHOWN - 1] + "…"
     runs = ", ".join(str(r) for r in group["runs"][:8])
     more = "…" if len(group["runs"]) > 8 else ""
     if "endpoint" in data:
@@ -603,7 +629,8 @@ def _group_line(data: dict[str, Any], number: int, group: dict[str, Any]) -> str
         beside = f"; beside up to {max(group['companions'])} other runs"
     else:
         beside = f"; companions {', '.join(str(c) for c in group['companions'])}"
+    plural = "s" if group["count"] > 1 else ""
     return (
-        f"  #{number}: {group['count']} run{'s' if group['count'] > 1 else ''} "
-        f"(runs {runs}{more}{beside}), {group['tokens']} tokens: {text!r}"
+        f"  #{number}: {group['count']} run{plural} "
+        f"(run{plural} {runs}{more}{beside}), {group['tokens']} tokens{where}: {text!r}"
     )

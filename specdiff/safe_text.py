@@ -211,3 +211,12 @@ def guarded_output() -> Iterator[None]:
         yield
     finally:
         sys.stdout, sys.stderr = saved
+
+
+def styled_terminal_text(text: str, sequences: tuple[str, ...]) -> str:
+    """`terminal_text` for text that holds specdiff's own colour: each of `sequences`
+    (the SGR codes of reports/styles.py) passes as it is, every other control
+    character is escaped, so untrusted text inside can at most hold those colours."""
+    allowed = "|".join(re.escape(sequence) for sequence in sorted(sequences, key=len, reverse=True))
+    pattern = re.compile(f"({allowed})|[{_CONTROLS}]")
+    return pattern.sub(lambda match: match.group(1) or escape(match.group()), text)

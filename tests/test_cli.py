@@ -258,7 +258,10 @@ def test_theme_default_from_the_config_file(tmp_path: Path, monkeypatch) -> None
     "text, message",
     [
         ("theme = 3\n", "theme must be a non-empty string"),
-        ('sessions-dir = "x"\n', "unknown setting 'sessions-dir'; known: theme, sessions_dir"),
+        (
+            'sessions-dir = "x"\n',
+            "unknown setting 'sessions-dir'; did you mean 'sessions_dir'? known: theme, sessions_dir",
+        ),
     ],
 )
 def test_bad_config_settings_are_one_line_errors(tmp_path, monkeypatch, capsys, text, message):

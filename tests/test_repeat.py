@@ -21,7 +21,9 @@ from specdiff.repeat import (
     RepeatResult,
     companions_for,
     first_split,
+    format_summary,
     format_sweep,
+    summary,
     sweep_summary,
 )
 from specdiff.reports.repeat import sweep_chart
@@ -325,3 +327,32 @@ def test_batched_runs_report_groups_and_the_alone_run_equals_the_plain_lane(caps
     assert alone["groups"][0]["text"] == text
     with capsys.disabled():
         print(f"\nrepeat -n 5 --batch 3: {data['unique']} unique, split {data['first_split']}")
+
+
+def worded_run(words: list[str], companions: int) -> BatchedRun:
+    """A run whose tokens are `words`, one id per distinct word."""
+    run = BatchedRun(companions)
+    for index, word in enumerate(words):
+        token = sum(word.encode()) + 7 * len(word)
+        top = (Candidate(token, 2.0, word.encode()), Candidate(token + 1, 1.0, b"?"))
+        run.steps.append(TokenStep("a", index, token, word.encode(), top, False, 1, 0.0))
+    return run
+
+
+def test_a_group_alike_at_first_is_shown_from_where_it_differs() -> None:
+    """Two completions that share their first 60 characters: the lone run's line says
+    'run', not 'runs', and shows the text from just before it leaves the larger group's,
+    with the token where it does."""
+    shared = [" The", " ship", " sailed", " out", " of", " the", " harbour", " at", " dawn,"]
+    shared += [" and", " the", " crew", " watched", " the", " coast"]
+    common, lone = [*shared, " fade", " away."], [*shared, " vanish", " slowly."]
+    runs = [worded_run(common, 0), worded_run(lone, 1), worded_run(common, 2)]
+    data = summary(RepeatResult(Lane(), "p", 20, 2, runs, [[]] * 3))
+    assert data["unique"] == 2 and data["groups"][1]["departs_at"] == len(shared)
+    lines = format_summary(data).splitlines()
+    largest = next(line for line in lines if line.startswith("  #1: "))
+    alone = next(line for line in lines if line.startswith("  #2: "))
+    assert largest.startswith("  #1: 2 runs (runs 0, 2;") and "differs" not in largest
+    assert alone.startswith("  #2: 1 run (run 1;")
+    assert f"differs from #1 at token {len(shared)}: '…" in alone
+    assert "vanish slowly." in alone and "fade" not in alone

@@ -272,9 +272,11 @@ def test_the_run_printers_put_the_verdict_under_the_fork(path: Path) -> None:
     data = result_json(result)
     assert data["fork"] is not None, "the demo sessions fork"
     assert data["verdict"].startswith(data["fork_class"])
+    parts = data["explanation"]
     lines = format_result(result).splitlines()
-    why = lines.index(f"why: {data['verdict']}")
-    assert lines[why + 1].startswith("fork class: ") and lines[why - 1].startswith("  lane b:")
+    why = lines.index(f"why: {parts['label']}: {parts['plain']}")
+    assert lines[why + 1] == f"  in logits: {parts['detail']}"
+    assert lines[why + 2].startswith("fork class: ") and lines[why - 1].startswith("  lane b:")
 
 
 def teacher_forced_from(result: PairResult, flip: bool) -> PairResult:
@@ -303,16 +305,18 @@ def test_a_teacher_forced_run_prints_why_its_first_flip_happened(path: Path, fli
     data = result_json(result)
     lines = format_result(result).splitlines()
     why = [line for line in lines if line.startswith("why: ")]
+    parts = data["explanation"]
     if not flip:
         assert data["verdict"] is None and why == []
         assert any(line.startswith("NO FLIP: fed lane a's") for line in lines)
         return
     index = run_fork(result.a.steps, result.b.steps, teacher_forced=True).index
-    assert data["verdict"] is not None and why == [f"why: {data['verdict']}"]
-    assert "fed lane a's tokens" in data["verdict"]
+    assert data["verdict"] is not None and why == [f"why: {parts['label']}: {parts['plain']}"]
+    assert "fed lane a's tokens" in data["verdict"] and "fed lane a's tokens" in parts["plain"]
     head = next(line for line in lines if line.startswith("FLIPPED at token "))
     assert head.startswith(f"FLIPPED at token {index} of ")
-    assert lines[lines.index(why[0]) + 1].startswith("fork class: ")
+    assert lines[lines.index(why[0]) + 1] == f"  in logits: {parts['detail']}"
+    assert lines[lines.index(why[0]) + 2].startswith("fork class: ")
     assert not any(line.startswith(("IDENTICAL", "DIVERGED")) for line in lines)
 
 

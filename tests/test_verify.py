@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from specdiff.compare import quoted_piece
 from specdiff.sessions.store import load_session
 from tests.conftest import ForkingPrompt
 from tests.test_cli import assert_one_line_error, specdiff
@@ -68,7 +69,10 @@ def test_verify_names_the_step_of_an_altered_token(recorded: Path, tmp_path: Pat
     altered.write_text("\n".join(json.dumps(r) for r in records) + "\n", encoding="utf-8")
     completed = specdiff("verify", str(altered), "--quiet")
     assert completed.returncode == 1
-    assert f"DRIFT at step 7 of lane b: recorded token {target['token_id']}" in completed.stdout
+    # the token as text, its id beside it
+    step = load_session(altered).steps["b"][7]
+    shown = f"{quoted_piece(step.piece)} [{target['token_id']}]"
+    assert f"DRIFT at step 7 of lane b: recorded {shown}, now " in completed.stdout
 
 
 @pytest.mark.model

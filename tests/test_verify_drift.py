@@ -14,12 +14,14 @@ from specdiff.compare import (
     DEFAULT_SPLIT_THRESHOLD,
     NEAR_TIE,
     fork_verdict,
+    quoted_piece,
     run_fork,
 )
 from specdiff.sessions.store import SessionError, load_session
 from specdiff.sessions.verify import (
     Drift,
     cpu_features,
+    drift_lines,
     environment_changes,
     first_drift,
     lane_drift,
@@ -257,3 +259,20 @@ def test_hostile_device_names_reach_the_line_escaped(tmp_path: Path) -> None:
     cause = likely_cause(header.build, header.build, header.executed, lanes)
     assert cause is not None and cause.isprintable() and "\x1b" not in cause
     assert len(cause) < 500
+
+
+def test_a_drift_names_both_tokens_as_text_with_their_ids() -> None:
+    """The re-run of lane b gives lane a's token at the fork: the line shows each token
+    as text, its id in brackets, never a bare id."""
+    session = load_session(UBATCH)
+    fork = run_fork(session.steps["a"], session.steps["b"])
+    assert fork is not None, "the demo session forks"
+    rerun = {"a": list(session.steps["a"]), "b": list(session.steps["b"])}
+    rerun["b"][fork.index] = session.steps["a"][fork.index]
+    ids = {lane: [s.token_id for s in steps] for lane, steps in rerun.items()}
+    drift = first_drift(session, ids)
+    assert drift is not None and (drift.index, drift.lane) == (fork.index, "b")
+    head = drift_lines(session, drift, rerun)[0]
+    recorded = f"{quoted_piece(fork.piece_b)} [{fork.token_b}]"
+    now = f"{quoted_piece(fork.piece_a)} [{fork.token_a}]"
+    assert head.startswith(f"DRIFT at step {fork.index} of lane b: recorded {recorded}, now {now}")

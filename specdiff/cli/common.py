@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import re
 import signal
 import sys
 import threading
@@ -16,7 +18,7 @@ from pathlib import Path
 from typing import TextIO, TypeAlias
 
 from specdiff.config import config_value
-from specdiff.errors import LaneConfigError, PromptError, SpecdiffError
+from specdiff.errors import LaneConfigError, PromptError, SpecdiffError, did_you_mean
 from specdiff.lanes import (
     Pair,
     PairSet,
@@ -27,7 +29,7 @@ from specdiff.lanes import (
     unknown_pair,
 )
 from specdiff.prompts import DEFAULT_PROMPT
-from specdiff.safe_text import unguarded, visible
+from specdiff.safe_text import ELLIPSIS, unguarded, visible
 
 
 class Exit(IntEnum):
@@ -54,7 +56,7 @@ class ArgumentError(SpecdiffError):
 class CommandParser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         # argparse exits with its own usage dump; specdiff's rule is one line and exit 2.
-        raise ArgumentError(f"{message} (see: {self.prog} --help)")
+        raise ArgumentError(f"{with_suggestion(message)} (see: {self.prog} --help)")
 
     def _print_message(self, message: str, file: TextIO | None = None) -> None:
         # argparse ignores a failed write, so `--help > /dev/full` exited 0 having
@@ -63,8 +65,75 @@ class CommandParser(argparse.ArgumentParser):
             (file or sys.stderr).write(message)
 
 
+_INVALID_CHOICE = re.compile(
+    r"invalid choice: '(?P<value>[^']*)' \(choose from (?P<choices>.*)\)$"
+)
+
+
+def with_suggestion(message: str) -> str:
+    """argparse's "invalid choice: 'suit' (choose from 'run', ...)" with the nearest
+    choice named first, as specdiff's own unknown-name errors do."""
+    match = _INVALID_CHOICE.search(message)
+    if match is None:
+        return message
+    choices = re.findall(r"'([^']*)'", match.group("choices"))
+    hint = did_you_mean(match.group("value"), choices)
+    return message.replace("(choose from", f"({hint}choose from", 1) if hint else message
+
+
+def is_terminal(stream: TextIO) -> bool:
+    """Whether `stream` is a terminal (a closed or replaced stream is not)."""
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def terminal_columns(stream: TextIO) -> int | None:
+    """The width of the terminal `stream` writes to; None where it writes to none."""
+    if not is_terminal(stream):
+        return None
+    try:
+        return os.get_terminal_size(stream.fileno()).columns or None
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def wants_colour(stream: TextIO) -> bool:
+    """Colour on a terminal, never in a file or a pipe: NO_COLOR (any value) turns it
+    off everywhere, FORCE_COLOR (any value but 0) turns it on even into a pipe
+    (https://no-color.org, https://force-color.org); a dumb terminal gets none."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR", "0") not in ("", "0"):
+        return True
+    return is_terminal(stream) and os.environ.get("TERM") != "dumb"
+
+
+def fitted(text: str, width: int) -> str:
+    """`text` cut to `width` characters with an ellipsis: a redrawn line that wraps
+    leaves a copy of itself on every redraw."""
+    return text if len(text) <= width else text[: max(width - len(ELLIPSIS), 0)] + ELLIPSIS
+
+
+BAR_CELLS = 24
+"""A progress bar's cells where the terminal is wide enough for it and its figures."""
+
+
+def bar_line(fraction: float, figures: str, columns: int | None) -> str:
+    """`[███░░░] figures`: the bar shrinks to leave the figures room in `columns` (to 8
+    cells), then the line is cut to fit; full size where the width is unknown."""
+    cells = BAR_CELLS
+    if columns is not None:
+        cells = max(8, min(BAR_CELLS, columns - 1 - len(figures) - 3))
+    filled = round(cells * min(max(fraction, 0.0), 1.0))
+    line = f"[{'█' * filled}{'░' * (cells - filled)}] {figures}"
+    return line if columns is None else fitted(line, columns - 1)
+
+
 class Status:
-    """One progress line on stderr, rewritten in place on a terminal.
+    """One progress line on stderr, rewritten in place on a terminal (never wider
+    than it, so it never wraps), and never redrawn anywhere else.
 
     Its messages quote workers, servers and paths, so each is shown with `visible`;
     the carriage return that rewrites the line is its own, written under the guard
@@ -73,9 +142,18 @@ class Status:
     def __init__(self, stream: TextIO, enabled: bool) -> None:
         self.stream = unguarded(stream)
         self.enabled = enabled
-        self.live = enabled and stream.isatty()
+        self.live = enabled and is_terminal(stream)
         self._last = 0.0
         self._width = 0
+
+    @property
+    def columns(self) -> int | None:
+        """The terminal's width now (a resize takes effect at the next redraw)."""
+        return terminal_columns(self.stream) if self.live else None
+
+    def bar(self, fraction: float, figures: str) -> None:
+        """A progress bar sized to the terminal."""
+        self.update(bar_line(fraction, figures, self.columns))
 
     def message(self, text: str) -> None:
         if not self.enabled:
@@ -96,6 +174,9 @@ class Status:
             return
         self._last = now
         text = visible(text)
+        columns = self.columns
+        if columns is not None:
+            text = fitted(text, columns - 1)
         self.stream.write("\r" + text.ljust(self._width))
         self._width = len(text)
         self.stream.flush()

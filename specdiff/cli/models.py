@@ -8,6 +8,7 @@ import sys
 
 from specdiff.cli import options
 from specdiff.cli.common import ArgumentError, CommandParser, Exit, Status, Subcommands, add_command
+from specdiff.errors import did_you_mean
 from specdiff.safe_text import visible
 
 
@@ -50,6 +51,7 @@ def make_variants(args: argparse.Namespace, status: Status) -> int:
     if not wanted or unknown:
         raise ArgumentError(
             f"unknown variant {unknown[0] if unknown else args.to!r}; "
+            f"{did_you_mean(unknown[0], VARIANT_FTYPES) if unknown else ''}"
             f"choose from {', '.join(VARIANT_FTYPES)}"
         )
     base = base_model_path(args.model, status.message)

@@ -248,7 +248,11 @@ def add_replay_options(parser: argparse.ArgumentParser) -> None:
         # below a hundredth of the recorded pace a replay only looks frozen
         type=finite_number(0.01),
         default=1.0,
-        help="play at this multiple of the recorded pace, 0.01 or more (default 1)",
+        help=(
+            "a multiple of the recorded pace: 4 plays four times faster, 0.25 four times "
+            "slower; 0.01 or more (default 1). A pause over 3 s in the recording plays as "
+            "3 s, before the multiple"
+        ),
     )
     pace.add_argument("--instant", action="store_true", help="show the whole session at once")
     parser.add_argument(

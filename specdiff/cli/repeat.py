@@ -22,6 +22,7 @@ from specdiff.cli.common import (
     Status,
     Subcommands,
     add_command,
+    bar_line,
     interrupt_sets,
     read_prompt,
 )
@@ -264,14 +265,11 @@ class RunProgress:
             self.first = now  # the rate is taken from here: loading the model is no run
         rate = (self.done - 1) / (now - self.first) if now > self.first else 0.0
         left = (self.total - self.done) / rate if rate else None
-        filled = round(24 * self.done / self.total)
-        line = (
-            f"[{'█' * filled}{'░' * (24 - filled)}] {self.done}/{self.total} runs "
-            f"· {rate:.2f} runs/s · ETA {duration(left)}"
-        )
+        figures = f"{self.done}/{self.total} runs · {rate:.2f} runs/s · ETA {duration(left)}"
         if self.status.live:
-            self.status.update(line)
+            self.status.bar(self.done / self.total, figures)
             return
+        line = bar_line(self.done / self.total, figures, None)
         tenths = self.done * 10 // self.total
         if tenths > self.tenths or now - self.last_line >= 60:
             self.tenths, self.last_line = tenths, now

@@ -20,17 +20,28 @@ from specdiff.chat import (
     unformatted_note,
 )
 from specdiff.cli import options
-from specdiff.cli.common import Exit, Status, Subcommands, add_command, interrupt_sets, read_request
+from specdiff.cli.common import (
+    Exit,
+    Status,
+    Subcommands,
+    add_command,
+    interrupt_sets,
+    read_request,
+    terminal_columns,
+    wants_colour,
+)
 from specdiff.compare import run_fork_index
 from specdiff.control import refuse_uncontrollable
 from specdiff.errors import SpecdiffError
 from specdiff.files import read_limited
+from specdiff.glossary import glossary_text
 from specdiff.lanes import Pair, unread_keys
-from specdiff.safe_text import visible
+from specdiff.safe_text import styled_terminal_text, unguarded, visible
 from specdiff.steps import TokenStep
 
 if TYPE_CHECKING:
     from specdiff.engine.worker import PairWorker
+    from specdiff.reports.text import Layout
     from specdiff.sessions.format import PairResult
     from specdiff.sessions.store import SessionWriter
 
@@ -38,6 +49,13 @@ if TYPE_CHECKING:
 def add_parser(commands: Subcommands) -> None:
     run = add_command(
         commands, "run", "run both lanes of a pair on a prompt, headless", command_run
+    )
+    # the words the run's text uses, defined where --help is the first place one looks
+    run.formatter_class = argparse.RawDescriptionHelpFormatter
+    run.epilog = (
+        "Output: on a terminal, wrapped to its width and coloured (NO_COLOR=1 turns colour "
+        "off, FORCE_COLOR=1 on);\nin a pipe or file, plain and wrapped at 100 columns. "
+        "Exit 0 identical, 1 forked, 2 a lane failed.\n\nterms:\n" + glossary_text(78)
     )
     options.add_request_options(run)
     options.add_chat_options(run)
@@ -124,8 +142,31 @@ def command_run(args: argparse.Namespace) -> int:
         json.dump(result_json(result) | forecast[0], sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        print("\n".join([format_result(result), *forecast[1]]))
+        print_text(format_result(result, terminal_layout(), forecast[1]))
     return exit_code(result)
+
+
+def terminal_layout() -> Layout:
+    """The run's text as stdout can show it: a terminal's width and colour, or plain
+    100-column text for a file or a pipe."""
+    from specdiff.reports.styles import Paint
+    from specdiff.reports.text import Layout
+
+    columns = terminal_columns(sys.stdout)
+    paint = Paint(wants_colour(sys.stdout))
+    if columns is None:
+        return Layout(paint=paint)
+    return Layout(width=max(columns, 40), paint=paint, wrap_sentences=True)
+
+
+def print_text(text: str) -> None:
+    """Text with specdiff's own colour written past the guard (which would escape it),
+    every other control character escaped here instead."""
+    from specdiff.reports.styles import SEQUENCES
+
+    stream = unguarded(sys.stdout)
+    stream.write(styled_terminal_text(text, SEQUENCES) + "\n")
+    stream.flush()
 
 
 def forecast_parts(result: PairResult, top: int | None) -> tuple[dict[str, object], list[str]]:

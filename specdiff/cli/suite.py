@@ -259,7 +259,7 @@ class ProgressLog:
 
     def show(self, progress: Progress) -> None:
         if self.status.live:
-            self.status.update(progress_line(progress))
+            self.status.bar(progress.fraction, progress_figures(progress))
             return
         now = time.monotonic()
         due = self.logged_at is None or now - self.logged_at >= LOG_SECONDS
@@ -429,11 +429,6 @@ def refuse_run_options(args: argparse.Namespace) -> None:
             f"--resume continues with the stopped suite's own settings; drop "
             f"{', '.join(given_options)} (or give PROMPTS and all options as before)"
         )
-
-
-def progress_line(progress: Progress) -> str:
-    filled = round(24 * progress.fraction)
-    return f"[{'█' * filled}{'░' * (24 - filled)}] {progress_figures(progress)}"
 
 
 def progress_figures(progress: Progress) -> str:

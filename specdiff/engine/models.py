@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdiff.engine.gguf import GGUFInfo, read_gguf
-from specdiff.errors import ModelError
+from specdiff.errors import ModelError, did_you_mean
 from specdiff.files import replacing, write_text_atomic
 
 Progress = Callable[[str], None]
@@ -159,7 +159,10 @@ def make_variant(base: Path, quant: str, threads: int, progress: Progress = _qui
     """Requantize `base` to `quant` (cached); allow_requantize, so a Q4_K_M model can become
     a Q8_0 one holding the same dequantized weights."""
     if quant not in VARIANT_FTYPES:
-        raise ModelError(f"unknown variant {quant!r}; known: {', '.join(VARIANT_FTYPES)}")
+        raise ModelError(
+            f"unknown variant {quant!r}; {did_you_mean(quant, VARIANT_FTYPES)}known: "
+            f"{', '.join(VARIANT_FTYPES)}"
+        )
     target = variant_path(base, quant)
     if target.exists():
         try:

@@ -30,7 +30,7 @@ from specdiff.compare import (
     run_fork_verdict,
 )
 from specdiff.control import control_sentence
-from specdiff.errors import SpecdiffError
+from specdiff.errors import SpecdiffError, did_you_mean
 from specdiff.files import lost_output, write_text_atomic
 from specdiff.lanes import differences, headline
 from specdiff.reports._markup import (
@@ -80,7 +80,10 @@ def report_format(requested: str | None, output: str | None) -> str:
     if requested is not None:
         wanted = requested.strip().lower()
         if wanted not in FORMATS:
-            raise ExportError(f"unknown format {requested!r}; choose one of {', '.join(FORMATS)}")
+            raise ExportError(
+                f"unknown format {requested!r}; {did_you_mean(wanted, FORMATS)}choose one of "
+                f"{', '.join(FORMATS)}"
+            )
         return wanted
     if output and output != "-":
         return SUFFIX_FORMATS.get(Path(output).suffix.lower(), "md")

@@ -331,6 +331,28 @@ def _summary_rows(data: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+EMPTY_CELLS = ("–", "", "– / –", "–x")
+"""What a summary cell holds where a figure does not apply (no drafts, no grades)."""
+
+
+def summary_table(data: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The summary's header and rows without the columns no pair fills (draft
+    acceptance without speculation, grades without grading) nor the concurrency where
+    every pair ran at the suite's own, which the overview states: 15 columns do not fit
+    a laptop's browser, and an empty one says nothing."""
+    rows = _summary_rows(data)
+    concurrency = str(data["settings"].get("concurrency", 1))
+    keep = []
+    for column, name in enumerate(SUMMARY_HEADER):
+        cells = [row[column] for row in rows]
+        if column and rows and all(cell in EMPTY_CELLS for cell in cells):
+            continue
+        if name == "concurrency" and all(cell == concurrency for cell in cells):
+            continue
+        keep.append(column)
+    return [SUMMARY_HEADER[c] for c in keep], [[row[c] for c in keep] for row in rows]
+
+
 def _solved_cell(summary: dict[str, Any]) -> str:
     grades = summary.get("grades")
     if not grades:
@@ -518,9 +540,22 @@ def _lane_rows(configuration: dict[str, Any] | None) -> list[list[str]]:
 def _value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    if value is None or value == "":
+    if value is None or value == "" or value == [] or value == {}:
         return "–"
+    if isinstance(value, dict):
+        if "name" in value or "description" in value:
+            return _device_text(value)
+        return ", ".join(f"{key} {_value(item)}" for key, item in value.items())
+    if isinstance(value, list):
+        return "; ".join(_value(item) for item in value)
     return str(value)
+
+
+def _device_text(device: dict[str, Any]) -> str:
+    """A device llama.cpp registered, as a reader names it: `AMD EPYC 7B13 (cpu)`."""
+    name = device.get("description") or device.get("name")
+    kind = device.get("type")
+    return f"{name} ({kind})" if kind else str(name)
 
 
 def _build_rows(data: dict[str, Any]) -> list[list[str]]:
@@ -531,12 +566,25 @@ def _build_rows(data: dict[str, Any]) -> list[list[str]]:
     return []
 
 
+PROMPT_SHOWN = 70
+"""Characters of a prompt's text a results row shows beside its id."""
+
+
+def prompt_label(data: dict[str, Any], prompt_id: str) -> str:
+    """A prompt as a reader knows it: its id and the start of its text on one line
+    (a report written before the texts were kept shows the id alone)."""
+    text = (data.get("prompt_texts") or {}).get(prompt_id)
+    if not isinstance(text, str) or not text.strip():
+        return prompt_id
+    return f"{prompt_id}: {visible(' '.join(text.split()), PROMPT_SHOWN)}"
+
+
 def _prompt_rows(data: dict[str, Any]) -> Iterator[list[str]]:
     for record in data["prompts"]:
         margins = record["fork_margins"]
         yield [
             record["pair"],
-            record["prompt_id"],
+            prompt_label(data, record["prompt_id"]),
             _fork_cell(record),
             "–" if margins is None else " / ".join(_number(m, 3) for m in margins),
             " / ".join(str(n) for n in record["generated"]),
@@ -682,7 +730,8 @@ def _verdict_rows(data: dict[str, Any]) -> Iterator[list[str]]:
     """Each forked run's plain-words verdict: its picks, their gap, how each moved."""
     for record in data["prompts"]:
         if record.get("verdict"):
-            yield [record["pair"], record["prompt_id"], _fork_cell(record), record["verdict"]]
+            label = prompt_label(data, record["prompt_id"])
+            yield [record["pair"], label, _fork_cell(record), record["verdict"]]
 
 
 def markdown(data: dict[str, Any]) -> str:
@@ -708,7 +757,7 @@ def _md_section_lines(
 
 def _md_overview(data: dict[str, Any]) -> list[str]:
     lines = [f"# specdiff suite: {markdown_cell(data['settings']['source'])}", "", _overview(data)]
-    lines += _md_section("Summary", SUMMARY_HEADER, _summary_rows(data))
+    lines += _md_section("Summary", *summary_table(data))
     lines += ["", SUMMARY_NOTE]
     lines += _md_section("Forked by generation length", *_by_length_table(data))
     if length_rows(data):
@@ -801,9 +850,11 @@ def _md_paired_notes(summary: dict[str, Any]) -> list[str]:
 
 # -- HTML ----------------------------------------------------------------------------
 SUITE_STYLE = """
-body{max-width:1100px;margin:2rem auto;padding:0 1rem}
+body{max-width:1200px;margin:2rem auto;padding:0 1rem}
 h1{font-size:1.6rem}
 table{margin:.6rem 0 1rem;font-size:.9rem}
+.wide{overflow-x:auto}
+details{margin:.6rem 0}summary{cursor:pointer;color:var(--muted)}
 table.config td{overflow-wrap:anywhere}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
 .charts{display:flex;flex-wrap:wrap;gap:1rem}
@@ -837,12 +888,17 @@ def _html_section(title: str, header: Sequence[str], rows: Iterable[Sequence[str
 def _html_section_lines(
     title: str, header: Sequence[str], rows: Iterable[Sequence[str]]
 ) -> Iterator[str]:
-    """_html_section with a line per row, each written as it is read."""
-    yield f"<h2>{title}</h2>"
+    """_html_section with a line per row, each written as it is read; the build folded
+    away (what ran, for tracing a number, not for reading first)."""
+    folded = title in FOLDED_SECTIONS
+    yield f"<details><summary>{title}</summary>" if folded else f"<h2>{title}</h2>"
     opening, closing = _html_table(header, []).split("<tbody></tbody>")
     yield opening + "<tbody>"
     yield from (_html_row(row) for row in rows)
-    yield "</tbody>" + closing
+    yield "</tbody>" + closing + ("</details>" if folded else "")
+
+
+FOLDED_SECTIONS = ("Build",)
 
 
 def _html_overview(data: dict[str, Any]) -> list[str]:
@@ -853,7 +909,7 @@ def _html_overview(data: dict[str, Any]) -> list[str]:
         # quotes need no escaping in text, and the wording has an apostrophe
         f'<p class="muted">{_html_text(_overview(data), quote=False)}</p>',
         "<h2>Summary</h2>",
-        _html_table(SUMMARY_HEADER, _summary_rows(data)),
+        '<div class="wide">' + _html_table(*summary_table(data)) + "</div>",
         '<div class="charts">',
         f'<figure class="plot" id="forked-by-length">{forked_by_length_svg(data)}</figure>',
     ]
@@ -907,9 +963,13 @@ def _html_pair(pair: dict[str, Any]) -> list[str]:
         parts.append(_html_table(KLD_PROMPT_HEADER, kld_prompt_rows(summary["kld"])))
     rows = _lane_rows(pair.get("configuration"))
     if rows:
+        differ = [row[0].removesuffix(" *") for row in rows if row[0].endswith(" *")]
+        named = f": the lanes differ in {', '.join(differ)}" if differ else ""
         parts += [
-            '<h3>Configuration</h3><p class="muted">* where the lanes differ</p>',
+            f"<details><summary>Configuration, {len(rows)} settings{_html_text(named)} "
+            "(* where the lanes differ)</summary>",
             _html_table(LANE_HEADER, rows, "config"),
+            "</details>",
         ]
     return parts
 

@@ -90,6 +90,12 @@ def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
     return ticks
 
 
+def whole_ticks(high: float) -> list[float]:
+    """nice_ticks from 0 to `high` for counts: whole numbers only (a step under 1 keeps
+    0 and the whole ticks it holds)."""
+    return [tick for tick in nice_ticks(0.0, high) if tick == int(tick)]
+
+
 def _nice_ceiling(value: float) -> float:
     """The smallest 1-2-5 step at or above value, so an axis ends on a round number."""
     if value <= 0 or not math.isfinite(value):
@@ -345,7 +351,8 @@ def histogram(
     if len(counts) != len(labels):
         raise ValueError(f"{len(counts)} counts but {len(labels)} labels")
     heights = [c if math.isfinite(c) and c > 0 else 0.0 for c in counts]
-    y_high = _nice_ceiling(max(heights, default=0.0))
+    # counts: an axis in whole numbers (never 0.2 of a prompt)
+    y_high = float(math.ceil(_nice_ceiling(max(heights, default=0.0))))
     canvas = _Canvas((0.0, float(max(len(heights), 1))), (0.0, y_high), width, height)
     slot = (canvas.right - canvas.left) / max(len(heights), 1)
     every = max(1, math.ceil(len(labels) * 7 * 6 / (canvas.right - canvas.left)))
@@ -353,7 +360,7 @@ def histogram(
         (canvas.left + slot * (i + 0.5), label) for i, label in enumerate(labels) if i % every == 0
     ]
     parts = _open(title, width, height)
-    parts += _axes(canvas, x_label, y_label, x_ticks, nice_ticks(0.0, y_high), height)
+    parts += _axes(canvas, x_label, y_label, x_ticks, whole_ticks(y_high), height)
     fill = _svg_text(color)
     for index, (value, label) in enumerate(zip(heights, labels)):
         top = canvas.y(value)

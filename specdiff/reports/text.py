@@ -9,8 +9,10 @@ Every string may come from a shared session or a server: one-line fields go thro
 from __future__ import annotations
 
 import dataclasses
+import re
 import textwrap
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from specdiff.chat import Conversation
@@ -18,17 +20,21 @@ from specdiff.compare import (
     DEFAULT_SPLIT_THRESHOLD,
     Comparison,
     Fork,
+    ForkExplanation,
     LaneAtFork,
     PickView,
     counted,
-    fork_sentence,
+    fork_explanation,
     run_fork,
+    run_fork_explanation,
     run_fork_sentence,
     run_fork_verdict,
     teacher_flips,
 )
 from specdiff.control import control_sentence
-from specdiff.lanes import Lane, differences
+from specdiff.glossary import terms_footer
+from specdiff.lanes import Lane, differences, headline
+from specdiff.reports.styles import PLAIN, Paint
 from specdiff.safe_text import terminal_text, visible
 from specdiff.sessions.format import CRASHED, LaneOutcome, PairResult
 from specdiff.steps import TokenStep, text_of
@@ -48,9 +54,10 @@ def pick_text(view: PickView, pieces: dict[int, bytes]) -> str:
     return f"{token} {view.logit:.3f} (#{view.rank}{probability})"
 
 
-def _lane_line(outcome: LaneOutcome) -> str:
+def _lane_line(outcome: LaneOutcome, other: LaneOutcome) -> str:
+    # led by what differs: describe() alone reads "plain" for both lanes of `threads`
     parts = [
-        f"lane {outcome.lane_id}  {visible(outcome.lane.describe()):<40}",
+        f"lane {outcome.lane_id}  {visible(headline(outcome.lane, other.lane)):<40}",
         f"{len(outcome.steps):>4} tokens",
         f"{outcome.tokens_per_second:6.1f} tok/s",
     ]
@@ -65,11 +72,72 @@ def _lane_line(outcome: LaneOutcome) -> str:
     return "  ".join(parts)
 
 
-def _indent(text: str, width: int = 96) -> str:
+PIPED_WIDTH = 100
+"""The width lane text wraps to where stdout is no terminal (a file, a pipe, a test)."""
+
+SHOWN_LINES = 12
+"""Wrapped lines of one lane's text printed before the rest is counted, not shown: a
+continuation after a fork often repeats itself for dozens of lines, and the fork and
+why it happened must stay on the screen."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a run is printed: the width to wrap to, colour or none, and how many lines
+    of lane text to show."""
+
+    width: int = PIPED_WIDTH
+    paint: Paint = PLAIN
+    shown_lines: int = SHOWN_LINES
+    wrap_sentences: bool = False
+    """Wrap the explanation too (a terminal); a pipe keeps each sentence on one line."""
+
+
+def _wrapped(text: str, width: int) -> list[str]:
+    """Lane text, escaped, wrapped at word breaks to `width` columns less the indent."""
     lines = []
     for line in terminal_text(text).splitlines() or [""]:
-        lines.extend(textwrap.wrap(line, width) or [""])
-    return "\n".join("    " + line for line in lines)
+        # 4 columns of indent, and the last column left free: a line that fills it
+        # makes some terminals wrap an empty line after it
+        lines.extend(textwrap.wrap(line, max(width - 5, 20)) or [""])
+    return lines
+
+
+_GLUED = re.compile(r"(?<=[\s(])'( +)|(?<=\w) = (?=\w)")
+"""Where a sentence must not break: inside a quoted token's leading spaces (`' and'`)
+and around the `=` of `AVX2 = 1`."""
+_NO_BREAK = "\u00a0"
+
+
+def _wrap(line: str, width: int, indent: str) -> list[str]:
+    """`line` wrapped to fit `width` columns, later lines under `indent`, never inside a
+    quoted token. A no-break space stands in while wrapping: every line here has been
+    through `visible`, which escapes any the text held itself."""
+    glued = _GLUED.sub(lambda match: match.group().replace(" ", _NO_BREAK), line)
+    parts = textwrap.wrap(glued, width - 1, subsequent_indent=indent, break_on_hyphens=False)
+    return [part.replace(_NO_BREAK, " ") for part in parts] or [line]
+
+
+def _capped(
+    text: str, layout: Layout, keep: str = "head", first: str = "", more: str = ""
+) -> list[str]:
+    """Lane text indented, at most `layout.shown_lines` lines: the first ones (`keep`
+    "head") or the last ("tail", the text leading into the fork), with a line saying
+    how many were left out. `first`, a token at the start, is highlighted."""
+    lines = _wrapped(text, layout.width)
+    cut = len(lines) - layout.shown_lines
+    if keep == "head" and first:
+        shown = terminal_text(first)
+        if lines and shown.strip() and lines[0].startswith(shown):
+            lines[0] = layout.paint("fork", shown) + lines[0][len(shown) :]
+    out = ["    " + line for line in lines]
+    if cut <= 0:
+        return out
+    note = layout.paint("dim", f"    … {counted(cut, 'more line')}{more}")
+    if keep == "head":
+        return [*out[: layout.shown_lines], note]
+    note = layout.paint("dim", f"    … {counted(cut, 'earlier line')}")
+    return [note, *out[-layout.shown_lines :]]
 
 
 def _prompt_sizes(result: PairResult) -> str:
@@ -94,14 +162,40 @@ def _prompt_sizes(result: PairResult) -> str:
     return ", ".join(sizes) + " (two different prompts)"
 
 
-def format_result(result: PairResult) -> str:
+TERMS = ("logit", "margin", "near tie", "fork class", "acceptance", "forecast")
+"""The glossary's words the run text may use, defined in a footer where it does."""
+
+
+def format_result(
+    result: PairResult, layout: Layout = Layout(), extra: Sequence[str] = ()
+) -> str:
+    """The run for a person: the lanes, the verdict, why the lanes forked and the text
+    on either side, the build, any `extra` lines (a forecast); ended by the terms it
+    used."""
+    body = [*run_lines(result, layout), *extra]
+    if layout.wrap_sentences:
+        body = [part for line in body for part in _fit(line, layout.width)]
+    plain = "\n".join(body)
+    return "\n".join([*body, "", *terms_footer(plain, TERMS, layout.width)]).rstrip("\n")
+
+
+def _fit(line: str, width: int) -> list[str]:
+    """A line too wide for the terminal, wrapped at word breaks under its own indent
+    (the terminal would cut it mid-word); a styled line is left as it is, its width
+    being more than its length."""
+    if len(line) < width or "\x1b" in line:
+        return [line]
+    return _wrap(line, width, " " * (len(line) - len(line.lstrip(" "))) + "    ")
+
+
+def run_lines(result: PairResult, layout: Layout = Layout()) -> list[str]:
     comparison = result.comparison
     a, b = result.a, result.b
     out = [
         f"pair {visible(result.pair.name)}: {visible(result.pair.description)}".rstrip(": "),
         f"prompt: {_prompt_sizes(result)}, max {result.max_tokens} new",
-        _lane_line(a),
-        _lane_line(b),
+        _lane_line(a, b),
+        _lane_line(b, a),
     ]
     changed = differences(a.lane, b.lane)
     if changed:
@@ -116,21 +210,23 @@ def format_result(result: PairResult) -> str:
     if result.cancelled:
         out.append("cancelled before the end; what follows covers the tokens produced")
     if result.crashed:
-        out.append(f"CRASHED: {visible(result.error_lines()[0])}")
+        out.append(layout.paint("bad", f"CRASHED: {visible(result.error_lines()[0])}"))
         out.append("what follows covers the tokens produced before the crash")
     if result.teacher_forced:
-        out.extend(_teacher_forced_lines(result))
+        out.extend(_teacher_forced_lines(result, layout))
+    elif fork is None:
+        out.extend(_no_fork_lines(result, layout))
     else:
-        out.extend(_no_fork_lines(result) if fork is None else _fork_lines(result, fork))
+        out.extend(_fork_lines(result, fork, layout))
     control = control_sentence(result.summary())
     if control is not None:
         out.append(control)
     out.append("")
     out.extend(_executed_lines(result))
-    return "\n".join(out)
+    return out
 
 
-def _no_fork_lines(result: PairResult) -> list[str]:
+def _no_fork_lines(result: PairResult, layout: Layout) -> list[str]:
     comparison = result.comparison
     a, b = result.a, result.b
     if result.crashed:
@@ -139,14 +235,17 @@ def _no_fork_lines(result: PairResult) -> list[str]:
             f"lane b {comparison.length_b})."
         )
     elif comparison.identical:
-        verdict = f"IDENTICAL: both lanes produced the same {comparison.length_a} tokens."
+        verdict = (
+            layout.paint("good", "IDENTICAL")
+            + f": both lanes produced the same {comparison.length_a} tokens."
+        )
     else:
         verdict = (
             f"SAME TOKENS, DIFFERENT LENGTHS: a stopped after {comparison.length_a}, "
             f"b after {comparison.length_b} ({visible(str(a.stop_reason or a.error))} / "
             f"{visible(str(b.stop_reason or b.error))})."
         )
-    return [verdict, _indent(text_of(a.steps)), _near_ties(comparison)]
+    return [verdict, *_capped(text_of(a.steps), layout), _near_ties(comparison)]
 
 
 def _near_ties(comparison: Comparison) -> str:
@@ -206,17 +305,20 @@ def _offload_note(executed: dict[str, Any]) -> str:
     )
 
 
-def _fork_lines(result: PairResult, fork: Fork) -> list[str]:
+def _fork_lines(result: PairResult, fork: Fork, layout: Layout) -> list[str]:
     comparison = result.comparison
     a, b = result.a, result.b
     length = max(comparison.length_a, comparison.length_b)
+    paint = layout.paint
     lines = [
-        f"DIVERGED at token {fork.index} of {length} generated "
-        f"(a: {piece_text(fork.piece_a)}, b: {piece_text(fork.piece_b)}).",
+        paint("bad", "DIVERGED")
+        + f" at token {fork.index} of {length} generated "
+        f"(a: {paint('fork', piece_text(fork.piece_a))}, "
+        f"b: {paint('fork', piece_text(fork.piece_b))}).",
         "shared text:",
-        _indent(text_of(a.steps[: fork.index])),
+        *_capped(text_of(a.steps[: fork.index]), layout, keep="tail"),
     ]
-    lines.extend(_why_lines(result, fork))
+    lines.extend(_why_lines(result, fork, layout))
     lines.append(
         f"near ties before the fork (margin < {comparison.near_tie_threshold}): "
         f"lane a {len(comparison.near_ties_a)}, lane b {len(comparison.near_ties_b)}"
@@ -226,12 +328,30 @@ def _fork_lines(result: PairResult, fork: Fork) -> list[str]:
     if after is not None:
         lines.append(f"after the fork: {after.similarity:.0%} similar (Indel)")
     for outcome in (a, b):
-        lines.append(f"lane {outcome.lane_id} continues:")
-        lines.append(_indent(text_of(outcome.steps[fork.index :])))
+        rest = outcome.steps[fork.index :]
+        lines.append(f"lane {outcome.lane_id} continues from the fork:")
+        first = rest[0].piece.decode("utf-8", "replace") if rest else ""
+        more = " (the whole text: --json, or --save and specdiff export)"
+        lines.extend(_capped(text_of(rest), layout, first=first, more=more))
     return lines
 
 
-def _why_lines(result: PairResult, fork: Fork) -> list[str]:
+def explanation_lines(explanation: ForkExplanation, layout: Layout = Layout()) -> list[str]:
+    """`why:` with the plain words, then the same in logits, dimmed, beneath it; each
+    wrapped to the terminal with a hanging indent, or one line each for a pipe."""
+    head = f"why: {explanation.label}: {explanation.plain}"
+    lines = [head]
+    if explanation.detail is not None:
+        lines.append(f"  in logits: {explanation.detail}")
+    if not layout.wrap_sentences:
+        return [lines[0], *(layout.paint("dim", line) for line in lines[1:])]
+    wrapped = _wrap(head, layout.width, "     ")
+    for line in lines[1:]:
+        wrapped.extend(layout.paint("dim", part) for part in _wrap(line, layout.width, "     "))
+    return wrapped
+
+
+def _why_lines(result: PairResult, fork: Fork, layout: Layout = Layout()) -> list[str]:
     """Both lanes at the fork, why they forked and its class."""
     a, b = result.a, result.b
     pieces = {fork.token_a: fork.piece_a, fork.token_b: fork.piece_b}
@@ -243,12 +363,13 @@ def _why_lines(result: PairResult, fork: Fork) -> list[str]:
         a.steps, b.steps, result.teacher_forced, result.comparison.near_tie_threshold
     )
     if verdict is not None:
-        lines.append(f"why: {fork_sentence(fork, verdict, teacher_forced=result.teacher_forced)}")
+        explanation = fork_explanation(fork, verdict, teacher_forced=result.teacher_forced)
+        lines.extend(explanation_lines(explanation, layout))
         lines.append(f"fork class: {verdict.describe()}")
     return lines
 
 
-def _teacher_forced_lines(result: PairResult) -> list[str]:
+def _teacher_forced_lines(result: PairResult, layout: Layout) -> list[str]:
     """A teacher-forced run: lane b was fed lane a's tokens, so the two agree token for
     token by construction; what tells is the first flip, where b's own argmax differs."""
     a, b = result.a, result.b
@@ -257,19 +378,23 @@ def _teacher_forced_lines(result: PairResult) -> list[str]:
     fork = run_fork(a.steps, b.steps, teacher_forced=True)
     if fork is None:
         fed = counted(forced, "token")
-        head = f"NO FLIP: fed lane a's {fed}, lane b's own argmax agreed at each."
-        return [head, _indent(text_of(a.steps)), _near_ties(result.comparison)]
+        head = (
+            layout.paint("good", "NO FLIP")
+            + f": fed lane a's {fed}, lane b's own argmax agreed at each."
+        )
+        return [head, *_capped(text_of(a.steps), layout), _near_ties(result.comparison)]
     return [
-        f"FLIPPED at token {fork.index} of {forced} teacher-forced: fed lane a's tokens, lane "
+        layout.paint("bad", "FLIPPED")
+        + f" at token {fork.index} of {forced} teacher-forced: fed lane a's tokens, lane "
         f"b's own argmax was {piece_text(fork.piece_b)} where a picked "
         f"{piece_text(fork.piece_a)}; {counted(len(flips), 'flip')} in all "
         f"({len(flips) / forced:.1%}).",
         "shared text:",
-        _indent(text_of(a.steps[: fork.index])),
-        *_why_lines(result, fork),
+        *_capped(text_of(a.steps[: fork.index]), layout, keep="tail"),
+        *_why_lines(result, fork, layout),
         _near_ties(result.comparison),
         "lane a continues (lane b fed it):",
-        _indent(text_of(a.steps[fork.index :])),
+        *_capped(text_of(a.steps[fork.index :]), layout),
     ]
 
 
@@ -344,6 +469,17 @@ def _lane_json(outcome: LaneOutcome) -> dict[str, Any]:
     }
 
 
+def _explanation_json(result: PairResult) -> dict[str, Any] | None:
+    """The verdict's parts: its label, the plain words, and the numbers in logits."""
+    explanation = run_fork_explanation(
+        result.a.steps,
+        result.b.steps,
+        result.teacher_forced,
+        result.comparison.near_tie_threshold,
+    )
+    return None if explanation is None else dataclasses.asdict(explanation)
+
+
 def fork_json(fork: Fork | None) -> dict[str, Any] | None:
     """The fork record as JSON-ready data, pieces decoded to text."""
     if fork is None:
@@ -379,6 +515,7 @@ def result_json(result: PairResult) -> dict[str, Any]:
         "verdict": run_fork_sentence(
             result.a.steps, result.b.steps, result.teacher_forced, comparison.near_tie_threshold
         ),
+        "explanation": _explanation_json(result),
         "near_tie_threshold": comparison.near_tie_threshold,
         "fork_class": summary.get("fork_class"),
         "split_threshold": DEFAULT_SPLIT_THRESHOLD,

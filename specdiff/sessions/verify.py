@@ -16,6 +16,7 @@ from specdiff.compare import (
     fork_between,
     fork_sentence,
     fork_verdict,
+    quoted_piece,
     run_fork,
 )
 from specdiff.safe_text import visible
@@ -106,10 +107,15 @@ def drift_lines(
     recorded, now = session.steps[drift.lane][drift.index], rerun[drift.lane][drift.index]
     fork = fork_between(drift.index, recorded, now)
     return [
-        f"{where}: recorded token {drift.recorded}, now {drift.now} ({name})",
+        f"{where}: recorded {token_shown(recorded)}, now {token_shown(now)} ({name})",
         f"why: {fork_sentence(fork, verdict, sides)}",
         f"drift class: {verdict.describe(sides)}",
     ]
+
+
+def token_shown(step: TokenStep) -> str:
+    """A token as a reader knows it, its id beside it: `' that' [1234]`."""
+    return f"{quoted_piece(step.piece)} [{step.token_id}]"
 
 
 def environment_changes(

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from specdiff import prompts as bundled
 from specdiff.chat import Conversation, parse_messages
+from specdiff.errors import did_you_mean
 from specdiff.grading.graders import Grader, grader_from
 from specdiff.safe_text import first_surrogate
 from specdiff.sessions.store import safe_name
@@ -57,7 +58,7 @@ def load_suite_prompts(source: str, skip_bad: bool = False) -> tuple[list[SuiteP
     else:
         raise SuiteError(
             f"no prompt file, folder or bundled set named {source!r} "
-            f"(bundled sets: {', '.join(bundled.SETS)})"
+            f"({did_you_mean(source, bundled.SETS)}bundled sets: {', '.join(bundled.SETS)})"
         )
     unique = _distinct_files(entries, bad)
     if not unique:

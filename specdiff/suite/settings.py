@@ -11,6 +11,7 @@ from typing import Any
 
 from specdiff import __version__
 from specdiff.compare import DEFAULT_NEAR_TIE
+from specdiff.errors import did_you_mean
 from specdiff.grading import DEFAULT_TIMEOUT
 from specdiff.grading import MAX_TIMEOUT as MAX_GRADE_TIMEOUT
 from specdiff.lanes import QUANT_TYPES, Pair, lane_from_dict
@@ -167,7 +168,8 @@ def check_quants(quants: Iterable[str]) -> tuple[str, ...]:
         quant = quant.strip().lower()
         if quant not in known:
             raise SuiteError(
-                f"unknown weight type {quant!r} in --quants; known: {', '.join(known)}"
+                f"unknown weight type {quant!r} in --quants; {did_you_mean(quant, known)}"
+                f"known: {', '.join(known)}"
             )
         if quant not in out:
             out.append(quant)

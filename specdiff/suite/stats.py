@@ -449,6 +449,10 @@ class TeacherTally:
         }
 
 
+PROMPT_TEXT_KEPT = 200
+"""Characters of each prompt report.json keeps: enough to recognise it by."""
+
+
 def outcome_json(outcome: SuiteOutcome) -> dict[str, Any]:
     """Everything the reports show, as one JSON-able object; its `prompts` are read from
     the ledger as they are iterated (a `RecordView`), never held together."""
@@ -482,6 +486,8 @@ def outcome_json(outcome: SuiteOutcome) -> dict[str, Any]:
         "wall_seconds": outcome.wall_seconds,
         "settings": settings.as_json(outcome.prompts),
         "skipped_prompts": outcome.skipped,
+        # the start of each prompt, so a report names prompts by their words, not ids
+        "prompt_texts": {prompt.id: prompt.prompt[:PROMPT_TEXT_KEPT] for prompt in outcome.prompts},
         "pairs": pairs,
         "prompts": ledger.records(),
     }
