@@ -260,7 +260,8 @@ def test_theme_default_from_the_config_file(tmp_path: Path, monkeypatch) -> None
         ("theme = 3\n", "theme must be a non-empty string"),
         (
             'sessions-dir = "x"\n',
-            "unknown setting 'sessions-dir'; did you mean 'sessions_dir'? known: theme, sessions_dir",
+            "unknown setting 'sessions-dir'; did you mean 'sessions_dir'? known: theme, "
+            "sessions_dir",
         ),
     ],
 )
