@@ -144,7 +144,7 @@ def write_concept_pictures(out: Path) -> list[Path]:
                 margins["a"][:shown],
                 margins["b"][:shown],
                 fork_index=fork,
-                title=f"Margin per token, demo session ({session.pair.name}), up to the fork",
+                title="Margin per token, demo session",
             ),
         ),
         write(out / "concept-forecast.svg", forecast_svg()),

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -101,4 +100,3 @@ def test_the_reference_is_each_commands_help(
     assert "-h" in options and "--help" in options
     assert {option for option in options if option not in section} == set()
     assert section == shown
-

@@ -17,7 +17,9 @@ IMAGES = ROOT / "docs" / "images"
 
 def docs_generator() -> ModuleType:
     """docs/generate.py, imported by path (it is a script, not a package of the repo)."""
-    spec = importlib.util.spec_from_file_location("specdiff_docs_generate", ROOT / "docs" / "generate.py")
+    spec = importlib.util.spec_from_file_location(
+        "specdiff_docs_generate", ROOT / "docs" / "generate.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
