@@ -16,17 +16,17 @@ from collections.abc import Iterator
 from typing import Any
 
 REFERENCE_PAGE = "reference/cli.md"
-HELP_COLUMNS = 100
+HELP_COLUMNS = 80
 """argparse wraps help at the terminal's width; a fixed width keeps the page the same
 wherever it is built."""
 
-INTRO = """# CLI reference
+INTRO = f"""# CLI reference
 
-Every command and its options, as `specdiff COMMAND --help` prints them (at 100
-columns). This page is generated from specdiff's own parser each time the site is built,
-so it always matches the installed code. `specdiff` alone (or with options only) is
-`specdiff live`, the TUI. Exit codes: 0 the lanes agree, 1 they differ, 2 bad input,
-130 interrupted (see [what `specdiff run` prints](../guide/run.md#exit-codes)).
+Every command and its options, as `specdiff COMMAND --help` prints them in a terminal
+{HELP_COLUMNS} columns wide. This page is generated from specdiff's own parser each time
+the site is built, so it always matches the installed code. `specdiff` alone (or with
+options only) is `specdiff live`, the TUI. Exit codes: 0 the lanes agree, 1 they differ,
+2 bad input, 130 interrupted (see [what `specdiff run` prints](../guide/run.md#exit-codes)).
 """
 
 
