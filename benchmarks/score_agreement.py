@@ -7,7 +7,7 @@ llama-perplexity first writes the base model's log-probabilities
 pair with lane a = the base and `--like-perplexity` (whole chunks, second half of
 each). Both evaluate each chunk alone in calls of n_ctx tokens (`-b N`) with flash
 attention off, as specdiff's lanes do by default, so the two tools run the same kernels
-and the figures differ only by how each sums them (see README: "Agreement with
+and the figures differ only by how each sums them (see docs/how-to/score.md: "Agreement with
 llama-perplexity").
 
     python3 benchmarks/score_agreement.py --base f16 --n-ctx 512 --tokens 2000

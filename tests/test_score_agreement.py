@@ -20,8 +20,8 @@ SCRIPT = ROOT / "benchmarks" / "score_agreement.py"
 
 @pytest.mark.model
 def test_score_agrees_with_llama_perplexity(q8_model_path):
-    """Q4_K_M against its Q8_0 variant (F16 is the README's figure; Q8_0 is quicker to
-    make and to run), three 128-token chunks of code."""
+    """Q4_K_M against its Q8_0 variant (F16 is the figure in docs/how-to/score.md; Q8_0 is
+    quicker to make and to run), three 128-token chunks of code."""
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--base", "q8_0", "--n-ctx", "128", "--tokens", "260"],
         capture_output=True,
