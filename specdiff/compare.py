@@ -627,6 +627,19 @@ def run_fork_explanation(
     return fork_explanation(fork, verdict, names, teacher_forced)
 
 
+def run_fork_account(
+    a: Sequence[TokenStep],
+    b: Sequence[TokenStep],
+    teacher_forced: bool = False,
+    near_tie: float = DEFAULT_NEAR_TIE,
+    names: tuple[str, str] = ("lane a", "lane b"),
+) -> str | None:
+    """The whole explanation of a run's fork on one line (label, probabilities, then
+    logits), for a report or an export, which have room for it; None without a fork."""
+    explanation = run_fork_explanation(a, b, teacher_forced, near_tie, names)
+    return None if explanation is None else explanation.sentence
+
+
 def run_fork_sentence(
     a: Sequence[TokenStep],
     b: Sequence[TokenStep],

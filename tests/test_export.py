@@ -22,7 +22,7 @@ import pytest
 
 from specdiff import files as files_module
 from specdiff.cli import main
-from specdiff.compare import DEFAULT_NEAR_TIE, run_fork_sentence
+from specdiff.compare import DEFAULT_NEAR_TIE, run_fork_account
 from specdiff.reports.export import ExportError, export_session, token_texts, write_report
 from specdiff.reports.svg import (
     HEIGHT,
@@ -655,8 +655,10 @@ def test_a_long_series_is_a_line_without_points() -> None:
 @pytest.mark.parametrize("path", DEMOS, ids=lambda p: p.name.split("-", 1)[1])
 def test_every_format_says_why_it_forked(path: Path) -> None:
     session = load_session(path)
-    why = run_fork_sentence(session.steps["a"], session.steps["b"], near_tie=DEFAULT_NEAR_TIE)
+    why = run_fork_account(session.steps["a"], session.steps["b"], near_tie=DEFAULT_NEAR_TIE)
     assert why is not None
+    # an export has room for the probabilities, not only the logits
+    assert "%" in why and "in logits:" in why
     data = json.loads(export_session(session, "json"))
     # the headline is the top-level verdict; the summary's sentence says why
     assert data["summary"]["why"] == why and "verdict" not in data["summary"]

@@ -26,7 +26,7 @@ from specdiff.compare import (
     Comparison,
     Fork,
     ForkVerdict,
-    run_fork_sentence,
+    run_fork_account,
     run_fork_verdict,
 )
 from specdiff.control import control_sentence
@@ -104,7 +104,7 @@ class _Report:
     verdict: ForkVerdict | None
     """The fork's class (in a teacher-forced session, the first flip's)."""
     why: str | None
-    """The fork's plain-words verdict (fork_sentence), None without a fork."""
+    """Why the lanes forked: probabilities first, then logits; None without a fork."""
 
     @property
     def fork(self) -> Fork | None:
@@ -160,7 +160,7 @@ def _report(session: Session, near_tie: float) -> _Report:
         run_fork_verdict(
             session.steps["a"], session.steps["b"], session.header.teacher_forced, near_tie
         ),
-        run_fork_sentence(
+        run_fork_account(
             session.steps["a"], session.steps["b"], session.header.teacher_forced, near_tie
         ),
     )

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specdiff.compare import run_fork_sentence
+from specdiff.compare import run_fork_account
 from specdiff.sessions.format import LaneOutcome, RunSummary, Serving
 from specdiff.sessions.store import Session
 from specdiff.steps import TokenStep
@@ -71,7 +71,7 @@ class PromptRecord:
     near_ties: tuple[int, int]
     teacher: TeacherStats | None = None
     verdict: str | None = None
-    """Why the run forked, in plain words (compare.fork_sentence); None without a fork."""
+    """Why the run forked: probabilities first, then logits; None without a fork."""
 
     def to_json(self) -> dict[str, Any]:
         """The session footer's fields, and the suite's beside them."""
@@ -110,7 +110,7 @@ def record_from_session(
             sum(1 for s in b if s.margin < near_tie),
         ),
         teacher=teacher_stats(a, b) if session.header.teacher_forced else None,
-        verdict=run_fork_sentence(a, b, session.header.teacher_forced, near_tie),
+        verdict=run_fork_account(a, b, session.header.teacher_forced, near_tie),
     )
 
 
