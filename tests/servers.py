@@ -488,7 +488,9 @@ class _Deployment(BaseHTTPRequestHandler):
             if self.mode.endswith("-liar"):
                 _Deployment.hits += len(words)  # a hit claimed whatever the cache holds
             else:
-                _Deployment.hits += max((_common(words, seen) for seen in _Deployment.cached), default=0)
+                _Deployment.hits += max(
+                    (_common(words, seen) for seen in _Deployment.cached), default=0
+                )
             _Deployment.cached.append(words)
             _Deployment.running += 1
         try:

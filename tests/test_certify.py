@@ -71,7 +71,9 @@ def test_identical_runs_hold_only_where_the_condition_was_shown() -> None:
 def test_a_fork_is_broken_with_both_picks_and_margins() -> None:
     reference = run([1, 2, 3, 4])
     other = [*run([1, 2]), step(2, 9, (1.5, 1.4)), step(3, 4)]
-    result = judge(BATCH, [Compared("p1", reference, reference), Compared("p2", reference, other)], UNSHOWN)
+    result = judge(
+        BATCH, [Compared("p1", reference, reference), Compared("p2", reference, other)], UNSHOWN
+    )
     assert result.verdict == BROKEN  # a difference is evidence even where batching was not shown
     assert result.identical == 1 and result.compared == 2
     fork = result.fork

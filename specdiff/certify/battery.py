@@ -62,7 +62,7 @@ SHARED_PREFIX = (
 )
 """The prefix the cache property primes: long enough that a hit covers many tokens."""
 CACHE_QUESTIONS = ("Question: When does the library close?\nAnswer:",)
-POLL_SECONDS = 0.02
+POLL_SECONDS = 0.05
 """How often a server's /slots and /metrics are read while requests run together."""
 FILLER_WORDS = (3, 12, 40, 80)
 """The lengths (in words, cycled) the needle's fillers are cut to: a ragged batch."""
@@ -170,6 +170,10 @@ class Side:
     ) -> tuple[list[Compared], Proof] | str:
         raise NotImplementedError
 
+    def against_bare_client(self, max_tokens: int) -> dict[str, Any]:
+        """One request sent by a bare HTTP client and the same through a lane, timed."""
+        return {}
+
     def close(self) -> None:
         return None
 
@@ -208,6 +212,7 @@ def run_battery(side: Side, settings: Settings, progress: Progress = _quiet) -> 
         "tokens": timeline.tokens,
         "tokens_per_second": timeline.tokens / busy if busy else None,
     }
+    cost.update(side.against_bare_client(settings.max_tokens))
     return Certificate(side.describe(), _settings_record(settings), results, cost)
 
 
@@ -329,7 +334,9 @@ class LocalSide(Side):
     """The bundled (or given) model in-process: batches of sequences in one KV memory,
     as repeat builds them; the cache and speculation pairs as run runs them."""
 
-    def __init__(self, lane: Lane, settings: Settings, progress: Progress, cancel: threading.Event):
+    def __init__(
+        self, lane: Lane, settings: Settings, progress: Progress, cancel: threading.Event
+    ) -> None:
         # deferred: the engine loads in the worker process only
         from specdiff.engine.llama.batched import BatchedLane
         from specdiff.engine.llama.context import ModelPool
@@ -381,14 +388,21 @@ class LocalSide(Side):
             if shown
             else "no decode call held more than one sequence"
         )
-        return found, Proof(shown, how, {"rows_per_decode_call": max(widths)})
+        facts = {
+            "rows_per_decode_call": max(widths),
+            # in-process the prompt read is always sequence 0, its neighbours after it
+            "sequence_of_the_prompt": 0,
+        }
+        return found, Proof(shown, how, facts)
 
     def cold_and_warm(
         self, question: str, max_tokens: int
     ) -> tuple[list[TokenStep], list[TokenStep], Proof] | str:
         warm = replace(self.base, prefix="cached", prefix_text=SHARED_PREFIX, speculation="none")
         cold = replace(self.base, prefix="fresh", speculation="none")
-        result = self._pair(Pair("cache-vs-fresh", warm, cold), SHARED_PREFIX + question, max_tokens)
+        result = self._pair(
+            Pair("cache-vs-fresh", warm, cold), SHARED_PREFIX + question, max_tokens
+        )
         prefix = result.a.prefix_tokens
         proof = Proof(
             prefix > 0,
@@ -420,12 +434,16 @@ class LocalSide(Side):
     def speculation(
         self, prompts: Sequence[str], max_tokens: int
     ) -> tuple[list[Compared], Proof] | str:
-        speculative = self.base if self.base.speculative else replace(self.base, speculation="ngram")
+        speculative = (
+            self.base if self.base.speculative else replace(self.base, speculation="ngram")
+        )
         plain = replace(self.base, speculation="none", prefix="fresh")
         pairs, accepted = [], 0
         for number, prompt in enumerate(prompts, 1):
             result = self._pair(Pair("spec-vs-plain", speculative, plain), prompt, max_tokens)
-            pairs.append(Compared(f"prompt {number} plain vs speculative", result.b.steps, result.a.steps))
+            pairs.append(
+                Compared(f"prompt {number} plain vs speculative", result.b.steps, result.a.steps)
+            )
             accepted += result.a.accepted
         proof = Proof(
             accepted > 0,
@@ -439,11 +457,13 @@ class LocalSide(Side):
     def _pair(self, pair: Pair, prompt: str, max_tokens: int) -> Any:
         from specdiff.engine.pairrun import PairRun  # deferred, as in __init__
 
-        with self.timeline.request() as counted, PairRun(
-            pair, self.progress, self.cancel, self.pool
-        ) as runner:
-            result = runner.run(prompt, max_tokens)
-            counted[0] = len(result.a.steps) + len(result.b.steps)
+        runner = PairRun(pair, self.progress, self.cancel, self.pool)
+        try:
+            with self.timeline.request() as counted:  # the run, not the lanes' opening
+                result = runner.run(prompt, max_tokens)
+                counted[0] = len(result.a.steps) + len(result.b.steps)
+        finally:
+            runner.close()
         for outcome in (result.a, result.b):
             if outcome.error:
                 raise PromptError(f"lane {outcome.lane_id} failed: {outcome.error}")
@@ -740,6 +760,27 @@ class ServerSide(Side):
         )
         return pairs, proof
 
+    def against_bare_client(self, max_tokens: int) -> dict[str, Any]:
+        from specdiff.engine.server.dialects import dialect_for, request_body  # deferred
+
+        lane = self.lanes[0]
+        dialect = dialect_for(self.lane.api, lane.vocab.piece)
+        body = request_body(self.lane, dialect, DEFAULT_PROMPT, max_tokens, [], lane.extra)
+        body["stream"] = False
+        began = time.perf_counter()
+        answer = self.probe.request("POST", dialect.path, 1 << 22, json=body)
+        bare = time.perf_counter() - began
+        if answer.status != 200:
+            return {}
+        began = time.perf_counter()
+        steps = list(lane.generate(DEFAULT_PROMPT, max_tokens))
+        through = time.perf_counter() - began
+        return {
+            "bare_client_seconds": bare,
+            "through_specdiff_seconds": through,
+            "bare_client_tokens": len(steps),
+        }
+
     def close(self) -> None:
         self.stack.close()
         self.pool.close()
@@ -821,4 +862,3 @@ def certify(
         if theirs and ours:
             certificate.cost["against_other"] = ours / theirs
     return certificate.as_dict()
-

@@ -132,14 +132,18 @@ def fork_record(pair: Compared) -> dict[str, Any] | None:
         return {
             "pair": pair.label,
             "index": index,
-            "reference_pick": _piece(pair.reference[index]) if index < len(pair.reference) else "(ended)",
-            "other_pick": _piece(pair.other[index]) if index < len(pair.other) else "(ended)",
+            "reference_pick": _piece_at(pair.reference, index),
+            "other_pick": _piece_at(pair.other, index),
             "reference_margin": None,
             "other_margin": None,
             "reference_logit_of_other_pick": None,
             "other_logit_of_reference_pick": None,
         }
     return None
+
+
+def _piece_at(steps: Sequence[TokenStep], index: int) -> str:
+    return _piece(steps[index]) if index < len(steps) else "(ended)"
 
 
 def _finite(value: float) -> float | None:

@@ -75,8 +75,16 @@ def certificate_text(data: dict[str, Any]) -> str:
             f"{cost['wall_seconds']:.1f} s ({_number(speed)} tokens/s while requests ran; "
             f"battery / request time {_number(cost.get('overhead'))})",
         ]
+        if cost.get("bare_client_seconds") is not None:
+            lines.append(
+                f"      one {cost['bare_client_tokens']}-token request: "
+                f"{cost['bare_client_seconds']:.2f} s from a bare client, "
+                f"{cost['through_specdiff_seconds']:.2f} s streamed through specdiff"
+            )
         if cost.get("against_other") is not None:
-            lines.append(f"      throughput against the other endpoint: {cost['against_other']:.2f}x")
+            lines.append(
+                f"      throughput against the other endpoint: {cost['against_other']:.2f}x"
+            )
     lines += ["", *(f"note: {note}" for note in data.get("notes", []))]
     return "\n".join(visible(line) if line else line for line in lines)
 
