@@ -61,7 +61,7 @@ def certificate_text(data: dict[str, Any]) -> str:
                 f"{_number(entry['largest_difference'])}"
             )
         proof = entry.get("proof") or {}
-        if proof.get("how") and entry["verdict"] != "not tested":
+        if proof.get("how") and entry["verdict"] == "broken":  # a hold's reason says it
             lines.append(f"            evidence: {proof['how']}")
     control = data.get("control")
     if control:
