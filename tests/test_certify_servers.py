@@ -71,8 +71,9 @@ def test_a_load_dependent_server_is_broken_and_the_control_says_so(capsys) -> No
     assert control is not None and set(control["broken"]) == {"batch-invariance", "needle"}
     assert alone == 1
     batch = entry(direct, "batch-invariance")
-    assert batch["verdict"] == "broken" and batch["fork"]["index"] == 5
-    assert batch["identical"] == 0
+    # its words change from token 5 on while another request runs beside it
+    assert batch["verdict"] == "broken" and batch["fork"]["index"] >= 5
+    assert batch["identical"] < batch["compared"]
 
 
 @pytest.mark.parametrize("engine", ["vllm-liar", "sglang-liar"])
@@ -87,9 +88,12 @@ def test_a_server_that_claims_cache_hits_it_did_not_make_is_not_believed(
     assert "cold request" in cache["why"]
 
 
-def test_a_server_that_shows_nothing_of_itself_is_not_tested(capsys) -> None:
+def test_a_server_that_shows_nothing_of_itself_is_not_tested(capsys, tmp_path: Path) -> None:
+    page = tmp_path / "certificate.html"
     with deployment_server("bare") as url:
-        code, data = certify(capsys, "--endpoint", url)
+        code, data = certify(capsys, "--endpoint", url, "--html", str(page))
+    html = page.read_text(encoding="utf-8")
+    assert html.count('class="property"') == 6 and 'data-verdict="holds"' in html
     found = verdicts(data)
     assert found["run-to-run"] == "holds"
     for name in ("batch-invariance", "needle", "prefix-cache"):
