@@ -141,3 +141,22 @@ def test_llama_server_every_property_runs_with_evidence(llama_servers, capsys) -
     assert entry(data, "prefix-cache")["proof"]["facts"]["warm_hits"] > 0
     broken = any(found["verdict"] == "broken" for found in data["properties"])
     assert code == (1 if broken else 0)
+
+
+def test_serve_pair_certifies_its_speculative_server_against_its_plain_one(capsys) -> None:
+    code = main(
+        [
+            "serve-pair", "--threads", "1", "--server-arg=--parallel", "--server-arg=4",
+            "certify", "--json", "--quiet", "--max-tokens", "24",
+            "--property", "run-to-run", "--property", "speculation",
+        ]
+    )  # fmt: skip
+    captured = capsys.readouterr()
+    assert code in (0, 1), captured.err
+    data = json.loads(captured.out)
+    assert data["subject"]["engine"] == "llama-server"
+    assert data["subject"]["other_endpoint"] != data["subject"]["endpoint"]
+    speculation = entry(data, "speculation")
+    assert speculation["verdict"] in ("holds", "broken"), speculation["why"]
+    assert speculation["proof"]["facts"]["accepted"] > 0  # the speculative one drafted
+    assert code == (1 if "broken" in verdicts(data).values() else 0)
