@@ -1,7 +1,8 @@
 """Real servers on loopback for the server-lane tests: llama-cpp-python's OpenAI server,
 and a small HTTP server that misbehaves on purpose: errors, broken streams, slowness, and
 the hostile answers a server the user does not control may give (endless streams, NaN,
-an echoed key, escape sequences, redirects, giant events)."""
+an echoed key, escape sequences, redirects, giant events); and deployment servers that
+speak vLLM's and SGLang's metrics and cache resets, honestly or not."""
 
 from __future__ import annotations
 
@@ -405,7 +406,130 @@ class _Faulty(BaseHTTPRequestHandler):
         write(b"data: [DONE]\n\n")
 
 
+DEPLOYMENT_MODES = ("vllm", "vllm-variant", "vllm-liar", "sglang", "sglang-liar", "bare")
+"""Modes of `deployment_server`: an OpenAI-compatible server that batches (its running
+requests counted in /metrics as vLLM or SGLang name them) and keeps a prefix cache (its hit
+counter there too, emptied by vLLM's POST /reset_prefix_cache or SGLang's /flush_cache).
+vllm and sglang answer alike whatever the load; vllm-variant's log-probabilities, and from
+token 5 its words, change while another request runs (a batch-variant server); the -liar
+modes count every prompt token of every request as a cache hit; bare has no /metrics."""
+DEPLOYMENT_WORDS = (" the", " cat", " sat", " on", " a", " mat", " and", " then", " it", " ran")
+TOKEN_SECONDS = 0.01
+"""A deployment server's time per token: long enough that requests sent together overlap."""
+
+
+def deployment_server(mode: str) -> contextlib.AbstractContextManager[str]:
+    """This file run as a deployment server of `mode` (DEPLOYMENT_MODES)."""
+    return script_server(__file__, mode)
+
+
+class _Deployment(BaseHTTPRequestHandler):
+    mode = "vllm"
+    running = 0
+    hits = 0.0
+    cached: list[list[str]] = []
+    guard = threading.Lock()
+
+    def log_message(self, *_: object) -> None:
+        return None
+
+    def _json(self, status: int, data: object) -> None:
+        body = json.dumps(data).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _metrics(self) -> str:
+        engine = self.mode.partition("-")[0]
+        running, hits = _Deployment.running, _Deployment.hits
+        if engine == "vllm":
+            return (
+                "# TYPE vllm:num_requests_running gauge\n"
+                f'vllm:num_requests_running{{model_name="fake"}} {running}\n'
+                "# TYPE vllm:prefix_cache_hits_total counter\n"
+                f'vllm:prefix_cache_hits_total{{model_name="fake"}} {hits}\n'
+            )
+        return (
+            f'sglang:num_running_reqs{{model_name="fake"}} {running}\n'
+            f'sglang:cached_tokens_total{{model_name="fake"}} {hits}\n'
+        )
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        if self.path == "/v1/models":
+            self._json(200, {"data": [{"id": f"fake-{self.mode}"}]})
+        elif self.path == "/metrics" and self.mode != "bare":
+            body = self._metrics().encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        elif self.path == "/stats":
+            self._json(200, {"hits": _Deployment.hits, "running": _Deployment.running})
+        else:
+            self._json(404, {"error": "not found"})
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        engine = self.mode.partition("-")[0]
+        reset = {"vllm": "/reset_prefix_cache", "sglang": "/flush_cache"}.get(engine)
+        if self.path == reset:
+            with _Deployment.guard:
+                _Deployment.cached = []
+            self._json(200, {"ok": True})
+            return
+        if self.path != "/v1/completions":
+            self._json(404, {"error": "not found"})
+            return
+        words = str(body.get("prompt", "")).split(" ")
+        with _Deployment.guard:
+            if self.mode.endswith("-liar"):
+                _Deployment.hits += len(words)  # a hit claimed whatever the cache holds
+            else:
+                _Deployment.hits += max(
+                    (_common(words, seen) for seen in _Deployment.cached), default=0
+                )
+            _Deployment.cached.append(words)
+            _Deployment.running += 1
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self._complete(words, int(body.get("max_tokens", 16)))
+        finally:
+            with _Deployment.guard:
+                _Deployment.running -= 1
+
+    def _complete(self, words: list[str], max_tokens: int) -> None:
+        seed = sum(" ".join(words).encode())
+        for index in range(max_tokens):
+            time.sleep(TOKEN_SECONDS)
+            crowded = self.mode == "vllm-variant" and _Deployment.running > 1
+            shift = 7 if crowded and index >= 5 else 0
+            word = DEPLOYMENT_WORDS[(seed + 3 * index + shift) % len(DEPLOYMENT_WORDS)]
+            logprob = -0.25 - (0.001 if crowded else 0.0)
+            self.wfile.write(_event(word, logprob=logprob))
+            self.wfile.flush()
+        self.wfile.write(_event("", logprobs=False, finish="length") + b"data: [DONE]\n\n")
+
+
+def _common(words: list[str], seen: list[str]) -> int:
+    """How many leading words two prompts share."""
+    count = 0
+    for mine, theirs in zip(words, seen):
+        if mine != theirs:
+            break
+        count += 1
+    return count
+
+
 if __name__ == "__main__":
+    if sys.argv[1] in DEPLOYMENT_MODES:
+        _Deployment.mode = sys.argv[1]
+        ThreadingHTTPServer(("127.0.0.1", int(sys.argv[2])), _Deployment).serve_forever()
     _Faulty.mode = sys.argv[1]
     if _Faulty.mode.partition(":")[0] in BUSY_MODES:
         _Faulty.protocol_version = "HTTP/1.1"  # keep-alive: every answer has its length

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from specdiff import __version__
 from specdiff.cli import (
+    certify,
     doctor,
     export,
     live,
@@ -46,6 +47,7 @@ COMMANDS = (
     suite,
     score,
     repeat,
+    certify,
     serve_pair,
     serve,
     models,

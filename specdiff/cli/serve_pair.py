@@ -25,7 +25,7 @@ from specdiff.safe_text import visible
 if TYPE_CHECKING:
     from specdiff.engine.server.process import LlamaServer
 
-SERVE_PAIR_COMMANDS = ("run", "live", "suite")
+SERVE_PAIR_COMMANDS = ("run", "live", "suite", "certify")
 MAX_DRAFT = 256
 """The most tokens --draft-max may ask a server to draft per step."""
 SECRET_OPTION = re.compile(r"key|token|secret|passw", re.IGNORECASE)
@@ -119,7 +119,8 @@ def add_parser(commands: Subcommands) -> None:
         "inner",
         nargs=argparse.REMAINDER,
         metavar="COMMAND ...",
-        help="run (default), live or suite, with their options; the lanes point at the servers",
+        help="run (default), live, suite or certify, with their options; the lanes point at "
+        "the servers",
     )
 
 

@@ -1,0 +1,7 @@
+"""`specdiff certify`: one battery that checks a deployment's claim that greedy decoding
+repeats, property by property, and writes a certificate with the evidence for each.
+
+`records` holds the verdict logic and the certificate record (pure: token steps in,
+verdicts out); `evidence` reads what servers say of themselves (/metrics, /slots) into
+numbers; `battery` runs the requests against servers or the in-process engine.
+"""

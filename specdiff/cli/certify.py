@@ -1,0 +1,189 @@
+"""`specdiff certify`: check a deployment's claim that greedy decoding repeats, one
+property at a time, and print a certificate with the evidence; exit 0 when every tested
+property holds, 1 when one is broken, 2 on bad input.
+
+The battery runs in a worker process, which alone loads llama.cpp (the bundled model
+in-process, or a server lane's tokenizer)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from specdiff.certify.records import PROPERTIES, check_properties
+from specdiff.cli import options
+from specdiff.cli.common import (
+    ArgumentError,
+    Exit,
+    Status,
+    Subcommands,
+    add_command,
+    interrupt_sets,
+    known_pairs,
+    resolve_pair,
+)
+from specdiff.lanes import Lane, Pair, check_endpoints
+from specdiff.safe_text import terminal_text, visible
+
+MAX_ENDPOINTS = 2
+"""The certified endpoint, and the one to compare it with (without the switch, or plain)."""
+
+
+def add_parser(commands: Subcommands) -> None:
+    parser = add_command(
+        commands,
+        "certify",
+        "check that greedy decoding repeats: run to run, batch size, load, cache, "
+        "decode vs prefill, speculation",
+        command_certify,
+    )
+    parser.add_argument(
+        "--endpoint",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="the server to certify; a second --endpoint is the same model without the "
+        "deterministic switch (or without speculation), for the control and the cost "
+        "(default: the in-process engine)",
+    )
+    parser.add_argument(
+        "--pair", default=None, help="a pair preset whose lane a is certified, lane b compared"
+    )
+    options.add_lane_options(parser, one_pair=False)
+    parser.add_argument(
+        "--property",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help=f"run only this property (repeatable): {', '.join(PROPERTIES)}",
+    )
+    parser.add_argument(
+        "-n",
+        "--runs",
+        type=options.whole_number(0, 1000),
+        default=4,
+        help="run to run: how often the same request is sent (default 4)",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=options.whole_number(0, 64),
+        default=4,
+        help="batch size N: prompts sent together (default 4)",
+    )
+    parser.add_argument(
+        "--fillers",
+        type=options.whole_number(0, 127),
+        default=8,
+        help="needle: filler prompts of mixed lengths sent with it (default 8)",
+    )
+    options.add_max_tokens(parser, default=48)
+    parser.add_argument("--seed", type=int, default=0, help="where the needle goes (default 0)")
+    parser.add_argument(
+        "--mode-flag",
+        metavar="FLAG",
+        help="the deterministic switch the certified server runs with (e.g. "
+        "VLLM_BATCH_INVARIANT=1); with a second endpoint without it, the certificate also "
+        "says what broke there",
+    )
+    parser.add_argument("--html", metavar="FILE", help="also write the certificate as HTML")
+    options.add_json_summary(parser)
+    options.add_quiet(parser)
+
+
+def lanes_of(args: argparse.Namespace) -> tuple[Lane, Lane | None]:
+    """The certified lane and the one it is compared with, if any."""
+    if len(args.endpoint) > MAX_ENDPOINTS:
+        raise ArgumentError(
+            f"--endpoint given {len(args.endpoint)} times; give the certified server and at "
+            "most one to compare it with"
+        )
+    if args.pair is not None and args.endpoint:
+        raise ArgumentError("--pair names the lanes itself; drop --endpoint or --pair")
+    for endpoint in args.endpoint:
+        check_endpoints(endpoint)
+    if args.pair is not None:
+        pair = resolve_pair(args, known_pairs(args), args.pair)
+        return pair.a, pair.b
+    if args.endpoint:
+        first = args.endpoint[0]
+        second = args.endpoint[-1]
+        base = Pair(
+            "certify",
+            Lane(backend="server", endpoint=first),
+            Lane(backend="server", endpoint=second),
+            "",
+        )
+        pair = resolve_pair(args, {"certify": base}, "certify")
+        return pair.a, pair.b if len(args.endpoint) == MAX_ENDPOINTS else None
+    pair = resolve_pair(args, {"certify": Pair("certify", Lane(), Lane(), "")}, "certify")
+    return pair.a, None
+
+
+def command_certify(args: argparse.Namespace) -> int:
+    # deferred: the engine and the report load only for the command that runs
+    from specdiff.certify.battery import Settings, certify
+    from specdiff.engine.worker import call_in_worker
+
+    properties = check_properties(args.property)
+    settings = Settings(
+        runs=args.runs,
+        batch=args.batch_size,
+        fillers=args.fillers,
+        max_tokens=args.max_tokens,
+        seed=args.seed,
+        properties=properties,
+    )
+    settings.check()
+    lane, other = lanes_of(args)
+    if lane.backend == "server" and other is not None and other.backend != "server":
+        raise ArgumentError("the lane to compare with must be a server too")
+    if args.html is not None:
+        options.check_output_file(Path(args.html), "--html")
+    control = bool(args.mode_flag) and other is not None
+    if args.mode_flag:
+        lane = _with_flag(lane, args.mode_flag)
+    status = Status(sys.stderr, not args.quiet)
+    where = "the in-process engine" if lane.backend != "server" else visible(lane.endpoint)
+    status.message(f"certify: {len(properties)} properties on {where}")
+    cancel = threading.Event()
+    with interrupt_sets(cancel):
+        data = call_in_worker(
+            certify,
+            (lane, settings, other, control),
+            {"progress": status.message},
+            cancel,
+            doing="running the certify battery",
+        )
+    if args.mode_flag:
+        data["subject"]["mode_flag"] = args.mode_flag
+    return report(args, data)
+
+
+def _with_flag(lane: Lane, flag: str) -> Lane:
+    """The lane with the switch among what it was launched with (shown beside results)."""
+    from dataclasses import replace
+
+    flags = lane.server_flags
+    return replace(lane, server_flags=f"{flags} {flag}".strip() if flag not in flags else flags)
+
+
+def report(args: argparse.Namespace, data: dict[str, Any]) -> int:
+    """Print the certificate (and write its HTML); the exit code from its verdicts."""
+    # deferred: the report modules load once the battery is done
+    from specdiff.reports.certificate import certificate_html, certificate_text
+
+    if args.json:
+        json.dump(data, sys.stdout, indent=1, ensure_ascii=True)
+        sys.stdout.write("\n")
+    else:
+        print(terminal_text(certificate_text(data)))
+    if args.html is not None:
+        options.write_output_file(Path(args.html), certificate_html(data), "--html")
+        if not args.quiet:
+            print(f"certificate: {visible(args.html)}", file=sys.stderr)
+    broken = any(p["verdict"] == "broken" for p in data["properties"])
+    return Exit.DIFFERENT if broken else Exit.SAME

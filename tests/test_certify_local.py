@@ -1,0 +1,59 @@
+"""certify in-process on the bundled model: the acceptance run (every property printed
+with its verdict and evidence), and the batch and speculation verdicts with the evidence
+they rest on; whether a fork appears is read from the run, never assumed."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from specdiff.cli import main
+
+pytestmark = pytest.mark.model
+
+
+ONE_THREAD = ["--both", "threads=1", "--both", "threads_batch=1"]
+"""llama.cpp's threads spin while they wait for each other: on cores other processes share
+(a test run's), one thread decodes several times faster than two."""
+
+
+def certify(capsys: Any, *arguments: str) -> tuple[int, dict[str, Any]]:
+    code = main(["certify", "--json", "--quiet", *ONE_THREAD, *arguments])
+    captured = capsys.readouterr()
+    assert code in (0, 1), captured.err
+    return code, json.loads(captured.out)
+
+
+def test_every_property_is_printed_with_its_verdict_and_evidence(capsys) -> None:
+    code, data = certify(
+        capsys, "-n", "2", "--batch-size", "2", "--fillers", "2", "--max-tokens", "40"
+    )
+    names = [found["name"] for found in data["properties"]]
+    assert names == [
+        "run-to-run",
+        "batch-invariance",
+        "needle",
+        "prefix-cache",
+        "decode-vs-prefill",
+        "speculation",
+    ]
+    for found in data["properties"]:
+        # in-process every condition can be made and shown: nothing is left untested
+        assert found["verdict"] in ("holds", "broken"), (found["name"], found["why"])
+        assert found["proof"]["shown"] or found["verdict"] == "broken"
+        assert found["compared"] > 0 and found["why"]
+    assert entry(data, "batch-invariance")["proof"]["facts"]["rows_per_decode_call"] >= 2
+    assert entry(data, "prefix-cache")["proof"]["facts"]["prefix_tokens"] > 0
+    # a batch of two rows runs other kernels than one row: bs1 vs bsN is not bitwise here
+    assert entry(data, "batch-invariance")["verdict"] == "broken"
+    speculation = entry(data, "speculation")
+    forked = speculation["identical"] < speculation["compared"]
+    assert speculation["verdict"] == ("broken" if forked else "holds")
+    assert code == 1
+    assert data["cost"]["overhead"] is not None and data["cost"]["tokens"] > 0
+
+
+def entry(data: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(found for found in data["properties"] if found["name"] == name)
