@@ -16,6 +16,7 @@ import pytest
 from specdiff.cli import main
 from tests.conftest import ForkingPrompt
 from tests.fixtures import model_with_changed_token
+from tests.in_process import specdiff_here
 
 
 def specdiff(
@@ -153,7 +154,7 @@ def test_models_lists_the_bundled_model() -> None:
     ],
 )
 def test_bad_input_is_one_line_and_exit_two(args: list[str], fragments: list[str]) -> None:
-    assert_one_line_error(specdiff(*args), *fragments)
+    assert_one_line_error(specdiff_here(*args), *fragments)
 
 
 def test_not_a_gguf_file(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
@@ -218,7 +218,6 @@ RUNS = st.builds(
 )
 
 
-@settings(max_examples=80, deadline=None)
 @given(st.lists(RUNS, min_size=1, max_size=40))
 def test_the_figures_equal_a_count_of_the_runs_in_every_output(runs):
     data = suite_data(runs)
