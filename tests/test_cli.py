@@ -102,7 +102,9 @@ def test_run_reports_a_fork_and_exits_one(
         assert fork[side]["other"]["logit"] is not None  # probed even outside the top-k
         own, other = fork[side]["own"]["probability"], fork[side]["other"]["probability"]
         assert 0 < other <= own < 1
-        assert fork[side]["margin"] >= 0
+        # top-1 minus top-2: no more than the gap to the other lane's pick, which is #2 or lower
+        gap = fork[side]["own"]["logit"] - fork[side]["other"]["logit"]
+        assert 0 <= fork[side]["margin"] <= gap + 1e-6
     assert 0 <= data["after_fork"]["similarity"] <= 1
 
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-
-import pytest
+from pathlib import Path
 
 from tests.conftest import ROOT, pyproject
 
@@ -110,11 +109,17 @@ def test_the_core_contract_names_every_core_package() -> None:
     assert set(core["source_modules"]) == top_level
 
 
+def lint_imports() -> Path:
+    """The lint-imports of the interpreter running the tests: its scripts folder need not
+    be on PATH (a virtual environment run by its python3 without activating it)."""
+    beside = Path(sys.executable).parent / "lint-imports"
+    found = beside if beside.exists() else shutil.which("lint-imports")
+    assert found is not None, "lint-imports is not installed: python3 -m pip install -e '.[test]'"
+    return Path(found)
+
+
 def test_lint_imports_keeps_the_layers() -> None:
-    executable = shutil.which("lint-imports")
-    if executable is None:
-        pytest.skip("lint-imports is not installed: python3 -m pip install -e '.[test]'")
     completed = subprocess.run(
-        [executable, "--no-cache"], capture_output=True, text=True, timeout=300, cwd=ROOT
+        [lint_imports(), "--no-cache"], capture_output=True, text=True, timeout=300, cwd=ROOT
     )
     assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
