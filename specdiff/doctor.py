@@ -212,7 +212,7 @@ def print_llama_facts(model: str) -> None:
     _emit("gpu", {"offload": supports_gpu_offload(), "devices": backend_devices()})
     if not model:
         return
-    from specdiff.engine.probe import verdict
+    from specdiff.engine.llama.probe import verdict
 
     try:
         _emit("probe", dataclasses.asdict(verdict(model)))

@@ -31,12 +31,11 @@ from specdiff.reports.suite import (
 )
 from specdiff.sessions.format import CRASHED, Grade, RunSummary
 from specdiff.suite.ledger import Ledger
+from specdiff.suite.outcome import SuiteOutcome, outcome_json
 from specdiff.suite.paired import mcnemar_exact, wilson_interval
 from specdiff.suite.prompts import SuitePrompt
 from specdiff.suite.records import PromptRecord
-from specdiff.suite.runner import SuiteOutcome
 from specdiff.suite.settings import SuiteSettings
-from specdiff.suite.stats import outcome_json
 from tests.test_terminal_safety import ENCODABLE_IDS, ENCODABLE_TEXTS, assert_terminal_safe
 
 PAIR = "spec-vs-plain"

@@ -35,11 +35,10 @@ from specdiff.safe_text import (
 )
 from specdiff.sessions.store import load_session
 from specdiff.suite.ledger import Ledger
+from specdiff.suite.outcome import SuiteOutcome, outcome_json
 from specdiff.suite.prompts import SuitePrompt
 from specdiff.suite.records import record_from_session
-from specdiff.suite.runner import SuiteOutcome
 from specdiff.suite.settings import SuiteSettings
-from specdiff.suite.stats import outcome_json
 from specdiff.tui.app import make_app
 from specdiff.tui.widgets import TokenView
 

@@ -47,6 +47,12 @@ Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 """What each command module's `add_parser` adds its parser to."""
 
 
+RunCommand = Callable[[list[str]], int]
+"""specdiff's entry point, `main`: the command line a command may run another command
+through (serve-pair runs run, live or suite). The parser gives it to every handler as
+`args.run_command`, so that no command module imports the package that lists it."""
+
+
 class ArgumentError(SpecdiffError):
     """The command line itself is wrong."""
 
@@ -116,6 +122,17 @@ def add_command(
     """The parser of one command, which `main` dispatches to `handler`."""
     parser = commands.add_parser(name, help=help)
     parser.set_defaults(handler=handler)
+    return parser
+
+
+def command_parser(add_parser: Callable[[Subcommands], None]) -> argparse.ArgumentParser:
+    """One command's parser alone, built afresh by its module's `add_parser`: for a
+    command that reads another's options (serve-pair) without touching the parser
+    `main` shares, whose defaults must stay as they are."""
+    holder = CommandParser(prog="specdiff")
+    commands = holder.add_subparsers(parser_class=CommandParser)
+    add_parser(commands)
+    (parser,) = commands.choices.values()
     return parser
 
 

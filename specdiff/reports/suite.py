@@ -1,6 +1,6 @@
 """A suite's report: report.json, report.md, report.html (inline SVG), results.csv.
 
-Everything is rendered from the one JSON object `specdiff.suite.stats.outcome_json`
+Everything is rendered from the one JSON object `specdiff.suite.outcome.outcome_json`
 builds, so the four files cannot disagree. Prompt ids, pair names, labels, model ids and
 errors come from files and servers specdiff does not control: every Markdown cell goes
 through `markdown_cell` (no HTML, link or table break survives) and every CSV cell

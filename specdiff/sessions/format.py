@@ -26,7 +26,6 @@ from specdiff.compare import (
     run_fork_index,
     run_fork_verdict,
 )
-from specdiff.control import noise_floor_label
 from specdiff.lanes import Lane, Pair, lane_from_dict
 from specdiff.steps import Candidate, Probe, TokenStep
 
@@ -582,10 +581,33 @@ class Serving:
         return cls(endpoint, retries, wait)
 
 
+NOISE_FLOOR = "noise floor"
+"""a vs a' forked at the a-vs-b fork or before it: the fork is within run-to-run noise."""
+EFFECT = "effect"
+"""a vs a' agreed through the a-vs-b fork: what the lanes differ in moved the text."""
+CUT_SHORT = "control cut short"
+"""a' stopped (failed or was stopped) before the a-vs-b fork: nothing to say."""
+LABELS = (NOISE_FLOOR, EFFECT, CUT_SHORT)
+
+
+def noise_floor_label(
+    fork_index: int | None, control_fork: int | None, control_length: int
+) -> str | None:
+    """The label of a run's a-vs-b fork at `fork_index` given its control: where a vs a'
+    first differ (`control_fork`) and how many tokens a' produced. None without a fork."""
+    if fork_index is None:
+        return None
+    if control_fork is not None and control_fork <= fork_index:
+        return NOISE_FLOOR
+    if control_length <= fork_index:
+        return CUT_SHORT
+    return EFFECT
+
+
 @dataclass(frozen=True)
 class ControlRun:
     """The noise-floor control: lane a run again, cold, compared with lane a's first run
-    (see specdiff.control)."""
+    (see specdiff.control, and `noise_floor_label` above)."""
 
     fork_index: int | None
     """The first step where a and a' differ; None where one is a prefix of the other."""
@@ -691,7 +713,8 @@ class RunSummary:
 
     @property
     def control_label(self) -> str | None:
-        """The fork's noise-floor label (specdiff.control); None without a fork or a control."""
+        """The fork's noise-floor label (`noise_floor_label`); None without a fork or a
+        control."""
         if self.control is None:
             return None
         return noise_floor_label(self.fork_index, self.control.fork_index, self.control.generated)
