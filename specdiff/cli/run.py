@@ -31,7 +31,7 @@ from specdiff.steps import TokenStep
 
 if TYPE_CHECKING:
     from specdiff.engine.worker import PairWorker
-    from specdiff.sessions.format import PairResult
+    from specdiff.results import PairResult
     from specdiff.sessions.store import SessionWriter
 
 

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from specdiff.compare import DEFAULT_NEAR_TIE
 from specdiff.errors import SpecdiffError
 from specdiff.lanes import Lane
-from specdiff.sessions.format import PairResult
+from specdiff.results import PairResult
 from specdiff.steps import Probe, TokenStep
 
 

@@ -36,7 +36,7 @@ from specdiff.engine.server.lane import ServerLane
 from specdiff.engine.server.rescore import StreamGate
 from specdiff.errors import PromptError, SpecdiffError
 from specdiff.lanes import Pair, headline
-from specdiff.sessions.format import LaneOutcome, PairResult
+from specdiff.results import LaneOutcome, PairResult
 from specdiff.steps import TokenStep
 
 Progress = Callable[[str], None]

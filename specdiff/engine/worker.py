@@ -43,8 +43,9 @@ from specdiff.engine.base import StreamsARun
 from specdiff.engine.faults import Fault
 from specdiff.errors import SpecdiffError, printable
 from specdiff.lanes import Pair
+from specdiff.results import LaneOutcome, PairResult
 from specdiff.secrecy import hide_environment
-from specdiff.sessions.format import CRASHED, LaneOutcome, PairResult
+from specdiff.sessions.format import CRASHED
 from specdiff.steps import TokenStep
 
 CANCEL_SIGNAL = signal.SIGUSR1

@@ -29,8 +29,9 @@ from specdiff.compare import (
 )
 from specdiff.control import control_sentence
 from specdiff.lanes import Lane, differences
+from specdiff.results import LaneOutcome, PairResult
 from specdiff.safe_text import terminal_text, visible
-from specdiff.sessions.format import CRASHED, LaneOutcome, PairResult
+from specdiff.sessions.format import CRASHED
 from specdiff.steps import TokenStep, text_of
 
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specdiff.compare import run_fork_sentence
-from specdiff.sessions.format import LaneOutcome, RunSummary, Serving
+from specdiff.results import LaneOutcome
+from specdiff.sessions.format import RunSummary, Serving
 from specdiff.sessions.store import Session
 from specdiff.steps import TokenStep
 

@@ -33,14 +33,8 @@ from typing import TYPE_CHECKING, Any
 from specdiff.errors import SpecdiffError, printable
 from specdiff.grading.graders import NOT_RUN_LANE_FAILED, Grader, grade_text
 from specdiff.lanes import Pair
-from specdiff.sessions.format import (
-    CRASHED,
-    Grade,
-    LaneOutcome,
-    PairResult,
-    RunSummary,
-    SessionHeader,
-)
+from specdiff.results import LaneOutcome, PairResult
+from specdiff.sessions.format import CRASHED, Grade, RunSummary, SessionHeader
 from specdiff.sessions.store import (
     PARTIAL_SUFFIX,
     SessionWriter,
