@@ -338,10 +338,12 @@ def joined_endpoints(urls: Iterable[object]) -> str:
             "lane key 'endpoint' is an empty list; name at least one server, e.g. "
             'endpoint = ["http://127.0.0.1:8080"]'
         )
+    endpoints: list[str] = []
     for url in listed:
         if not isinstance(url, str):
             raise _bad_type("endpoint", url, "a URL in quotes")
-    return ",".join(listed)
+        endpoints.append(url)
+    return ",".join(endpoints)
 
 
 def split_endpoints(endpoint: str) -> tuple[str, ...]:

@@ -126,6 +126,7 @@ def run_repeat(
     """The repeat the lane names (against its server, or batched in-process) as its
     `summary`: what the worker process hands back. `batch` batches the runs themselves
     (in-process only)."""
+    how: Callable[..., RepeatResult]
     if batch is not None:
         how = partial(repeat_batched, batch=batch)
     else:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from enum import IntEnum
 from pathlib import Path
-from typing import TextIO, TypeAlias
+from typing import TYPE_CHECKING, TextIO, TypeAlias
 
 from specdiff.config import config_value
 from specdiff.errors import LaneConfigError, PromptError, SpecdiffError
@@ -29,6 +29,9 @@ from specdiff.lanes import (
 from specdiff.prompts import DEFAULT_PROMPT
 from specdiff.safe_text import unguarded, visible
 
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
+
 
 class Exit(IntEnum):
     """specdiff's exit codes."""
@@ -43,7 +46,7 @@ class Exit(IntEnum):
     INTERRUPTED = 130
 
 
-Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+Subcommands: TypeAlias = "argparse._SubParsersAction[CommandParser]"
 """What each command module's `add_parser` adds its parser to."""
 
 
@@ -62,7 +65,7 @@ class CommandParser(argparse.ArgumentParser):
         # argparse exits with its own usage dump; specdiff's rule is one line and exit 2.
         raise ArgumentError(f"{message} (see: {self.prog} --help)")
 
-    def _print_message(self, message: str, file: TextIO | None = None) -> None:
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
         # argparse ignores a failed write, so `--help > /dev/full` exited 0 having
         # written nothing; raised, main() reports it like any other lost output
         if message:

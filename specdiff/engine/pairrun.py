@@ -29,7 +29,7 @@ from specdiff.chat import EMPTY_CONVERSATION, Conversation
 from specdiff.compare import DEFAULT_NEAR_TIE, compare
 from specdiff.control import warm_second_run
 from specdiff.engine.backends import open_lane
-from specdiff.engine.base import Cancelled, Generation, LaneBackend, Prompt, StreamsARun
+from specdiff.engine.base import Cancelled, Generation, LaneBackend, Prompt, Steps, StreamsARun
 from specdiff.engine.llama.context import ModelPool
 from specdiff.engine.runtime import build_info
 from specdiff.engine.server.lane import ServerLane
@@ -144,7 +144,7 @@ class PairRun(StreamsARun):
                 # in turn, lane b's would wait for lane a's first token
                 local.send_ahead(ids, max_tokens, stop_bytes)
 
-        def forced_b(forced: list[int]) -> Iterator[TokenStep]:
+        def forced_b(forced: list[int]) -> Steps:
             return self.lanes["b"].generate(ids, max_tokens, stop_bytes, forced=forced)
 
         try:
@@ -222,8 +222,8 @@ class PairRun(StreamsARun):
 
     def _lockstep(
         self,
-        generators: dict[str, Iterator[TokenStep]],
-        forced_b: Callable[[list[int]], Iterator[TokenStep]] | None,
+        generators: dict[str, Steps],
+        forced_b: Callable[[list[int]], Steps] | None,
     ) -> Generator[TokenStep, None, tuple[bool, set[str]]]:
         """Step the lanes in turn until all have finished or a cancel; with `forced_b`,
         lane b starts when lane a has finished, fed a's tokens (and is added to

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from specdiff.compare import DEFAULT_NEAR_TIE, compare
-from specdiff.engine.base import StreamsARun
+from specdiff.engine.base import Steps, StreamsARun
 from specdiff.engine.faults import Fault
 from specdiff.errors import SpecdiffError, printable
 from specdiff.lanes import Pair
@@ -114,9 +114,9 @@ class _DueStep:
             lane.generate = self._watched(lane_id, lane.generate, fault)
 
     def _watched(
-        self, lane_id: str, generate: Callable[..., Iterator[TokenStep]], fault: Fault | None
-    ) -> Callable[..., Iterator[TokenStep]]:
-        def watched(*args: Any, **kwargs: Any) -> Iterator[TokenStep]:
+        self, lane_id: str, generate: Callable[..., Steps], fault: Fault | None
+    ) -> Callable[..., Steps]:
+        def watched(*args: Any, **kwargs: Any) -> Steps:
             steps = generate(*args, **kwargs)
             try:
                 for index in itertools.count():
@@ -239,6 +239,9 @@ class PairWorker(StreamsARun):
     crash in the lane that died. A crash at any other time raises WorkerCrashed. Once
     the worker has died the object is spent (`alive` is False); open a new one.
     """
+
+    _conn: Connection
+    """The socket to the child interpreter, made anew by each _spawn."""
 
     WHO = "the lanes' worker"
     read_every = 0.0

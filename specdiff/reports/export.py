@@ -286,7 +286,7 @@ def _config_rows(table_a: dict[str, Any], table_b: dict[str, Any]) -> list[tuple
     ]
 
 
-def _run_rows(report: _Report) -> list[tuple[str, str, str]]:
+def _run_rows(report: _Report) -> list[tuple[str, ...]]:
     """Per-lane facts of the run: counts, speed, stop reason, hashes."""
     executed = report.session.header.executed
     partial_note = "— (partial)" if report.session.partial else "—"
@@ -307,8 +307,8 @@ def _run_rows(report: _Report) -> list[tuple[str, str, str]]:
         ),
     ]
     if any(report.footer_value("errors", lane) for lane in LANE_IDS):
-        errors = (str(report.footer_value("errors", lane) or "") for lane in LANE_IDS)
-        rows.append(("error", *errors))
+        error_a, error_b = (str(report.footer_value("errors", lane) or "") for lane in LANE_IDS)
+        rows.append(("error", error_a, error_b))
     return rows
 
 

@@ -182,8 +182,11 @@ def _grading_text(settings: dict[str, Any]) -> str:
         return ""
     if settings.get("executed_code"):
         confinement = settings.get("confinement")
-        known = isinstance(confinement, str) and confinement
-        where = f", each program run {visible(confinement, 300)}" if known else ""
+        where = (
+            f", each program run {visible(confinement, 300)}"
+            if isinstance(confinement, str) and confinement
+            else ""
+        )
         return f" · graded: model-written code was executed{where}"
     return " · graded by matching answers (no code executed)"
 
@@ -831,7 +834,7 @@ def html_chunks(data: dict[str, Any]) -> Iterator[str]:
 
 
 def _html_section(title: str, header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
-    return [f"<h2>{title}</h2>", _html_table(header, rows)]
+    return [f"<h2>{title}</h2>", _html_table(header, list(rows))]
 
 
 def _html_section_lines(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from specdiff.compare import run_fork_sentence
 from specdiff.results import LaneOutcome
@@ -132,7 +132,7 @@ def lane_serving(outcome: LaneOutcome, restarts: int = 0) -> Serving | None:
     )
 
 
-def _finite_count(value: object) -> bool:
+def _finite_count(value: object) -> TypeGuard[int | float]:
     return (
         isinstance(value, (int, float))
         and not isinstance(value, bool)

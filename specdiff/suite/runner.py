@@ -589,6 +589,7 @@ class SuiteRun:
                 self._stopping()  # says so as soon as a Ctrl+C asks to drain
                 self.on_progress(tally.progress(variant.label, prompt.id))
 
+        assert variant.runner is not None  # a variant takes prompts only once loaded
         try:
             result = variant.runner.run(
                 prompt.prompt,
@@ -640,6 +641,7 @@ class SuiteRun:
         # a pending prompt's finished file is a crashed run's: this run replaces it
         path.unlink(missing_ok=True)
         runner = variant.runner
+        assert runner is not None  # a variant takes prompts only once loaded
         try:
             tokens = runner.tokenize(prompt.prompt)
             runner.check(tokens, max_tokens)
