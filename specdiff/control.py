@@ -10,7 +10,7 @@ what the lanes differ in.
 
 Pure: this module only reads fork indices, so reports and the suite use it without
 the engine. The labels themselves (`noise_floor_label`) belong to the run's record,
-`RunSummary.control_label`, and live beside it in sessions/format.py.
+`RunSummary.control_label`, and live beside it in sessions/records.py.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from specdiff.compare import counted
 from specdiff.errors import LaneConfigError
 from specdiff.lanes import Lane, Pair
 from specdiff.safe_text import visible
-from specdiff.sessions.format import CUT_SHORT, NOISE_FLOOR, RunSummary
+from specdiff.sessions.records import CUT_SHORT, NOISE_FLOOR, RunSummary
 
 
 def refuse_uncontrollable(pair: Pair) -> None:

@@ -11,7 +11,8 @@ from typing import Any
 
 from specdiff.compare import Comparison
 from specdiff.lanes import Lane, Pair
-from specdiff.sessions.format import CRASHED, ControlRun, RunSummary, SessionHeader
+from specdiff.sessions.format import CRASHED
+from specdiff.sessions.records import ControlRun, RunSummary, SessionHeader
 from specdiff.steps import TokenStep
 
 

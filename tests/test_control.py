@@ -16,7 +16,7 @@ import pytest
 from specdiff.cli import main
 from specdiff.control import control_brief, control_sentence, warm_second_run
 from specdiff.lanes import Lane, presets
-from specdiff.sessions.format import (
+from specdiff.sessions.records import (
     CUT_SHORT,
     EFFECT,
     NOISE_FLOOR,

@@ -26,7 +26,7 @@ from specdiff.engine.server.process import (
 from specdiff.engine.server.rescore import RESCORED_BY, needs_rescoring
 from specdiff.lanes import Lane, Pair
 from specdiff.prompts import load as load_prompts
-from specdiff.sessions.format import step_from, step_record
+from specdiff.sessions.codec import step_from, step_record
 from specdiff.steps import Candidate, TokenStep
 from tests.in_process import specdiff_here
 from tests.llama_server_faults import DRAFTED, FIRST, RESCORING_FAULTS, llama_server_faults

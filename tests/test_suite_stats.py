@@ -29,7 +29,8 @@ from specdiff.reports.suite import (
     paired_line,
     results_csv,
 )
-from specdiff.sessions.format import CRASHED, Grade, RunSummary
+from specdiff.sessions.format import CRASHED
+from specdiff.sessions.records import Grade, RunSummary
 from specdiff.suite.ledger import Ledger
 from specdiff.suite.outcome import SuiteOutcome, outcome_json
 from specdiff.suite.paired import mcnemar_exact, wilson_interval

@@ -54,7 +54,7 @@ from specdiff.reports.text import (
     unrescored_note,
 )
 from specdiff.safe_text import json_text, pictured, terminal_text
-from specdiff.sessions.format import MEASURED_FIELDS
+from specdiff.sessions.records import MEASURED_FIELDS
 from specdiff.sessions.store import Session
 from specdiff.steps import TokenStep, text_of
 

@@ -24,12 +24,8 @@ from specdiff.compare import DEFAULT_NEAR_TIE, Comparison, compare
 from specdiff.errors import SpecdiffError
 from specdiff.files import naming, open_for_reading
 from specdiff.lanes import Pair
-from specdiff.sessions.format import (
-    RunSummary,
-    SessionHeader,
-    step_from,
-    step_record,
-)
+from specdiff.sessions.codec import step_from, step_record
+from specdiff.sessions.records import RunSummary, SessionHeader
 from specdiff.steps import TokenStep
 
 SUFFIX = ".jsonl"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from specdiff.sessions.format import EFFECT, NOISE_FLOOR, RunSummary
+from specdiff.sessions.records import EFFECT, NOISE_FLOOR, RunSummary
 from specdiff.suite.paired import Rate
 
 RateCells = Callable[[str, dict[str, Any]], list[str]]

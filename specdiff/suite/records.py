@@ -10,7 +10,7 @@ from typing import Any, TypeGuard
 
 from specdiff.compare import run_fork_sentence
 from specdiff.results import LaneOutcome
-from specdiff.sessions.format import RunSummary, Serving
+from specdiff.sessions.records import RunSummary, Serving
 from specdiff.sessions.store import Session
 from specdiff.steps import TokenStep
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specdiff.compare import DEFAULT_SPLIT_THRESHOLD, FORK_CLASSES
-from specdiff.sessions.format import RunSummary, Serving
+from specdiff.sessions.records import RunSummary, Serving
 from specdiff.suite.noise_floor import ControlTally
 from specdiff.suite.paired import PairedOutcomes, Rate
 from specdiff.suite.records import MARGIN_BUCKETS, PromptRecord, TeacherStats, bucket_index
