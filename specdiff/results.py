@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specdiff.compare import Comparison
-from specdiff.lanes import Lane, Pair
+from specdiff.lanes import Lane, LaneId, Pair
 from specdiff.sessions.format import CRASHED
 from specdiff.sessions.records import ControlRun, RunSummary, SessionHeader
 from specdiff.steps import TokenStep
@@ -20,7 +20,7 @@ from specdiff.steps import TokenStep
 class LaneOutcome:
     """What one lane produced and how fast."""
 
-    lane_id: str
+    lane_id: LaneId
     lane: Lane
     steps: list[TokenStep] = field(default_factory=list)
     seconds: float = 0.0
@@ -84,7 +84,7 @@ class PairResult:
             return self.a.tokens_per_second / self.b.tokens_per_second
         return None
 
-    def lane(self, lane_id: str) -> LaneOutcome:
+    def lane(self, lane_id: LaneId) -> LaneOutcome:
         return self.a if lane_id == "a" else self.b
 
     @property

@@ -42,7 +42,7 @@ from specdiff.compare import DEFAULT_NEAR_TIE, compare
 from specdiff.engine.base import Steps, StreamsARun
 from specdiff.engine.faults import Fault
 from specdiff.errors import SpecdiffError, printable
-from specdiff.lanes import Pair
+from specdiff.lanes import Lane, LaneId, Pair
 from specdiff.results import LaneOutcome, PairResult
 from specdiff.secrecy import hide_environment
 from specdiff.sessions.format import CRASHED
@@ -514,7 +514,8 @@ class PairWorker(StreamsARun):
         """What arrived before the crash, as a result: every step kept, both lanes
         stopped as crashed, the crash named in both lanes' errors."""
         outcomes = {}
-        for lane_id, lane in (("a", self.pair.a), ("b", self.pair.b)):
+        lanes: tuple[tuple[LaneId, Lane], ...] = (("a", self.pair.a), ("b", self.pair.b))
+        for lane_id, lane in lanes:
             speed = self._live.get(lane_id, (0.0, 0, 0))
             outcomes[lane_id] = LaneOutcome(
                 lane_id,

@@ -10,10 +10,14 @@ field, never a crash further on.
 
 from __future__ import annotations
 
+from typing import get_args
+
+from specdiff.lanes import LaneId
+
 SCHEMA_VERSION = 1
 """Fields added since schema 1 are optional, so a reader of any version loads them."""
 
-LANE_IDS = ("a", "b")
+LANE_IDS: tuple[LaneId, ...] = get_args(LaneId)
 CRASHED = "crashed"
 """A lane's stop reason when the process running the lanes died under it (a native
 crash in llama.cpp); the other stop reasons are eos, length, stop and cancelled."""

@@ -295,7 +295,7 @@ class SessionHeader:
 def _lane_prompts(value: object) -> dict[str, dict[str, Any]]:
     """{"a": {"text": ..., "token_ids": [...]}} for the lanes that formatted a chat."""
     table = check_object(value, "lane_prompts")
-    prompts = {}
+    prompts: dict[str, dict[str, Any]] = {}
     for lane_id, entry in table.items():
         what = f"lane_prompts.{lane_id:.10}"
         if lane_id not in LANE_IDS:
