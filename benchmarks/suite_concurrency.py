@@ -58,10 +58,10 @@ from specdiff.engine.server.process import LlamaServer, find_llama_server
 from specdiff.lanes import Lane, Pair
 from specdiff.reports.suite import write_reports
 from specdiff.suite.folder import write_settings
+from specdiff.suite.outcome import outcome_json
 from specdiff.suite.prompts import SuitePrompt, load_suite_prompts
 from specdiff.suite.runner import FinishedRun, SuiteRun
 from specdiff.suite.settings import SuiteSettings
-from specdiff.suite.stats import outcome_json
 
 sys.path.insert(0, str(Path(__file__).parent))
 from stream_server import serving  # noqa: E402 - this folder is no package

@@ -26,10 +26,10 @@ from pathlib import Path
 from specdiff.lanes import presets
 from specdiff.reports.suite import write_reports
 from specdiff.suite.folder import write_settings
+from specdiff.suite.outcome import SuiteOutcome, outcome_json
 from specdiff.suite.prompts import load_suite_prompts
-from specdiff.suite.runner import Progress, SuiteOutcome, SuiteRun
+from specdiff.suite.runner import Progress, SuiteRun
 from specdiff.suite.settings import SuiteSettings
-from specdiff.suite.stats import outcome_json
 
 
 def rss_mb(pid: str = "self") -> float:

@@ -170,8 +170,8 @@ class _RepeatedKey(ValueError):
 def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     value = dict(pairs)
     if len(value) < len(pairs):
-        seen: set[str] = set()
-        raise _RepeatedKey(next(key for key, _ in pairs if key in seen or seen.add(key)))
+        keys = [key for key, _ in pairs]
+        raise _RepeatedKey(next(key for i, key in enumerate(keys) if key in keys[:i]))
     return value
 
 

@@ -9,43 +9,19 @@ earlier (the configuration alone already moved the text there), else an *effect*
 what the lanes differ in.
 
 Pure: this module only reads fork indices, so reports and the suite use it without
-the engine.
+the engine. The labels themselves (`noise_floor_label`) belong to the run's record,
+`RunSummary.control_label`, and live beside it in sessions/records.py.
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 
 from specdiff.compare import counted
 from specdiff.errors import LaneConfigError
 from specdiff.lanes import Lane, Pair
 from specdiff.safe_text import visible
-
-if TYPE_CHECKING:
-    from specdiff.sessions.format import RunSummary
-
-NOISE_FLOOR = "noise floor"
-"""a vs a' forked at the a-vs-b fork or before it: the fork is within run-to-run noise."""
-EFFECT = "effect"
-"""a vs a' agreed through the a-vs-b fork: what the lanes differ in moved the text."""
-CUT_SHORT = "control cut short"
-"""a' stopped (failed or was stopped) before the a-vs-b fork: nothing to say."""
-LABELS = (NOISE_FLOOR, EFFECT, CUT_SHORT)
-
-
-def noise_floor_label(
-    fork_index: int | None, control_fork: int | None, control_length: int
-) -> str | None:
-    """The label of a run's a-vs-b fork at `fork_index` given its control: where a vs a'
-    first differ (`control_fork`) and how many tokens a' produced. None without a fork."""
-    if fork_index is None:
-        return None
-    if control_fork is not None and control_fork <= fork_index:
-        return NOISE_FLOOR
-    if control_length <= fork_index:
-        return CUT_SHORT
-    return EFFECT
+from specdiff.sessions.records import CUT_SHORT, NOISE_FLOOR, RunSummary
 
 
 def refuse_uncontrollable(pair: Pair) -> None:

@@ -142,13 +142,13 @@ def check_paths() -> Section:
         section.facts["sessions"] = {"path": None, "writable": None}
         return section
     sessions = sessions_dir()
-    error = _unwritable(sessions, create=False)
-    section.facts["sessions"] = {"path": str(sessions), "writable": error is None}
-    if error:
+    unwritable = _unwritable(sessions, create=False)
+    section.facts["sessions"] = {"path": str(sessions), "writable": unwritable is None}
+    if unwritable:
         section.problems.append(
             Problem(
                 "sessions",
-                f"{sessions} is not writable ({error})",
+                f"{sessions} is not writable ({unwritable})",
                 'give --sessions-dir DIR, or set sessions_dir = "DIR" in the config file',
             )
         )
@@ -212,7 +212,7 @@ def print_llama_facts(model: str) -> None:
     _emit("gpu", {"offload": supports_gpu_offload(), "devices": backend_devices()})
     if not model:
         return
-    from specdiff.engine.probe import verdict
+    from specdiff.engine.llama.probe import verdict
 
     try:
         _emit("probe", dataclasses.asdict(verdict(model)))

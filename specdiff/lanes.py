@@ -19,7 +19,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from specdiff.chat import check_chat_setting
@@ -31,20 +31,31 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
+LaneId = Literal["a", "b"]
+"""A lane of a pair: "a" (the configuration under test) or "b" (the one it is compared with)."""
+# the lane keys that take one of a few words: the type says which, CHOICES checks them
+Backend = Literal["local", "server"]
+Api = Literal["completions", "chat", "llama-server"]
+FlashAttn = Literal["off", "on", "auto"]
+Speculation = Literal["none", "ngram", "draft"]
+PrefixMode = Literal["fresh", "cached"]
+Repack = Literal["auto", "on", "off"]
+SplitMode = Literal["none", "layer", "row"]
+Rescore = Literal["auto", "off"]
 KV_TYPES = ("f16", "f32", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")
 QUANT_TYPES = ("", "f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q4_k_m", "q4_0")
 CHOICES: dict[str, tuple[str, ...]] = {
-    "backend": ("local", "server"),
-    "api": ("completions", "chat", "llama-server"),
-    "flash_attn": ("off", "on", "auto"),
+    "backend": get_args(Backend),
+    "api": get_args(Api),
+    "flash_attn": get_args(FlashAttn),
     "type_k": KV_TYPES,
     "type_v": KV_TYPES,
-    "speculation": ("none", "ngram", "draft"),
-    "prefix": ("fresh", "cached"),
+    "speculation": get_args(Speculation),
+    "prefix": get_args(PrefixMode),
     "quant": QUANT_TYPES,
-    "repack": ("auto", "on", "off"),
-    "split_mode": ("none", "layer", "row"),
-    "rescore": ("auto", "off"),
+    "repack": get_args(Repack),
+    "split_mode": get_args(SplitMode),
+    "rescore": get_args(Rescore),
 }
 REPACK_WORDS = {
     **dict.fromkeys(("true", "1", "yes", "on"), "on"),
@@ -88,7 +99,7 @@ class Lane:
     """One decoding configuration of the in-process engine."""
 
     label: str = ""
-    backend: str = "local"
+    backend: Backend = "local"
     model: str = "default"
     """"default" (the bundled Gemma 3 270M Q4_K_M) or a path to a .gguf file."""
     quant: str = ""
@@ -99,20 +110,20 @@ class Lane:
     threads: int = field(default_factory=default_threads)
     threads_batch: int = 0
     """Threads for prompt batches; 0 = the same as threads."""
-    flash_attn: str = "off"
+    flash_attn: FlashAttn = "off"
     type_k: str = "f16"
     type_v: str = "f16"
-    repack: str = "auto"
+    repack: Repack = "auto"
     """Let llama.cpp repack weights for the CPU's wider kernels (its extra buffer types):
     on, off, or auto (on, unless a short probe decode crashes with it on this CPU)."""
     gpu_layers: int = 0
     """Layers llama.cpp offloads to the GPU: 0 = none (CPU only), -1 = all of them."""
     main_gpu: int = 0
     """The GPU (an index among the GPU devices) that holds the model when split_mode=none."""
-    split_mode: str = "layer"
+    split_mode: SplitMode = "layer"
     """How several GPUs share the model: none (main_gpu alone), layer (whole layers per
     GPU) or row (rows of each weight split across GPUs, where the backend supports it)."""
-    speculation: str = "none"
+    speculation: Speculation = "none"
     spec_ngram: int = 3
     """Prompt lookup: the longest n-gram matched against the history."""
     spec_ngram_min: int = 2
@@ -129,7 +140,7 @@ class Lane:
     verification, which changes the output: a deliberate invariant breaker)."""
     draft_model: str = ""
     """Draft GGUF for speculation=draft; "" = the lane's own model."""
-    prefix: str = "fresh"
+    prefix: PrefixMode = "fresh"
     """fresh: decode the whole prompt at once; cached: decode a prefix in an earlier call."""
     prefix_tokens: int = 0
     """cached: how many prompt tokens the earlier call decodes; 0 = half the prompt."""
@@ -142,7 +153,7 @@ class Lane:
     endpoint: str = ""
     """backend=server: the server's base URL, e.g. http://127.0.0.1:8080; or several,
     comma-separated (a TOML list is joined so), whose requests go to the least busy."""
-    api: str = "completions"
+    api: Api = "completions"
     """backend=server: completions (/v1/completions), chat (/v1/chat/completions) or
     llama-server (its own /completion, which also gives token ids and draft counts)."""
     api_model: str = ""
@@ -156,7 +167,7 @@ class Lane:
     """backend=server: seconds without a byte from the server before the lane fails."""
     retries: int = 2
     """backend=server: how often a refused or failed connection is tried again."""
-    rescore: str = "auto"
+    rescore: Rescore = "auto"
     """backend=server: auto scores again, teacher-forced on the same server, the accepted
     drafts it reported without probabilities (so they have margins); off leaves them so."""
     server_flags: str = ""
@@ -338,10 +349,12 @@ def joined_endpoints(urls: Iterable[object]) -> str:
             "lane key 'endpoint' is an empty list; name at least one server, e.g. "
             'endpoint = ["http://127.0.0.1:8080"]'
         )
+    endpoints: list[str] = []
     for url in listed:
         if not isinstance(url, str):
             raise _bad_type("endpoint", url, "a URL in quotes")
-    return ",".join(listed)
+        endpoints.append(url)
+    return ",".join(endpoints)
 
 
 def split_endpoints(endpoint: str) -> tuple[str, ...]:

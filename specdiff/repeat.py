@@ -30,6 +30,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from specdiff.engine.base import Cancelled
+from specdiff.engine.faults import fault_point
 from specdiff.errors import PromptError
 from specdiff.lanes import Lane, Pair, without_credentials
 from specdiff.prompts import load as load_prompts
@@ -125,6 +126,7 @@ def run_repeat(
     """The repeat the lane names (against its server, or batched in-process) as its
     `summary`: what the worker process hands back. `batch` batches the runs themselves
     (in-process only)."""
+    how: Callable[..., RepeatResult]
     if batch is not None:
         how = partial(repeat_batched, batch=batch)
     else:
@@ -135,9 +137,6 @@ def run_repeat(
 
 def _handing_over(on_run: RunDone | None) -> Callable[[int, BatchedRun], None]:
     """What crosses back from the worker for each run: counts only, not its steps."""
-    # deferred: this runs in the worker process, which has loaded the worker module
-    from specdiff.engine.worker import fault_point
-
     def handed_over(number: int, run: BatchedRun) -> None:
         fault_point(run.steps)
         if on_run is not None:
@@ -157,7 +156,7 @@ def _local_lane(
     first as before a pair runs (repack=auto turns off kernels that crash on this CPU)."""
     # deferred: the batched lane loads llama.cpp, which only a worker process does
     from specdiff.engine.llama.batched import BatchedLane
-    from specdiff.engine.probe import trust_kernels
+    from specdiff.engine.llama.probe import trust_kernels
     from specdiff.engine.runtime import check_offload
 
     check_offload(lane.gpu_layers, "the lane")

@@ -8,6 +8,7 @@ representation of the same fact.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -101,6 +102,6 @@ class TokenStep:
         return None
 
 
-def text_of(steps: list[TokenStep] | tuple[TokenStep, ...]) -> str:
+def text_of(steps: Sequence[TokenStep]) -> str:
     """The generated text; bytes that are not valid UTF-8 become U+FFFD."""
     return b"".join(step.piece for step in steps).decode("utf-8", "replace")

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from hypothesis import settings
 
 from specdiff.engine.models import bundled_model_path, make_variant
 from specdiff.prompts import load as load_prompts
@@ -122,6 +123,19 @@ async def wait_for(pilot: Pilot, condition: Callable[[], object], timeout: float
         if loop.time() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for the app")
         await pilot.pause(0.05)
+
+
+# Property tests: a few dozen generated inputs each in the fast tier, hundreds wherever
+# the run includes the fuzz tier (the full suite, `-m fuzz`). No deadline in either: a
+# deadline is a timed assert, and fails a property on a busy machine, not a broken one.
+settings.register_profile("fast", max_examples=40, deadline=None)
+settings.register_profile("deep", max_examples=300, deadline=None)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # before the test modules are imported: each @settings reads the profile as it is made
+    leaves_out_fuzz = "not fuzz" in (config.getoption("markexpr") or "")
+    settings.load_profile("fast" if leaves_out_fuzz else "deep")
 
 
 SNAPSHOT_FIXTURES = {"snap_compare"}

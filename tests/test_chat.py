@@ -36,9 +36,10 @@ from specdiff.engine.server.dialects import Chat
 from specdiff.engine.server.lane import SERVER_TEMPLATE
 from specdiff.errors import LaneConfigError
 from specdiff.lanes import Lane, Pair
-from specdiff.sessions.format import SessionHeader
+from specdiff.sessions.records import SessionHeader
 from specdiff.suite import SuiteError
 from specdiff.suite.prompts import load_suite_prompts
+from tests.in_process import specdiff_here
 from tests.llama_server_faults import FORMATTED, PROMPT_IDS, TEMPLATE_FAULTS, llama_server_faults
 
 USER = {"role": "user", "content": "Name a colour."}
@@ -338,7 +339,7 @@ def test_run_and_live_refuse_a_bad_conversation_in_one_line(
     command: str, args: list[str], fragment: str
 ) -> None:
     # live refuses before its screen opens: nothing is drawn over the message
-    completed = specdiff(command, *args, "--max-tokens", "4", stdin="")
+    completed = specdiff_here(command, *args, "--max-tokens", "4", stdin="")
     assert completed.returncode == 2, completed.stderr
     lines = [line for line in completed.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("specdiff: error: "), completed.stderr

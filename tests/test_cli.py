@@ -16,6 +16,7 @@ import pytest
 from specdiff.cli import main
 from tests.conftest import ForkingPrompt
 from tests.fixtures import model_with_changed_token
+from tests.in_process import specdiff_here
 
 
 def specdiff(
@@ -101,7 +102,9 @@ def test_run_reports_a_fork_and_exits_one(
         assert fork[side]["other"]["logit"] is not None  # probed even outside the top-k
         own, other = fork[side]["own"]["probability"], fork[side]["other"]["probability"]
         assert 0 < other <= own < 1
-        assert fork[side]["margin"] >= 0
+        # top-1 minus top-2: no more than the gap to the other lane's pick, which is #2 or lower
+        gap = fork[side]["own"]["logit"] - fork[side]["other"]["logit"]
+        assert 0 <= fork[side]["margin"] <= gap + 1e-6
     assert 0 <= data["after_fork"]["similarity"] <= 1
 
 
@@ -153,7 +156,7 @@ def test_models_lists_the_bundled_model() -> None:
     ],
 )
 def test_bad_input_is_one_line_and_exit_two(args: list[str], fragments: list[str]) -> None:
-    assert_one_line_error(specdiff(*args), *fragments)
+    assert_one_line_error(specdiff_here(*args), *fragments)
 
 
 def test_not_a_gguf_file(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from specdiff.compare import align_after, compare, first_divergence, fork_at, near_ties
@@ -39,7 +39,6 @@ def lane(lane_id: str, tokens: list[int], margins: list[float] | None = None) ->
 tokens = st.lists(st.integers(0, 5), max_size=40)
 
 
-@settings(max_examples=300)
 @given(tokens, tokens)
 def test_first_divergence_is_the_first_differing_index(a: list[int], b: list[int]) -> None:
     index = first_divergence(lane("a", a), lane("b", b))
@@ -52,13 +51,11 @@ def test_first_divergence_is_the_first_differing_index(a: list[int], b: list[int
     assert index == first_divergence(lane("b", b), lane("a", a))
 
 
-@settings(max_examples=300)
 @given(tokens, tokens)
 def test_identical_means_same_ids_and_length(a: list[int], b: list[int]) -> None:
     assert compare(lane("a", a), lane("b", b)).identical == (a == b)
 
 
-@settings(max_examples=300)
 @given(st.lists(st.floats(0, 3), max_size=40), st.floats(0.01, 2), st.integers(0, 45))
 def test_near_ties_are_exactly_the_small_margins(
     margins: list[float], threshold: float, before: int
@@ -69,7 +66,6 @@ def test_near_ties_are_exactly_the_small_margins(
     assert found == expected
 
 
-@settings(max_examples=200)
 @given(tokens, tokens)
 def test_alignment_similarity_bounds_and_identity(a: list[int], b: list[int]) -> None:
     steps_a, steps_b = lane("a", a), lane("b", b)

@@ -14,17 +14,16 @@ from pathlib import Path
 import pytest
 
 from specdiff.cli import main
-from specdiff.control import (
+from specdiff.control import control_brief, control_sentence, warm_second_run
+from specdiff.lanes import Lane, presets
+from specdiff.sessions.records import (
     CUT_SHORT,
     EFFECT,
     NOISE_FLOOR,
-    control_brief,
-    control_sentence,
+    ControlRun,
+    RunSummary,
     noise_floor_label,
-    warm_second_run,
 )
-from specdiff.lanes import Lane, presets
-from specdiff.sessions.format import ControlRun, RunSummary
 from specdiff.sessions.store import load_session
 from specdiff.steps import Candidate, TokenStep
 from specdiff.suite import SuiteError

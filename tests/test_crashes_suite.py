@@ -12,7 +12,8 @@ import pytest
 
 from specdiff.cli import main
 from specdiff.engine import worker
-from specdiff.engine.worker import FAULT_ENV, WorkerCrashed
+from specdiff.engine.faults import FAULT_ENV
+from specdiff.engine.worker import WorkerCrashed
 from specdiff.lanes import presets
 from specdiff.prompts import load as load_prompts
 from specdiff.sessions.format import CRASHED

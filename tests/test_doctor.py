@@ -60,7 +60,8 @@ def types_of(report: dict[str, Any]) -> None:
     started = server["probe"]
     assert started["ok"] is True and isinstance(started["repack"], bool)
     assert isinstance(started["seconds"], float) and isinstance(started["cached"], bool)
-    assert report["chromium"]["path"] is None or isinstance(report["chromium"]["path"], str)
+    on_path = next(filter(None, map(shutil.which, ("chromium", "chromium-browser"))), None)
+    assert report["chromium"]["path"] == on_path
     for name in ("cache", "sessions"):
         assert isinstance(report["paths"][name]["path"], str)
         assert report["paths"][name]["writable"] is True

@@ -4,8 +4,6 @@ connections kept alive, and bad endpoint lists refused with one line."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -25,6 +23,7 @@ from specdiff.engine.server.pool import (
 )
 from specdiff.errors import LaneConfigError
 from specdiff.lanes import Lane, load_pairs_file, without_credentials
+from tests.in_process import specdiff_here
 from tests.servers import busy_mode, fault_server, free_port
 
 COMPLETIONS = "/v1/completions"
@@ -197,13 +196,8 @@ def test_a_masked_entry_is_refused_before_any_server_is_contacted() -> None:
 def test_the_command_line_refuses_a_bad_endpoint_list_in_one_line(
     endpoint: str, words: str
 ) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "specdiff", "run", "--pair", "servers", "--prompt", "Hi"]
-        + ["--lane-a", f"endpoint={endpoint}"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    lane = ["--lane-a", f"endpoint={endpoint}"]
+    done = specdiff_here("run", "--pair", "servers", "--prompt", "Hi", *lane)
     assert done.returncode == 2, done.stderr
     # a masked entry is found as the lane loads, after the line saying it loads
     errors = [line for line in done.stderr.splitlines() if not line.startswith("loading ")]

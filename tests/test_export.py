@@ -286,7 +286,10 @@ def test_a_conversation_exports_with_its_roles_and_each_lanes_formatted_prompt(
         assert "**lane b, as its chat template formats it (15 tokens)**" in prompt
     html = export_session(session, "html")
     check_html(html)
-    assert "<script" not in html.lower() and "&lt;b&gt;user Name a colour." in html or same
+    assert "<script" not in html.lower()
+    assert "&lt;a&gt;user Name a colour." in html
+    # lane b's own prompt is shown only where its template made another one
+    assert ("&lt;b&gt;user Name a colour." in html) is not same
     document = json.loads(export_session(session, "json"))
     assert document["messages"] == messages
     assert document["lane_prompts"] == formatted

@@ -23,6 +23,7 @@ from specdiff.forecast import (
     observed_flips,
 )
 from specdiff.steps import Candidate, TokenStep
+from tests.in_process import specdiff_here
 from tests.test_cli import assert_one_line_error, specdiff
 
 MODELS = [POOLED_MODEL, *MEASURED_MODELS.values(), FlipModel(-3.0, 0.5), FlipModel(4.0, 40.0)]
@@ -172,7 +173,7 @@ def test_forecast_json_says_whether_the_fork_was_forecast(fork: int | None) -> N
 
 @pytest.mark.parametrize("value", ["0", "x", "2.5", "1001"])
 def test_run_refuses_a_bad_forecast_count(value: str) -> None:
-    assert_one_line_error(specdiff("run", "--forecast", value), "--forecast")
+    assert_one_line_error(specdiff_here("run", "--forecast", value), "--forecast")
 
 
 @pytest.mark.model

@@ -27,7 +27,7 @@ from specdiff.compare import (
     fork_class_at,
     fork_verdict,
 )
-from specdiff.sessions.format import RunSummary
+from specdiff.sessions.records import RunSummary
 from specdiff.sessions.store import SessionError, load_session
 from specdiff.steps import Candidate, TokenStep
 

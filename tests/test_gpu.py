@@ -18,6 +18,7 @@ import pytest
 
 from specdiff.cli import main
 from specdiff.sessions.store import Session, load_session
+from tests.in_process import specdiff_here
 from tests.test_cli import assert_one_line_error, specdiff
 from tests.test_engine import llama_generate
 
@@ -78,7 +79,7 @@ def run_saved(folder: Path, *args: str) -> tuple[Session, str]:
     ],
 )
 def test_bad_offload_values_are_one_line_and_exit_2(args: tuple[str, ...], fragment: str) -> None:
-    completed = specdiff("run", *args, "--prompt", "Hello", "--max-tokens", "4")
+    completed = specdiff_here("run", *args, "--prompt", "Hello", "--max-tokens", "4")
     assert_one_line_error(completed, fragment)
     assert "loading lane" not in completed.stderr
 

@@ -26,7 +26,7 @@ from specdiff.grading.graders import (
     program,
 )
 from specdiff.grading.sandbox import current_confinement, run_program
-from specdiff.sessions.format import Grade, RunSummary
+from specdiff.sessions.records import Grade, RunSummary
 from specdiff.suite import SuiteError
 from specdiff.suite.prompts import load_suite_prompts
 

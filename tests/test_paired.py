@@ -7,7 +7,7 @@ import math
 from fractions import Fraction
 
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 from scipy.stats import binomtest
 from statsmodels.stats.proportion import proportion_confint
@@ -54,7 +54,6 @@ def test_wilson_matches_statsmodels_on_the_edges_and_field_sizes(successes, tria
     assert 0.0 <= ours[0] <= successes / trials <= ours[1] <= 1.0
 
 
-@settings(max_examples=100, deadline=None)
 @given(st.integers(1, 5000).flatmap(lambda n: st.tuples(st.integers(0, n), st.just(n))))
 def test_wilson_matches_statsmodels_on_generated_counts(counts):
     successes, trials = counts
@@ -115,7 +114,6 @@ def test_mcnemar_matches_scipys_exact_binomial_test(only_a, only_b):
     assert mcnemar_exact(only_a, only_b) == pytest.approx(expected, rel=1e-9, abs=1e-305)
 
 
-@settings(max_examples=100, deadline=None)
 @given(st.integers(0, 1500), st.integers(0, 1500))
 @example(10, 1065)  # scipy's tail underflows to 0.0 here
 def test_mcnemar_matches_scipy_on_generated_counts(only_a, only_b):

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from specdiff.engine.probe import Outcome, ProbeVerdict, judge
+from specdiff.engine.llama.probe import Outcome, ProbeVerdict, judge
 from specdiff.errors import LaneConfigError
 from specdiff.lanes import Lane, lane_from_dict, load_pairs_file, parse_value
 from tests.conftest import ROOT
@@ -228,7 +228,7 @@ def test_unwritable_cache_still_probes_and_says_so_once(tmp_path: Path, model_pa
 def test_verdict_probes_once_then_reads_the_cache(
     tmp_path: Path, model_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from specdiff.engine.probe import verdict  # deferred: it loads llama.cpp
+    from specdiff.engine.llama.probe import verdict  # deferred: it loads llama.cpp
 
     monkeypatch.setenv("SPECDIFF_CACHE_DIR", str(cache_with_model(tmp_path, model_path)))
     monkeypatch.delenv("SPECDIFF_PROBE_FAULT", raising=False)

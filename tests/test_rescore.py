@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,8 +26,9 @@ from specdiff.engine.server.process import (
 from specdiff.engine.server.rescore import RESCORED_BY, needs_rescoring
 from specdiff.lanes import Lane, Pair
 from specdiff.prompts import load as load_prompts
-from specdiff.sessions.format import step_from, step_record
+from specdiff.sessions.codec import step_from, step_record
 from specdiff.steps import Candidate, TokenStep
+from tests.in_process import specdiff_here
 from tests.llama_server_faults import DRAFTED, FIRST, RESCORING_FAULTS, llama_server_faults
 
 PROMPTS = [entry["prompt"] for entry in load_prompts("repetitive")[:2]]
@@ -36,14 +36,8 @@ MAX_TOKENS = 24
 
 
 def export(path: Path, fmt: str) -> subprocess.CompletedProcess[str]:
-    """`specdiff export PATH --format FMT` in its own process, its report on stdout."""
-    return subprocess.run(
-        [sys.executable, "-m", "specdiff", "export", str(path), "--format", fmt],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    """`specdiff export PATH --format FMT`, its report on stdout."""
+    return specdiff_here("export", str(path), "--format", fmt)
 
 
 def _step(top: tuple[Candidate, ...], drafted: bool, source: str = "") -> TokenStep:

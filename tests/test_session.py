@@ -9,7 +9,7 @@ import pytest
 
 from specdiff.engine.pairrun import PairRun
 from specdiff.lanes import presets
-from specdiff.sessions.format import PairResult
+from specdiff.results import PairResult
 from specdiff.sessions.store import SessionError, load_session, save_result, session_name
 from tests.conftest import ForkingPrompt
 

@@ -194,9 +194,7 @@ def test_any_value_in_any_header_or_footer_field_is_read_or_refused(tmp_path: Pa
         assert "\n" not in message and f"{file}:{row + 1}:" in message
 
 
-@settings(
-    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 # up to the footer's closing brace: the footer without its newline is a whole record
 @given(st.integers(len(LINES[0]) + 1, sum(map(len, LINES)) - 2))
 def test_a_file_cut_anywhere_after_its_header_loads_every_whole_line(

@@ -310,7 +310,7 @@ def test_a_report_that_does_not_fit_is_one_line_and_leaves_no_temporary_file(
 def test_a_suite_where_every_run_crashes_exits_1_with_the_crash(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    from specdiff.engine.worker import FAULT_ENV
+    from specdiff.engine.faults import FAULT_ENV
 
     prompts = tmp_path / "two.jsonl"
     prompts.write_text("".join(json.dumps(p) + "\n" for p in PROMPTS), encoding="utf-8")

@@ -15,7 +15,7 @@ import pytest
 from specdiff.reports._markup import finite
 from specdiff.reports.suite import report_json_chunks, write_reports
 from specdiff.safe_text import json_text
-from specdiff.sessions.format import Serving
+from specdiff.sessions.records import Serving
 from specdiff.suite.ledger import Ledger
 from specdiff.suite.stats import summarize
 from tests.test_suite_stats import PAIR, Run, record, suite_data, table

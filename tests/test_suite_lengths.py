@@ -5,8 +5,6 @@ resume may not change them; the report tables and plots the fork rate by length.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -19,15 +17,7 @@ from specdiff.suite import SuiteError
 from specdiff.suite.lengths import FILLER, SEPARATOR, padded_prompt, parse_prompt_lengths
 from specdiff.suite.prompts import SuitePrompt
 from specdiff.suite.settings import SuiteSettings, check_resume, settings_from_json
-
-
-def specdiff_suite(*arguments: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "specdiff", "suite", *arguments],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+from tests.in_process import specdiff_here
 
 
 @pytest.mark.parametrize(
@@ -45,7 +35,8 @@ def specdiff_suite(*arguments: str) -> subprocess.CompletedProcess[str]:
 )
 def test_bad_lengths_are_refused_in_one_line(value: str, words: str, tmp_path: Path) -> None:
     report = tmp_path / "report"
-    done = specdiff_suite(
+    done = specdiff_here(
+        "suite",
         "questions", "--report", str(report), "--pair", "ubatch", "--both", "n_ctx=256",
         "--max-tokens", "16", f"--prompt-lengths={value}",
     )  # fmt: skip

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
@@ -29,14 +29,14 @@ from specdiff.reports.suite import (
     paired_line,
     results_csv,
 )
-from specdiff.sessions.format import CRASHED, Grade, RunSummary
+from specdiff.sessions.format import CRASHED
+from specdiff.sessions.records import Grade, RunSummary
 from specdiff.suite.ledger import Ledger
+from specdiff.suite.outcome import SuiteOutcome, outcome_json
 from specdiff.suite.paired import mcnemar_exact, wilson_interval
 from specdiff.suite.prompts import SuitePrompt
 from specdiff.suite.records import PromptRecord
-from specdiff.suite.runner import SuiteOutcome
 from specdiff.suite.settings import SuiteSettings
-from specdiff.suite.stats import outcome_json
 from tests.test_terminal_safety import ENCODABLE_IDS, ENCODABLE_TEXTS, assert_terminal_safe
 
 PAIR = "spec-vs-plain"
@@ -218,7 +218,6 @@ RUNS = st.builds(
 )
 
 
-@settings(max_examples=80, deadline=None)
 @given(st.lists(RUNS, min_size=1, max_size=40))
 def test_the_figures_equal_a_count_of_the_runs_in_every_output(runs):
     data = suite_data(runs)

@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 from rich.text import Text
@@ -35,11 +35,10 @@ from specdiff.safe_text import (
 )
 from specdiff.sessions.store import load_session
 from specdiff.suite.ledger import Ledger
+from specdiff.suite.outcome import SuiteOutcome, outcome_json
 from specdiff.suite.prompts import SuitePrompt
 from specdiff.suite.records import record_from_session
-from specdiff.suite.runner import SuiteOutcome
 from specdiff.suite.settings import SuiteSettings
-from specdiff.suite.stats import outcome_json
 from specdiff.tui.app import make_app
 from specdiff.tui.widgets import TokenView
 
@@ -127,7 +126,6 @@ TEXT = st.lists(
 ).map("".join)
 
 
-@settings(max_examples=60)
 @given(TEXT)
 def test_any_text_comes_out_without_a_terminal_control(text: str) -> None:
     assert_terminal_safe(visible(text), newlines=False)
@@ -136,14 +134,12 @@ def test_any_text_comes_out_without_a_terminal_control(text: str) -> None:
     terminal_text(text).encode("utf-8")  # a lone surrogate would fail here
 
 
-@settings(max_examples=60)
 @given(st.text(st.one_of(st.characters(max_codepoint=0x7E, exclude_characters="\\"), CONTROLS)))
 def test_escapes_read_back_as_the_text(text: str) -> None:
     """The escapes are Python's own: a reader can tell exactly what the bytes were."""
     assert visible(text).encode("ascii").decode("unicode_escape") == text
 
 
-@settings(max_examples=60)
 @given(TEXT, st.integers(min_value=1, max_value=60))
 def test_a_cut_line_is_bounded_and_never_ends_inside_an_escape(text: str, limit: int) -> None:
     shown = visible(text, limit)

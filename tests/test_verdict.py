@@ -31,7 +31,7 @@ from specdiff.compare import (
     teacher_flips,
 )
 from specdiff.reports.text import format_result, result_json
-from specdiff.sessions.format import LaneOutcome, PairResult
+from specdiff.results import LaneOutcome, PairResult
 from specdiff.sessions.store import load_session
 from specdiff.sessions.verify import Drift, drift_lines, first_drift
 from specdiff.steps import Candidate, TokenStep

@@ -340,7 +340,7 @@ class LocalSide(Side):
         # deferred: the engine loads in the worker process only
         from specdiff.engine.llama.batched import BatchedLane
         from specdiff.engine.llama.context import ModelPool
-        from specdiff.engine.probe import trust_kernels
+        from specdiff.engine.llama.probe import trust_kernels
 
         self.lane = replace(lane, speculation="none", prefix="fresh")
         self.progress = progress

@@ -68,6 +68,7 @@ def build_parser() -> CommandParser:
         epilog="lane keys: " + ", ".join(LANE_KEYS),
     )
     parser.add_argument("--version", action="version", version=f"specdiff {__version__}")
+    parser.set_defaults(run_command=main)
     subcommands = parser.add_subparsers(dest="command", parser_class=CommandParser)
     for command in COMMANDS:
         command.add_parser(subcommands)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from enum import IntEnum
 from pathlib import Path
-from typing import TextIO, TypeAlias
+from typing import TYPE_CHECKING, TextIO, TypeAlias
 
 from specdiff.config import config_value
 from specdiff.errors import LaneConfigError, PromptError, SpecdiffError, did_you_mean
@@ -31,6 +31,9 @@ from specdiff.lanes import (
 from specdiff.prompts import DEFAULT_PROMPT
 from specdiff.safe_text import ELLIPSIS, unguarded, visible
 
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
+
 
 class Exit(IntEnum):
     """specdiff's exit codes."""
@@ -45,8 +48,14 @@ class Exit(IntEnum):
     INTERRUPTED = 130
 
 
-Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+Subcommands: TypeAlias = "argparse._SubParsersAction[CommandParser]"
 """What each command module's `add_parser` adds its parser to."""
+
+
+RunCommand = Callable[[list[str]], int]
+"""specdiff's entry point, `main`: the command line a command may run another command
+through (serve-pair runs run, live or suite). The parser gives it to every handler as
+`args.run_command`, so that no command module imports the package that lists it."""
 
 
 class ArgumentError(SpecdiffError):
@@ -58,7 +67,7 @@ class CommandParser(argparse.ArgumentParser):
         # argparse exits with its own usage dump; specdiff's rule is one line and exit 2.
         raise ArgumentError(f"{with_suggestion(message)} (see: {self.prog} --help)")
 
-    def _print_message(self, message: str, file: TextIO | None = None) -> None:
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
         # argparse ignores a failed write, so `--help > /dev/full` exited 0 having
         # written nothing; raised, main() reports it like any other lost output
         if message:
@@ -197,6 +206,17 @@ def add_command(
     """The parser of one command, which `main` dispatches to `handler`."""
     parser = commands.add_parser(name, help=help)
     parser.set_defaults(handler=handler)
+    return parser
+
+
+def command_parser(add_parser: Callable[[Subcommands], None]) -> argparse.ArgumentParser:
+    """One command's parser alone, built afresh by its module's `add_parser`: for a
+    command that reads another's options (serve-pair) without touching the parser
+    `main` shares, whose defaults must stay as they are."""
+    holder = CommandParser(prog="specdiff")
+    commands = holder.add_subparsers(parser_class=CommandParser)
+    add_parser(commands)
+    (parser,) = commands.choices.values()
     return parser
 
 

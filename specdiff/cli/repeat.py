@@ -175,6 +175,8 @@ def command_repeat(args: argparse.Namespace) -> int:
     status.message(opening_line(args, values, where, served))
     cancel = threading.Event()
     bar = RunProgress(status, args.runs * len(values))
+    function: Callable[..., dict[str, Any]]
+    arguments: tuple[Any, ...]
     if len(values) > 1:
         function, arguments = run_sweep, (lane, prompt, args.runs, values, args.max_tokens)
     else:

@@ -42,7 +42,7 @@ from specdiff.steps import TokenStep
 if TYPE_CHECKING:
     from specdiff.engine.worker import PairWorker
     from specdiff.reports.text import Layout
-    from specdiff.sessions.format import PairResult
+    from specdiff.results import PairResult
     from specdiff.sessions.store import SessionWriter
 
 
@@ -241,7 +241,7 @@ def start_session(
 ) -> SessionWriter:
     """A session file with its header written, once the input is known to be good."""
     # deferred: the engine, session and report modules load only for the command that runs
-    from specdiff.sessions.format import SessionHeader
+    from specdiff.sessions.records import SessionHeader
     from specdiff.sessions.store import SessionWriter
 
     runner.check(tokens, args.max_tokens)  # bad input leaves no file

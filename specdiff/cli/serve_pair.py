@@ -17,15 +17,29 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specdiff.cli import options
-from specdiff.cli.common import ArgumentError, Status, Subcommands, add_command
+from specdiff.cli import certify, live, options, run, suite
+from specdiff.cli.common import (
+    ArgumentError,
+    RunCommand,
+    Status,
+    Subcommands,
+    add_command,
+    command_parser,
+)
 from specdiff.lanes import MAX_SERVER_FLAGS
 from specdiff.safe_text import visible
 
 if TYPE_CHECKING:
     from specdiff.engine.server.process import LlamaServer
 
-SERVE_PAIR_COMMANDS = ("run", "live", "suite", "certify")
+INNER_COMMANDS: dict[str, Callable[[Subcommands], None]] = {
+    "run": run.add_parser,
+    "live": live.add_parser,
+    "suite": suite.add_parser,
+    "certify": certify.add_parser,
+}
+"""The commands serve-pair runs on its servers, each with what adds its parser."""
+SERVE_PAIR_COMMANDS = tuple(INNER_COMMANDS)
 MAX_DRAFT = 256
 """The most tokens --draft-max may ask a server to draft per step."""
 SECRET_OPTION = re.compile(r"key|token|secret|passw", re.IGNORECASE)
@@ -229,10 +243,7 @@ def masked_arguments(arguments: list[str]) -> list[str]:
 def command_serve_pair(args: argparse.Namespace) -> int:
     """Start server a (speculative) and server b (plain) on loopback, run the command with
     `--pair servers` pointed at them, and stop both whatever happens."""
-    # deferred: the package imports this module to build its parser
-    from specdiff.cli import main
-
-    # also deferred: the engine, session and report modules load only for the command that runs
+    # deferred: the engine, session and report modules load only for the command that runs
     from specdiff.engine.server.process import find_llama_server, stop_servers
 
     command = inner_command(args.inner)
@@ -248,7 +259,9 @@ def command_serve_pair(args: argparse.Namespace) -> int:
             binary = find_llama_server(args.llama_server)
             environment = server_environment(binary)
             servers += _servers(args, status, binary)
-            return _serve(main, command, args.spec_type, given, environment, status, *servers)
+            return _serve(
+                args.run_command, command, args.spec_type, given, environment, status, *servers
+            )
         except StopSignal as stop:
             status.message(f"{stop.signal_name}: stopping both llama-servers")
             return int(stop.code)  # type: ignore[arg-type]
@@ -359,14 +372,14 @@ def keys_given_to_both(command: list[str]) -> set[str]:
     own setting beats --both: for these it leaves its own out, so that --both api=chat
     is what both lanes get. Refused before any server starts: another pair, a pairs
     file, a resumed suite (each start has new ports), an endpoint of the user's own."""
-    from specdiff.cli import build_parser
     from specdiff.lanes import parse_overrides
 
-    # a parser of its own: the shared one must keep its defaults
-    parser = build_parser.__wrapped__()  # type: ignore[attr-defined]
-    subcommand = parser._subparsers._group_actions[0].choices[command[0]]  # type: ignore[union-attr]
-    subcommand.set_defaults(pair=_UNSET, pair_names=None)  # suite's --pair appends to a list
-    inner = parser.parse_args(command)
+    # a parser of its own: the shared one must keep its defaults; argparse leaves an
+    # attribute the namespace already holds alone unless the option is given (suite's
+    # --pair appends to a list)
+    parser = command_parser(INNER_COMMANDS[command[0]])
+    unset = argparse.Namespace(pair=_UNSET, pair_names=None)
+    inner = parser.parse_args(command[1:], namespace=unset)
     chosen = [getattr(inner, name, _UNSET) for name in ("pair", "pair_names")]
     if any(value is not _UNSET and value is not None for value in chosen):
         raise ArgumentError(
@@ -423,7 +436,7 @@ def check_speculates(server: LlamaServer, spec_type: str) -> None:
 
 
 def _serve(
-    main: Callable[[list[str]], int],
+    main: RunCommand,
     command: list[str],
     spec_type: str,
     given: set[str],

@@ -33,8 +33,9 @@ from specdiff.prompts import SETS
 from specdiff.suite import MAX_CONCURRENCY
 
 if TYPE_CHECKING:
+    from specdiff.suite.outcome import SuiteOutcome
     from specdiff.suite.prompts import SuitePrompt
-    from specdiff.suite.runner import Progress, SuiteOutcome
+    from specdiff.suite.runner import Progress
     from specdiff.suite.settings import SuiteSettings
 
 LOG_SECONDS = 60.0
@@ -199,7 +200,7 @@ def command_suite(args: argparse.Namespace) -> int:
 def suite_exit(outcome: SuiteOutcome, report_dir: Path) -> int:
     """Write the reports, print the summary and say why the suite ended as it did."""
     from specdiff.reports.suite import write_reports
-    from specdiff.suite.stats import outcome_json
+    from specdiff.suite.outcome import outcome_json
 
     data = outcome_json(outcome)
     try:

@@ -8,7 +8,7 @@ backend is one new package that satisfies it (and one entry in ``engine.backends
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -16,8 +16,12 @@ from typing import Any, Protocol
 from specdiff.compare import DEFAULT_NEAR_TIE
 from specdiff.errors import SpecdiffError
 from specdiff.lanes import Lane
-from specdiff.sessions.format import PairResult
+from specdiff.results import PairResult
 from specdiff.steps import Probe, TokenStep
+
+Steps = Generator[TokenStep, None, None]
+"""A lane's steps as it decodes them: a generator, which its caller closes to stop the
+lane early (a server lane's reader thread ends with it)."""
 
 
 class EngineError(SpecdiffError):
@@ -82,7 +86,7 @@ class LaneBackend(Protocol):
         max_tokens: int,
         stop: Sequence[bytes] = (),
         forced: Sequence[int] | None = None,
-    ) -> Iterator[TokenStep]:
+    ) -> Steps:
         """Yield one TokenStep per generated token for `prompt` (token ids, or a Prompt
         that also carries its text); `forced` feeds these tokens instead of the lane's
         own picks (teacher forcing). Raises Cancelled when stopped, a SpecdiffError

@@ -29,14 +29,14 @@ from specdiff.chat import EMPTY_CONVERSATION, Conversation
 from specdiff.compare import DEFAULT_NEAR_TIE, compare
 from specdiff.control import warm_second_run
 from specdiff.engine.backends import open_lane
-from specdiff.engine.base import Cancelled, Generation, LaneBackend, Prompt, StreamsARun
+from specdiff.engine.base import Cancelled, Generation, LaneBackend, Prompt, Steps, StreamsARun
 from specdiff.engine.llama.context import ModelPool
 from specdiff.engine.runtime import build_info
 from specdiff.engine.server.lane import ServerLane
 from specdiff.engine.server.rescore import StreamGate
 from specdiff.errors import PromptError, SpecdiffError
-from specdiff.lanes import Pair, headline
-from specdiff.sessions.format import LaneOutcome, PairResult
+from specdiff.lanes import Lane, LaneId, Pair, headline
+from specdiff.results import LaneOutcome, PairResult
 from specdiff.steps import TokenStep
 
 Progress = Callable[[str], None]
@@ -62,9 +62,13 @@ class PairRun(StreamsARun):
         # runs side by side share one pool: each would otherwise hold its own weights
         self._own_pool = pool is None
         self.pool = pool or ModelPool()
-        self.lanes: dict[str, LaneBackend] = {}
+        self.lanes: dict[LaneId, LaneBackend] = {}
         try:
-            for lane_id, lane, other in (("a", pair.a, pair.b), ("b", pair.b, pair.a)):
+            opened: tuple[tuple[LaneId, Lane, Lane], ...] = (
+                ("a", pair.a, pair.b),
+                ("b", pair.b, pair.a),
+            )
+            for lane_id, lane, other in opened:
                 # named as the lane's header names it
                 progress(f"loading lane {lane_id}: {headline(lane, other)}")
                 self.lanes[lane_id] = open_lane(lane, lane_id, self.pool, progress, self.cancel)
@@ -81,7 +85,7 @@ class PairRun(StreamsARun):
             )
         self.build = dict(build_info(), specdiff=__version__)
         self.result: PairResult | None = None
-        self.outcomes: dict[str, LaneOutcome] = {}
+        self.outcomes: dict[LaneId, LaneOutcome] = {}
         """The current run's outcomes, filled in while it streams."""
         self.lane_tokens: dict[str, list[int]] = {}
         """Each lane's token ids of the prompt last tokenized."""
@@ -144,7 +148,7 @@ class PairRun(StreamsARun):
                 # in turn, lane b's would wait for lane a's first token
                 local.send_ahead(ids, max_tokens, stop_bytes)
 
-        def forced_b(forced: list[int]) -> Iterator[TokenStep]:
+        def forced_b(forced: list[int]) -> Steps:
             return self.lanes["b"].generate(ids, max_tokens, stop_bytes, forced=forced)
 
         try:
@@ -176,7 +180,7 @@ class PairRun(StreamsARun):
             control=again,
         )
 
-    def _begin(self, prompt_tokens: int) -> dict[str, LaneOutcome]:
+    def _begin(self, prompt_tokens: int) -> dict[LaneId, LaneOutcome]:
         """A run's new outcomes, each lane's counters cleared: a lane whose loop never
         starts (cancelled first) must not show the last run's."""
         self.outcomes = {
@@ -222,8 +226,8 @@ class PairRun(StreamsARun):
 
     def _lockstep(
         self,
-        generators: dict[str, Iterator[TokenStep]],
-        forced_b: Callable[[list[int]], Iterator[TokenStep]] | None,
+        generators: dict[LaneId, Steps],
+        forced_b: Callable[[list[int]], Steps] | None,
     ) -> Generator[TokenStep, None, tuple[bool, set[str]]]:
         """Step the lanes in turn until all have finished or a cancel; with `forced_b`,
         lane b starts when lane a has finished, fed a's tokens (and is added to
@@ -232,7 +236,7 @@ class PairRun(StreamsARun):
         live = dict(generators)
         forked = cancelled = False
         while live and not cancelled:
-            fresh: dict[str, TokenStep] = {}
+            fresh: dict[LaneId, TokenStep] = {}
             for lane_id in list(live):
                 try:
                     step = self._advance(self.outcomes[lane_id], live[lane_id])
@@ -301,7 +305,7 @@ class PairRun(StreamsARun):
 
     def live(self) -> dict[str, tuple[float, int, int]]:
         """Per lane, while a run streams: (tokens/s so far, drafted, accepted)."""
-        speeds = {}
+        speeds: dict[str, tuple[float, int, int]] = {}
         for lane_id, outcome in self.outcomes.items():
             local = self.lanes[lane_id]
             speed = local.tokens_per_second(outcome.steps)
@@ -313,19 +317,20 @@ class PairRun(StreamsARun):
         return speeds
 
     def _probe_fork(
-        self, fresh: dict[str, TokenStep], outcomes: dict[str, LaneOutcome]
-    ) -> dict[str, TokenStep]:
+        self, fresh: dict[LaneId, TokenStep], outcomes: dict[LaneId, LaneOutcome]
+    ) -> dict[LaneId, TokenStep]:
         """Attach each lane's view of the other lane's pick to the fork step."""
-        probed = {}
-        for lane_id, other_id in (("a", "b"), ("b", "a")):
+        probed: dict[LaneId, TokenStep] = {}
+        others: tuple[tuple[LaneId, LaneId], ...] = (("a", "b"), ("b", "a"))
+        for lane_id, other_id in others:
             step, local = fresh[lane_id], self.lanes[lane_id]
             probed[lane_id] = replace(
                 step,
                 probes=local.probe(step.index, [fresh[other_id].token_id]),
                 logsumexp=local.normalizer(step.index),
             )
-        for lane_id, step in probed.items():
-            outcomes[lane_id].steps[-1] = step
+        for lane_id, probed_step in probed.items():
+            outcomes[lane_id].steps[-1] = probed_step
         return probed
 
     def close(self) -> None:

@@ -32,22 +32,22 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from specdiff.compare import DEFAULT_NEAR_TIE, compare
-from specdiff.engine.base import EngineError, StreamsARun
+from specdiff.engine.base import Steps, StreamsARun
+from specdiff.engine.faults import Fault
 from specdiff.errors import SpecdiffError, printable
-from specdiff.lanes import Pair
+from specdiff.lanes import Lane, LaneId, Pair
+from specdiff.results import LaneOutcome, PairResult
 from specdiff.secrecy import hide_environment
-from specdiff.sessions.format import CRASHED, LaneOutcome, PairResult
+from specdiff.sessions.format import CRASHED
 from specdiff.steps import TokenStep
 
-FAULT_ENV = "SPECDIFF_FAULT"
 CANCEL_SIGNAL = signal.SIGUSR1
 WORKER_MAIN = (
     # the current folder first on sys.path (python -c puts it there) could shadow the
@@ -75,50 +75,6 @@ class WorkerCrashed(SpecdiffError):
 
 class WorkerFailed(SpecdiffError):
     """The worker hit a Python error it could not report as bad input: a bug."""
-
-
-@dataclass(frozen=True)
-class Fault:
-    """Where SPECDIFF_FAULT asks the worker to die, and how."""
-
-    lane: str
-    step: int
-    kind: str
-
-    KINDS = {"segv": signal.SIGSEGV, "abort": signal.SIGABRT, "ill": signal.SIGILL}
-
-    @classmethod
-    def from_env(cls) -> Fault | None:
-        value = os.environ.get(FAULT_ENV, "")
-        parts = value.split(":")
-        if len(parts) != 3 or parts[0] not in ("a", "b") or not parts[1].isdigit():
-            return None
-        if parts[2] not in cls.KINDS and parts[2] != "error":
-            return None
-        return cls(parts[0], int(parts[1]), parts[2])
-
-    def fire_at(self, step: TokenStep) -> None:
-        """For a function's events: die as the step is handed over."""
-        self.fire_before(step.lane, step.index)
-
-    def fire_before(self, lane: str, index: int) -> None:
-        """Die (or fail, KIND error) at the lane's step, before it leaves the decode loop:
-        where a native crash in a kernel would strike."""
-        if lane != self.lane or index != self.step:
-            return
-        if self.kind == "error":
-            raise EngineError(f"llama_decode failed (injected at step {self.step})")
-        signal.signal(self.KINDS[self.kind], signal.SIG_DFL)
-        os.kill(os.getpid(), self.KINDS[self.kind])
-
-
-def fault_point(steps: Iterable[TokenStep]) -> None:
-    """Where a function run by `call_in_worker` hands over less than its steps (counts
-    only), the steps it finished pass here, so an injected fault still strikes there."""
-    fault = Fault.from_env()
-    if fault is not None:
-        for step in steps:
-            fault.fire_at(step)
 
 
 class _CancelFlag(threading.Event):
@@ -158,9 +114,9 @@ class _DueStep:
             lane.generate = self._watched(lane_id, lane.generate, fault)
 
     def _watched(
-        self, lane_id: str, generate: Callable[..., Iterator[TokenStep]], fault: Fault | None
-    ) -> Callable[..., Iterator[TokenStep]]:
-        def watched(*args: Any, **kwargs: Any) -> Iterator[TokenStep]:
+        self, lane_id: str, generate: Callable[..., Steps], fault: Fault | None
+    ) -> Callable[..., Steps]:
+        def watched(*args: Any, **kwargs: Any) -> Steps:
             steps = generate(*args, **kwargs)
             try:
                 for index in itertools.count():
@@ -205,8 +161,8 @@ def serve(descriptor: int, due_path: str) -> None:
         return
     (pair,) = args
     # deferred: this module is imported by front ends, which must not load llama.cpp
+    from specdiff.engine.llama.probe import trust_kernels
     from specdiff.engine.pairrun import PairRun
-    from specdiff.engine.probe import trust_kernels
     from specdiff.engine.runtime import refuse_unsupported_offload
 
     def progress(text: str) -> None:
@@ -283,6 +239,9 @@ class PairWorker(StreamsARun):
     crash in the lane that died. A crash at any other time raises WorkerCrashed. Once
     the worker has died the object is spent (`alive` is False); open a new one.
     """
+
+    _conn: Connection
+    """The socket to the child interpreter, made anew by each _spawn."""
 
     WHO = "the lanes' worker"
     read_every = 0.0
@@ -555,7 +514,8 @@ class PairWorker(StreamsARun):
         """What arrived before the crash, as a result: every step kept, both lanes
         stopped as crashed, the crash named in both lanes' errors."""
         outcomes = {}
-        for lane_id, lane in (("a", self.pair.a), ("b", self.pair.b)):
+        lanes: tuple[tuple[LaneId, Lane], ...] = (("a", self.pair.a), ("b", self.pair.b))
+        for lane_id, lane in lanes:
             speed = self._live.get(lane_id, (0.0, 0, 0))
             outcomes[lane_id] = LaneOutcome(
                 lane_id,

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specdiff.grading import DEFAULT_TIMEOUT
-from specdiff.sessions.format import Grade
+from specdiff.sessions.records import Grade
 
 GRADER_FIELDS = ("tests", "entry_point", "answer", "answers", "answer_regex")
 """The fields of a prompt-set line that make its grader."""

@@ -54,7 +54,7 @@ from specdiff.reports.text import (
     unrescored_note,
 )
 from specdiff.safe_text import json_text, pictured, terminal_text
-from specdiff.sessions.format import MEASURED_FIELDS
+from specdiff.sessions.records import MEASURED_FIELDS
 from specdiff.sessions.store import Session
 from specdiff.steps import TokenStep, text_of
 
@@ -289,7 +289,7 @@ def _config_rows(table_a: dict[str, Any], table_b: dict[str, Any]) -> list[tuple
     ]
 
 
-def _run_rows(report: _Report) -> list[tuple[str, str, str]]:
+def _run_rows(report: _Report) -> list[tuple[str, ...]]:
     """Per-lane facts of the run: counts, speed, stop reason, hashes."""
     executed = report.session.header.executed
     partial_note = "— (partial)" if report.session.partial else "—"
@@ -310,8 +310,8 @@ def _run_rows(report: _Report) -> list[tuple[str, str, str]]:
         ),
     ]
     if any(report.footer_value("errors", lane) for lane in LANE_IDS):
-        errors = (str(report.footer_value("errors", lane) or "") for lane in LANE_IDS)
-        rows.append(("error", *errors))
+        error_a, error_b = (str(report.footer_value("errors", lane) or "") for lane in LANE_IDS)
+        rows.append(("error", error_a, error_b))
     return rows
 
 

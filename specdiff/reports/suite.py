@@ -1,6 +1,6 @@
 """A suite's report: report.json, report.md, report.html (inline SVG), results.csv.
 
-Everything is rendered from the one JSON object `specdiff.suite.stats.outcome_json`
+Everything is rendered from the one JSON object `specdiff.suite.outcome.outcome_json`
 builds, so the four files cannot disagree. Prompt ids, pair names, labels, model ids and
 errors come from files and servers specdiff does not control: every Markdown cell goes
 through `markdown_cell` (no HTML, link or table break survives) and every CSV cell
@@ -182,8 +182,11 @@ def _grading_text(settings: dict[str, Any]) -> str:
         return ""
     if settings.get("executed_code"):
         confinement = settings.get("confinement")
-        known = isinstance(confinement, str) and confinement
-        where = f", each program run {visible(confinement, 300)}" if known else ""
+        where = (
+            f", each program run {visible(confinement, 300)}"
+            if isinstance(confinement, str) and confinement
+            else ""
+        )
         return f" · graded: model-written code was executed{where}"
     return " · graded by matching answers (no code executed)"
 
@@ -882,7 +885,7 @@ def html_chunks(data: dict[str, Any]) -> Iterator[str]:
 
 
 def _html_section(title: str, header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
-    return [f"<h2>{title}</h2>", _html_table(header, rows)]
+    return [f"<h2>{title}</h2>", _html_table(header, list(rows))]
 
 
 def _html_section_lines(

@@ -35,8 +35,9 @@ from specdiff.control import control_sentence
 from specdiff.glossary import terms_footer
 from specdiff.lanes import Lane, differences, headline
 from specdiff.reports.styles import PLAIN, Paint
+from specdiff.results import LaneOutcome, PairResult
 from specdiff.safe_text import terminal_text, visible
-from specdiff.sessions.format import CRASHED, LaneOutcome, PairResult
+from specdiff.sessions.format import CRASHED
 from specdiff.steps import TokenStep, text_of
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from specdiff.errors import SpecdiffError
-from specdiff.sessions.format import LANE_IDS, RunSummary, SessionHeader
+from specdiff.sessions.format import LANE_IDS
+from specdiff.sessions.records import RunSummary, SessionHeader
 from specdiff.sessions.store import (
     MAX_LINE_BYTES,
     PARTIAL_SUFFIX,

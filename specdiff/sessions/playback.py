@@ -111,10 +111,10 @@ class Playback:
         wanted = {lane: min(lane_index + 1, total) for lane, total in totals.items()}
         due = []
         while any(shown[lane] < wanted[lane] for lane in shown):
-            step = self.forward()
-            assert step is not None  # wanted never exceeds what the lanes hold
-            shown[step.lane] += 1
-            due.append(step)
+            following = self.forward()
+            assert following is not None  # wanted never exceeds what the lanes hold
+            shown[following.lane] += 1
+            due.append(following)
         return due
 
     def restart(self) -> None:

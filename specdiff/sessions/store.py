@@ -14,23 +14,18 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Any, BinaryIO
+from typing import IO, Any, BinaryIO, Protocol
 
 from specdiff.compare import DEFAULT_NEAR_TIE, Comparison, compare
 from specdiff.errors import SpecdiffError
 from specdiff.files import naming, open_for_reading
 from specdiff.lanes import Pair
-from specdiff.sessions.format import (
-    PairResult,
-    RunSummary,
-    SessionHeader,
-    step_from,
-    step_record,
-)
+from specdiff.sessions.codec import step_from, step_record
+from specdiff.sessions.records import RunSummary, SessionHeader
 from specdiff.steps import TokenStep
 
 SUFFIX = ".jsonl"
@@ -144,7 +139,33 @@ class SessionWriter:
         self.partial.unlink(missing_ok=True)
 
 
-def save_result(result: PairResult, directory: str | Path | None = None) -> Path:
+class _LaneSteps(Protocol):
+    @property
+    def steps(self) -> Sequence[TokenStep]: ...
+
+
+class FinishedRun(Protocol):
+    """What `save_result` writes: a `specdiff.results.PairResult`, read only through
+    these (the results module sits above the session files and imports them)."""
+
+    @property
+    def pair(self) -> Pair: ...
+
+    @property
+    def prompt(self) -> str: ...
+
+    @property
+    def a(self) -> _LaneSteps: ...
+
+    @property
+    def b(self) -> _LaneSteps: ...
+
+    def header(self) -> SessionHeader: ...
+
+    def summary(self) -> RunSummary: ...
+
+
+def save_result(result: FinishedRun, directory: str | Path | None = None) -> Path:
     """Write a finished run as a session; never overwrites; returns the final path."""
     writer = SessionWriter(directory, result.pair.name, result.prompt)
     writer.header(result.header())
@@ -153,7 +174,7 @@ def save_result(result: PairResult, directory: str | Path | None = None) -> Path
     return writer.finish(result.summary())
 
 
-def interleaved(result: PairResult) -> Iterable[TokenStep]:
+def interleaved(result: FinishedRun) -> Iterable[TokenStep]:
     """Both lanes' steps in the order a pair run produces them (a's i, then b's i)."""
     a, b = result.a.steps, result.b.steps
     for index in range(max(len(a), len(b))):

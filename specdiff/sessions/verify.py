@@ -20,7 +20,7 @@ from specdiff.compare import (
     run_fork,
 )
 from specdiff.safe_text import visible
-from specdiff.sessions.format import SessionHeader
+from specdiff.sessions.records import SessionHeader
 from specdiff.sessions.store import Session
 from specdiff.steps import TokenStep
 

@@ -22,13 +22,8 @@ from specdiff.errors import SpecdiffError, printable
 from specdiff.files import write_text_atomic
 from specdiff.lanes import Pair
 from specdiff.scoring import PositionScore, summarise
-from specdiff.sessions.format import (
-    RunSummary,
-    check_float,
-    check_int,
-    check_list,
-    check_object,
-)
+from specdiff.sessions.checks import check_float, check_int, check_list, check_object
+from specdiff.sessions.records import RunSummary
 from specdiff.sessions.store import load_session, safe_name
 from specdiff.suite import SuiteError
 from specdiff.suite.folder import SESSIONS_FOLDER

@@ -7,8 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from specdiff.control import EFFECT, NOISE_FLOOR
-from specdiff.sessions.format import RunSummary
+from specdiff.sessions.records import EFFECT, NOISE_FLOOR, RunSummary
 from specdiff.suite.paired import Rate
 
 RateCells = Callable[[str, dict[str, Any]], list[str]]

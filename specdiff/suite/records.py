@@ -6,10 +6,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from specdiff.compare import run_fork_account
-from specdiff.sessions.format import LaneOutcome, RunSummary, Serving
+from specdiff.results import LaneOutcome
+from specdiff.sessions.records import RunSummary, Serving
 from specdiff.sessions.store import Session
 from specdiff.steps import TokenStep
 
@@ -131,7 +132,7 @@ def lane_serving(outcome: LaneOutcome, restarts: int = 0) -> Serving | None:
     )
 
 
-def _finite_count(value: object) -> bool:
+def _finite_count(value: object) -> TypeGuard[int | float]:
     return (
         isinstance(value, (int, float))
         and not isinstance(value, bool)

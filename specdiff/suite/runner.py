@@ -33,14 +33,9 @@ from typing import TYPE_CHECKING, Any
 from specdiff.errors import SpecdiffError, printable
 from specdiff.grading.graders import NOT_RUN_LANE_FAILED, Grader, grade_text
 from specdiff.lanes import Pair
-from specdiff.sessions.format import (
-    CRASHED,
-    Grade,
-    LaneOutcome,
-    PairResult,
-    RunSummary,
-    SessionHeader,
-)
+from specdiff.results import LaneOutcome, PairResult
+from specdiff.sessions.format import CRASHED
+from specdiff.sessions.records import Grade, RunSummary, SessionHeader
 from specdiff.sessions.store import (
     PARTIAL_SUFFIX,
     SessionWriter,
@@ -52,6 +47,7 @@ from specdiff.suite.folder import session_path
 from specdiff.suite.kld import score_teacher_forced
 from specdiff.suite.ledger import Ledger
 from specdiff.suite.lengths import padded_prompt, skipped_message
+from specdiff.suite.outcome import SuiteOutcome
 from specdiff.suite.prompts import SuitePrompt
 from specdiff.suite.records import (
     PromptRecord,
@@ -160,50 +156,6 @@ def duration(seconds: float | None) -> str:
     if whole >= 3600:
         return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
     return f"{whole // 60}m{whole % 60:02d}s" if whole >= 60 else f"{whole}s"
-
-
-@dataclass
-class SuiteOutcome:
-    settings: SuiteSettings
-    prompts: list[SuitePrompt]
-    ledger: Ledger
-    """Every run's record, read back in suite order, and each pair's figures."""
-    executed: dict[str, dict[str, Any]]
-    """Per variant label: the header's lanes, executed settings and build."""
-    skipped: list[str]
-    cancelled: bool
-    wall_seconds: float
-    resumed: int
-    started: str
-    skipped_runs: int = 0
-    unloaded: list[str] = field(default_factory=list)
-    """`label: why` for each pair (variant) whose models would not load."""
-    executed_code: bool = False
-    """Model-written programs were run (graded with tests)."""
-    grading_seconds: float = 0.0
-    """Time spent grading the runs of this invocation, its programs' time included."""
-    program_seconds: float = 0.0
-    """Of that, the time the graded programs ran in the sandbox."""
-    kld: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Per variant label, teacher-forced: KL divergence over the whole vocabulary."""
-
-    @property
-    def finished_runs(self) -> int:
-        """Runs that came to an end: neither failed (unreadable included) nor crashed."""
-        return self.ledger.finished
-
-    def nothing_ran(self) -> str | None:
-        """Why no run of the suite came to an end, when none did and it was not stopped:
-        a pair that would not load, else the first failed or crashed run's error."""
-        if self.cancelled or self.finished_runs:
-            return None
-        if self.unloaded:
-            return self.unloaded[0]
-        if self.ledger.first_error is not None:
-            return self.ledger.first_error
-        if self.skipped:
-            return self.skipped[0]
-        return "the prompt set is empty" if not self.prompts else None
 
 
 @dataclass
@@ -638,6 +590,7 @@ class SuiteRun:
                 self._stopping()  # says so as soon as a Ctrl+C asks to drain
                 self.on_progress(tally.progress(variant.label, prompt.id))
 
+        assert variant.runner is not None  # a variant takes prompts only once loaded
         try:
             result = variant.runner.run(
                 prompt.prompt,
@@ -689,6 +642,7 @@ class SuiteRun:
         # a pending prompt's finished file is a crashed run's: this run replaces it
         path.unlink(missing_ok=True)
         runner = variant.runner
+        assert runner is not None  # a variant takes prompts only once loaded
         try:
             tokens = runner.tokenize(prompt.prompt)
             runner.check(tokens, max_tokens)

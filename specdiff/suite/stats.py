@@ -9,17 +9,13 @@ import statistics
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from specdiff import __version__
 from specdiff.compare import DEFAULT_SPLIT_THRESHOLD, FORK_CLASSES
-from specdiff.sessions.format import RunSummary, Serving
+from specdiff.sessions.records import RunSummary, Serving
 from specdiff.suite.noise_floor import ControlTally
 from specdiff.suite.paired import PairedOutcomes, Rate
 from specdiff.suite.records import MARGIN_BUCKETS, PromptRecord, TeacherStats, bucket_index
-
-if TYPE_CHECKING:
-    from specdiff.suite.runner import SuiteOutcome
 
 CHECKPOINTS = (25, 50, 100, 200, 400, 800, 1600, 3200, 6400)
 """Generation lengths at which the report gives the fraction of prompts forked."""
@@ -447,47 +443,3 @@ class TeacherTally:
                 for i in range(len(self.bucket_steps))
             ],
         }
-
-
-PROMPT_TEXT_KEPT = 200
-"""Characters of each prompt report.json keeps: enough to recognise it by."""
-
-
-def outcome_json(outcome: SuiteOutcome) -> dict[str, Any]:
-    """Everything the reports show, as one JSON-able object; its `prompts` are read from
-    the ledger as they are iterated (a `RecordView`), never held together."""
-    settings = outcome.settings
-    ledger = outcome.ledger
-    pairs = []
-    for label, _pair, quant in settings.variants():
-        figures = ledger.figures.get(label) or PairFigures()
-        pairs.append(
-            {
-                "label": label,
-                "quant": quant,
-                "summary": {
-                    **figures.summary(settings.max_tokens, settings.near_tie),
-                    # the load every figure was measured under, beside each of them
-                    "concurrency": settings.concurrency,
-                    "kld": outcome.kld.get(label),
-                },
-                "configuration": outcome.executed.get(label),
-                "prompt_length": settings.prompt_length(label),
-            }
-        )
-    jobs = len(settings.variants()) * len(outcome.prompts)
-    return {
-        "specdiff": __version__,
-        "created": outcome.started,
-        "complete": not outcome.cancelled and ledger.count + outcome.skipped_runs == jobs,
-        "jobs": jobs,
-        "finished": ledger.count,
-        "resumed": outcome.resumed,
-        "wall_seconds": outcome.wall_seconds,
-        "settings": settings.as_json(outcome.prompts),
-        "skipped_prompts": outcome.skipped,
-        # the start of each prompt, so a report names prompts by their words, not ids
-        "prompt_texts": {prompt.id: prompt.prompt[:PROMPT_TEXT_KEPT] for prompt in outcome.prompts},
-        "pairs": pairs,
-        "prompts": ledger.records(),
-    }

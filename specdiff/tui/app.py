@@ -45,8 +45,8 @@ from specdiff.engine.worker import PairWorker
 from specdiff.errors import SpecdiffError
 from specdiff.forecast import model_for
 from specdiff.lanes import Pair, apply_overrides, headline, override_words, parse_overrides
+from specdiff.results import PairResult
 from specdiff.safe_text import from_one_line, on_one_line, visible
-from specdiff.sessions.format import PairResult
 from specdiff.sessions.playback import Playback
 from specdiff.sessions.store import (
     Session,

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from specdiff.sessions.format import PairResult
+from specdiff.results import PairResult
 from specdiff.steps import TokenStep
 
 

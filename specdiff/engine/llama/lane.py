@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from specdiff.chat import messages_of
-from specdiff.engine.base import Generation, Prompt
+from specdiff.engine.base import Generation, Prompt, Steps
 from specdiff.engine.llama.context import Context, ModelPool, Offload, repack_choice
 from specdiff.engine.llama.drafts import Verification, make_drafter
 from specdiff.engine.llama.templates import ChatTemplate
@@ -180,7 +180,7 @@ class LocalLane:
         max_tokens: int,
         stop: Sequence[bytes] = (),
         forced: Sequence[int] | None = None,
-    ) -> Iterator[TokenStep]:
+    ) -> Steps:
         """Greedy decoding of `prompt`, one TokenStep per generated token.
 
         With `forced` (teacher forcing) the lane continues with those tokens instead of

@@ -119,7 +119,7 @@ def scoring_lanes(
     """Both lanes of an in-process pair loaded with `chunk`-token contexts, their kernels
     trusted; closed on leaving."""
     # deferred: the probe module starts processes of its own
-    from specdiff.engine.probe import trust_kernels
+    from specdiff.engine.llama.probe import trust_kernels
     from specdiff.engine.runtime import refuse_unsupported_offload
 
     check_scorable(pair)

@@ -21,7 +21,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 from urllib.parse import unquote, urlsplit
@@ -285,7 +285,7 @@ class ServerClient:
 
     def stream_lines(
         self, path: str, body: dict[str, Any], emitted: Callable[[], int]
-    ) -> Iterator[str]:
+    ) -> Generator[str, None, None]:
         """POST `body` and yield the response's lines as they arrive. A refused
         connection or a 429/503 is tried again on the same endpoint within the budget;
         a stream that breaks is not resumed (`emitted()` counts the tokens, for the

@@ -192,7 +192,7 @@ class LlamaServer:
 
     def parse(self, data: dict[str, Any]) -> Event:
         probabilities = _objects(data.get("completion_probabilities"), "completion_probabilities")
-        ids = [t for t in data.get("tokens") or [] if type(t) is int]
+        ids: list[Any] = [t for t in data.get("tokens") or [] if type(t) is int]
         if not probabilities and data.get("content") and (not ids or not self.seen_probs):
             raise MissingLogprobs
         self.seen_probs = self.seen_probs or bool(probabilities)
@@ -291,8 +291,8 @@ def _event(payload: str, dialect: Dialect, client: ServerClient) -> Event:
     if not isinstance(data, dict):
         raise client.fail(f"unexpected event: {quote(json.dumps(data, ensure_ascii=False))!r}")
     if data.get("error"):
-        error = data["error"]
-        message = error.get("message") if isinstance(error, dict) else error
+        reported = data["error"]
+        message = reported.get("message") if isinstance(reported, dict) else reported
         raise client.fail(f"the server reported an error: {quote(str(message))}")
     try:
         return dialect.parse(data)

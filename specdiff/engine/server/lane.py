@@ -24,7 +24,7 @@ from contextlib import closing
 from typing import Any
 
 from specdiff.chat import Message, messages_of
-from specdiff.engine.base import Cancelled, Generation, Prompt
+from specdiff.engine.base import Cancelled, Generation, Prompt, Steps
 from specdiff.engine.llama.context import ModelPool, repack_choice
 from specdiff.engine.models import Progress, resolve_model
 from specdiff.engine.server.client import ServerClient, ServerError, finite, read_api_key
@@ -260,7 +260,7 @@ class ServerLane:
         max_tokens: int,
         stop: Sequence[bytes] = (),
         forced: Sequence[int] | None = None,
-    ) -> Iterator[TokenStep]:
+    ) -> Steps:
         """Stream the server's greedy completion of the prompt, one TokenStep per token.
         The server is sent text: the prompt itself, a Prompt's text, or token ids turned
         back into text; a request `send_ahead` sent with the same arguments is the one

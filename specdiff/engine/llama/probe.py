@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specdiff.engine.faults import Fault
 from specdiff.engine.models import base_model_path, cache_dir, resolve_model, sha256_file
 from specdiff.errors import LaneConfigError, SpecdiffError, printable
 from specdiff.files import write_text_atomic
@@ -93,7 +94,7 @@ PROBE_FAULT_ENV = "SPECDIFF_PROBE_FAULT"
 PROBE_ENV = "SPECDIFF_PROBE"
 PROBE_MAIN = (
     # as the worker's: the current folder first on sys.path could shadow installed packages
-    "import sys; sys.path.pop(0); from specdiff.engine.probe import probe_main; probe_main()"
+    "import sys; sys.path.pop(0); from specdiff.engine.llama.probe import probe_main; probe_main()"
 )
 PROBE_SECONDS = 300.0
 """A probe that runs longer is stuck, not crashed: the run goes ahead unprobed."""
@@ -419,9 +420,6 @@ def _injected_fault(repack: bool) -> None:
     kind, _, when = os.environ.get(PROBE_FAULT_ENV, "").partition(":")
     if not kind:
         return
-    # deferred: the worker module is only needed when a fault is asked for
-    from specdiff.engine.worker import Fault
-
     if kind not in Fault.KINDS or when not in ("", "both", "on" if repack else "off"):
         return
     signal.signal(Fault.KINDS[kind], signal.SIG_DFL)
