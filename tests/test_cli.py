@@ -223,14 +223,23 @@ def test_default_run_forks_on_the_default_prompt() -> None:
 
 
 @pytest.mark.model
-def test_interrupt_mid_generation_keeps_what_was_produced() -> None:
+def test_interrupt_mid_generation_keeps_what_was_produced(tmp_path: Path) -> None:
     process = subprocess.Popen(
-        [sys.executable, "-m", "specdiff", "run", "--max-tokens", "3000", "--quiet", "--json"],
+        [
+            *(sys.executable, "-m", "specdiff", "run", "--max-tokens", "3000", "--quiet"),
+            *("--json", "--save", "--sessions-dir", str(tmp_path)),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(8)  # model loaded, lanes generating
+    # the interrupt comes once the saved session holds a step of lane b, however long the
+    # model took to load on a busy machine
+    deadline = time.monotonic() + 240
+    while not any('"lane":"b"' in path.read_text() for path in tmp_path.glob("*.jsonl*")):
+        assert process.poll() is None, process.communicate()[1]
+        assert time.monotonic() < deadline, "lane b produced no step in 240 s"
+        time.sleep(0.2)
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr
