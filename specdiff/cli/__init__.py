@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from specdiff import __version__
 from specdiff.cli import (
     doctor,
+    explain,
     export,
     live,
     models,
@@ -41,6 +42,7 @@ COMMANDS = (
     replay,
     sessions,
     verify,
+    explain,
     export,
     suite,
     score,
