@@ -210,9 +210,7 @@ class Autopsy:
         kernels = [t for t in removing if t.scope == "both lanes"]
         baseline = next((t for t in self.trials if t.scope == "as given"), None)
         if kernels:
-            named = "; ".join(
-                f"{t.setting}" + _relative_speed(t, baseline) for t in kernels
-            )
+            named = "; ".join(f"{t.setting}" + _relative_speed(t, baseline) for t in kernels)
             return f"The fork disappears with {named}."
         moved = [t for t in removing if t.scope == "lane b"]
         if moved:
@@ -234,9 +232,7 @@ class Autopsy:
             return ""
         where = f"layer {first.layer}'s " if first.layer is not None else ""
         how = (
-            "in the last bits"
-            if first.rel_l2 < LAST_BITS
-            else f"by {first.rel_l2:.1e} of its size"
+            "in the last bits" if first.rel_l2 < LAST_BITS else f"by {first.rel_l2:.1e} of its size"
         )
         width_a, width_b = self.verify_width
         widths = (
@@ -324,9 +320,7 @@ class Autopsy:
             pair=record.text("pair"),
             max_tokens=record.integer("max_tokens"),
             fork=record.optional_integer("fork"),
-            trials=tuple(
-                _trial_from(item) for item in record.items("settings", MAX_TRIALS)
-            ),
+            trials=tuple(_trial_from(item) for item in record.items("settings", MAX_TRIALS)),
             max_runs=record.integer("max_runs"),
             not_tried=tuple(record.texts("not_tried")),
             tensors=tuple(_tensor_from(item) for item in record.items("tensors", MAX_TENSORS)),
@@ -389,7 +383,7 @@ _OP_WORDS = {
 
 
 def tensor_words(name: str) -> str:
-    """"feed-forward output" for "ffn_out-0"; the name itself for one not known."""
+    """ "feed-forward output" for "ffn_out-0"; the name itself for one not known."""
     base = name.rsplit("-", 1)[0] if name.rsplit("-", 1)[-1].isdigit() else name
     return _TENSOR_WORDS.get(base, visible(base, 60))
 
@@ -442,8 +436,8 @@ def _tensor_json(tensor: TensorDifference) -> dict[str, Any]:
         "shape_a": list(tensor.shape_a),
         "shape_b": list(tensor.shape_b),
         "identical": tensor.identical,
-        "max_abs": tensor.max_abs,
-        "rel_l2": tensor.rel_l2,
+        "max_abs": _number(tensor.max_abs),
+        "rel_l2": _number(tensor.rel_l2),
     }
 
 
@@ -503,6 +497,10 @@ class _Reader:
             raise self._bad(key, "a number")
         return float(value)
 
+    def unbounded(self, key: str) -> float:
+        """A number, or null for one JSON cannot hold (a difference beyond any scale)."""
+        return math.inf if self._get(key) is None else self.number(key)
+
     def boolean(self, key: str) -> bool:
         value = self._get(key)
         if not isinstance(value, bool):
@@ -531,13 +529,13 @@ class _Reader:
         values = self._list(key, 8)
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
             raise self._bad(key, "a list of whole numbers")
-        return [int(str(v)) for v in values]
+        return [v for v in values if isinstance(v, int)]
 
     def numbers(self, key: str) -> list[float]:
         values = self._list(key, 8)
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
             raise self._bad(key, "a list of numbers")
-        return [float(str(v)) for v in values]
+        return [float(v) for v in values if isinstance(v, (int, float))]
 
 
 def _pair_of(values: Sequence[Any], key: str) -> Any:
@@ -570,8 +568,8 @@ def _tensor_from(record: _Reader) -> TensorDifference:
         shape_a=tuple(record.integers("shape_a")),
         shape_b=tuple(record.integers("shape_b")),
         identical=record.boolean("identical"),
-        max_abs=record.number("max_abs"),
-        rel_l2=record.number("rel_l2"),
+        max_abs=record.unbounded("max_abs"),
+        rel_l2=record.unbounded("rel_l2"),
     )
 
 

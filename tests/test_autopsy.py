@@ -198,7 +198,7 @@ def test_explain_refuses_a_session_whose_model_is_missing(
             prompt_token_ids=(2, 9259),
             max_tokens=8,
             stop=(),
-            executed={},
+            executed={"a": {"model_path": lane.model}, "b": {"model_path": lane.model}},
             build={},
             created="2026-12-02T00:00:00+00:00",
             teacher_forced=False,

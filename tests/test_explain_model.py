@@ -62,9 +62,7 @@ def test_tapping_changes_nothing(model_path: Path) -> None:
     step = steps[6]
     assert taps.token_id == step.token_id
     # the run's own logits (no callback in its context) against the tapped replay's
-    assert [float(taps.tapped_logits[c.token_id]) for c in step.top] == [
-        c.logit for c in step.top
-    ]
+    assert [float(taps.tapped_logits[c.token_id]) for c in step.top] == [c.logit for c in step.top]
 
 
 def test_an_independent_reference_sums_the_same_tensors_alike(model_path: Path) -> None:

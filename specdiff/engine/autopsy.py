@@ -107,7 +107,9 @@ def plan_moves(pair: Pair) -> list[Move]:
         key = next(iter(changes))
         value = changes[key]
         moved_a, moved_b = _moved(a, changes), _moved(b, changes)
-        moves.append(Move(setting, key, str(value), "both lanes", replace(pair, a=moved_a, b=moved_b)))
+        moves.append(
+            Move(setting, key, str(value), "both lanes", replace(pair, a=moved_a, b=moved_b))
+        )
 
     repack = "off" if a.repack in ("auto", "on") else "on"
     both(f"repack {repack}", {"repack": repack})
@@ -170,11 +172,18 @@ def explain_pair(
             progress(f"run {number}/{min(max_runs, len(moves) + 1)}: {move.setting}")
             trials.append(_trial(move, prompt, max_tokens, pool, cancel, cache))
         not_tried = tuple(f"{move.setting} (over --max-runs)" for move in moves[room:])
-        fork = baseline.fork if baseline.fork is not None else min(
-            baseline.tokens_a, baseline.tokens_b
-        )
-        progress(f"tapping both lanes at token {fork}")
-        part2 = _layers(pair, prompt, max_tokens, fork, pool, cancel)
+        if baseline.fork is None:
+            # one lane stopped early with the same tokens: no step holds two picks
+            part2 = Autopsy(
+                pair.name,
+                max_tokens,
+                min(baseline.tokens_a, baseline.tokens_b),
+                part2_note="the lanes differ only in length (one stopped early); "
+                "there is no fork step to trace",
+            )
+        else:
+            progress(f"tapping both lanes at token {baseline.fork}")
+            part2 = _layers(pair, prompt, max_tokens, baseline.fork, pool, cancel)
         return replace(
             part2,
             trials=tuple(trials),

@@ -19,8 +19,9 @@ pass takes the tensors. So part 2 costs two decodes of the prefix per lane.
 
 Which column: a tensor of a decode holds one column per token of its ubatch (the
 token dimension is ne[1] for [n_embd, tokens] tensors and ne[2] for the per-head
-[head_dim, heads, tokens] ones); a batch wider than n_ubatch is computed as several
-graphs, in order; and the last layer keeps only the rows that asked for logits, so its
+[head_dim, heads, tokens] ones, told apart by their extents, since one name may be
+both: Qcur-0 is flat out of its matrix multiply and per head after the reshape); a
+batch wider than n_ubatch is computed as several graphs, in order; and the last layer keeps only the rows that asked for logits, so its
 tensors after attention are indexed among those. The tapped ``result_output`` column
 must equal the row's logits bit for bit, which checks that the column was the right one.
 """
@@ -47,7 +48,8 @@ from specdiff.steps import TokenStep
 
 GGML_TYPE_F32 = 0
 PER_HEAD = frozenset({"Qcur", "Kcur", "Vcur", "Qcur_normed", "Kcur_normed", "Vcur_normed"})
-"""Tensors laid out [head_dim, heads, tokens]: their token dimension is ne[2]."""
+"""Tensors laid out [head_dim, heads, tokens] once reshaped (flat [n, tokens] as a
+matrix multiply's output, under the same name)."""
 TAPPED = frozenset(
     {
         "inp_embd",
@@ -223,8 +225,9 @@ class Taps:
         functions = ggml().lib
         name = (functions.ggml_get_name(tensor) or b"").decode("utf-8", "replace")
         if ask:
-            if self._first_name is None or name == self._first_name:
-                # the first node of each graph: a batch wider than n_ubatch is several
+            if name and (self._first_name is None or name == self._first_name):
+                # the first named node of each graph: a batch wider than n_ubatch is
+                # computed as several graphs, one per ubatch, in order
                 self._first_name = name
                 self._graph += 1
                 self._seen = {}
@@ -235,8 +238,10 @@ class Taps:
         kind, extents = ggml().header(tensor)
         if kind != GGML_TYPE_F32 or not functions.ggml_is_contiguous(tensor):
             return True
-        base, _ = split_name(name)
-        axis = 2 if base in PER_HEAD else 1
+        # [n, tokens] or, per head, [head_dim, heads, tokens]: a per-head tensor of one
+        # token has heads where a flat one has its token, so the extents decide
+        flat = extents[2] == 1 and extents[3] == 1 and extents[1] in (target.width, target.outputs)
+        axis = 1 if flat else 2
         extent = extents[axis]
         if extent == target.width:
             column = target.column
