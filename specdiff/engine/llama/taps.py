@@ -17,13 +17,14 @@ step, with the callback armed for the one llama_decode call whose output row hol
 The first pass finds that call and row (and keeps its logits, untapped); the second
 pass takes the tensors. So part 2 costs two decodes of the prefix per lane.
 
-Which column: a tensor of a decode holds one column per token of its ubatch (the
-token dimension is ne[1] for [n_embd, tokens] tensors and ne[2] for the per-head
-[head_dim, heads, tokens] ones, told apart by their extents, since one name may be
-both: Qcur-0 is flat out of its matrix multiply and per head after the reshape); a
-batch wider than n_ubatch is computed as several graphs, in order; and the last layer keeps only the rows that asked for logits, so its
-tensors after attention are indexed among those. The tapped ``result_output`` column
-must equal the row's logits bit for bit, which checks that the column was the right one.
+Which column: a tensor of a decode holds one column per token of its ubatch (the token
+dimension is ne[1] for [n_embd, tokens] tensors and ne[2] for the per-head [head_dim,
+heads, tokens] ones, told apart by their extents, since one name may be both: Qcur-0 is
+flat out of its matrix multiply and per head after the reshape); a batch wider than
+n_ubatch is computed as several graphs, in order; and the last layer keeps only the rows
+that asked for logits, so its tensors after attention are indexed among those. The
+tapped ``result_output`` column must equal the row's logits bit for bit, which checks
+that the column was the right one.
 """
 
 from __future__ import annotations
