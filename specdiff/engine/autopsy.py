@@ -226,7 +226,7 @@ def _trial(
     assert result is not None  # the stream ran to its end
     if result.cancelled:
         raise Cancelled("cancelled")
-    error = "; ".join(result.error_lines()) or None
+    failure = "; ".join(result.error_lines()) or None
     fork = result.comparison.fork
     trial = SettingTrial(
         move.setting,
@@ -238,9 +238,9 @@ def _trial(
         len(result.b.steps),
         round(result.a.tokens_per_second, 2),
         round(result.b.tokens_per_second, 2),
-        error,
+        failure,
     )
-    if error is None:
+    if failure is None:
         cache.put(move, trial)
     return trial
 

@@ -36,12 +36,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from specdiff.engine.base import EngineError
-from specdiff.engine.llama.context import Context, ModelPool, Row
+from specdiff.engine.llama.context import Context, LoadedModel, ModelPool, Row
 from specdiff.engine.llama.lane import LocalLane
 from specdiff.engine.runtime import llama
 from specdiff.lanes import Lane
@@ -265,8 +264,8 @@ class Taps:
 class _CountingContext(Context):
     """A Context that numbers its llama_decode calls and arms its taps for one of them."""
 
-    def __init__(self, taps: Taps, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, eval_callback=taps.callback, **kwargs)
+    def __init__(self, taps: Taps, model: LoadedModel, lane: Lane, cancel: threading.Event) -> None:
+        super().__init__(model, lane, cancel, eval_callback=taps.callback)
         self.taps = taps
         self.calls: list[tuple[bool, ...]] = []
         """Each call's logits flags, in order."""
@@ -380,7 +379,7 @@ def _replay(
     local: LocalLane, prompt: Sequence[int], max_tokens: int, step_index: int
 ) -> tuple[np.ndarray, TokenStep, int]:
     """Run the lane to `step_index`; that step's logits (a copy), step and output row."""
-    generator = local.generate(list(prompt), max_tokens)
+    generator = iter(local.generate(list(prompt), max_tokens))
     try:
         for step in generator:
             if step.index == step_index:
@@ -390,5 +389,7 @@ def _replay(
                 logits = np.array(local.context.row(row_index), copy=True)
                 return logits, step, row_index
     finally:
-        generator.close()
+        close = getattr(generator, "close", None)  # a generator: ends the lane's loop now
+        if close is not None:
+            close()
     raise EngineError(f"lane {local.lane_id} stopped before step {step_index}")
