@@ -234,19 +234,32 @@ class Autopsy:
         how = (
             "in the last bits" if first.rel_l2 < LAST_BITS else f"by {first.rel_l2:.1e} of its size"
         )
+        named = f"({visible(first.name, 60)}, {visible(first.op, 30)})"
+        if first.op in DATA_MOVES:
+            # a copy or reshape rounds nothing: the difference was made before it
+            sentence = (
+                f"The first tapped tensor that differs is {where}{tensor_words(first.name)} "
+                f"{named}, {how} (largest difference {first.max_abs:.2g}); its last "
+                f"operation only moves data, so the difference was made by "
+                f"{_made_before(first.name)}"
+            )
+        else:
+            sentence = (
+                f"The first operation that differs is {op_words(first.op)} of {where}"
+                f"{tensor_words(first.name)} {named}, {how} (largest difference "
+                f"{first.max_abs:.2g})"
+            )
         width_a, width_b = self.verify_width
-        widths = (
-            f" when lane a computes the step {width_a} tokens wide and lane b {width_b}"
-            if width_a != width_b
-            else ""
-        )
-        sentence = (
-            f"The first operation that differs is {op_words(first.op)} of {where}"
-            f"{tensor_words(first.name)} ({visible(first.name, 60)}, {visible(first.op, 30)}),"
-            f" {how} (largest difference {first.max_abs:.2g}){widths}"
-        )
-        attention = self.attention_identical()
-        if attention:
+        if width_a != width_b:
+            sentence += f" when lane a computes the step {width_a} tokens wide and lane b {width_b}"
+        elif first.name.startswith("kqv_out"):
+            sentence += (
+                f". Both lanes computed this step {width_a} token{'s' if width_a != 1 else ''} "
+                "wide, so its own arithmetic matched until attention read the keys and values "
+                "earlier steps left in the KV memory: those were computed differently (in "
+                "wider verify batches, say), and the difference came in with them"
+            )
+        if self.attention_identical():
             sentence += "; attention stays identical"
         margin = self.margin
         if margin is not None:
@@ -380,6 +393,16 @@ _OP_WORDS = {
     "CPY": "the copy",
     "CONT": "the copy",
 }
+
+
+DATA_MOVES = frozenset({"CONT", "CPY", "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE", "DUP"})
+"""Operations that move values without arithmetic."""
+
+
+def _made_before(name: str) -> str:
+    if name.startswith("kqv_out"):
+        return "the attention before it (its scores, softmax and weighted sum, not tapped)"
+    return "the operation before it"
 
 
 def tensor_words(name: str) -> str:

@@ -218,3 +218,17 @@ def test_explain_refuses_a_session_and_a_prompt_together(
     assert main(["explain", "some.jsonl", "--prompt", "Hi"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not both" in err[0]
+
+
+def test_a_difference_inherited_through_the_kv_memory_is_said_so() -> None:
+    tensors = (
+        tensor("l_out-9", 9, "ADD", 0.0),
+        tensor("kqv_out-10", 10, "CONT", 3.6e-4),
+        tensor("l_out-10", 10, "ADD", 1e-3),
+    )
+    cause = made(tensors=tensors, verify_width=(1, 1)).cause()
+    assert "The first tapped tensor that differs is layer 10's attention output" in cause
+    assert "its last operation only moves data" in cause
+    assert "Both lanes computed this step 1 token wide" in cause
+    assert "keys and values earlier steps left in the KV memory" in cause
+    assert "when lane a computes the step" not in cause

@@ -8,6 +8,7 @@ an autopsy, the TUI's fork panel and the exports included, reads it from one pla
 from __future__ import annotations
 
 import math
+import textwrap
 
 from specdiff.autopsy import Autopsy, TensorDifference
 from specdiff.reports.svg import LANE_COLORS, Rule, Series, line_chart
@@ -28,7 +29,8 @@ def format_autopsy(autopsy: Autopsy) -> str:
         *_settings_table(autopsy),
     ]
     lines += [f"   not tried: {visible(item, 80)}" for item in autopsy.not_tried]
-    lines += ["", *_layers_part(autopsy), "", "3. Cause", f"   {autopsy.cause()}"]
+    cause = textwrap.wrap(autopsy.cause(), 92, initial_indent="   ", subsequent_indent="   ")
+    lines += ["", *_layers_part(autopsy), "", "3. Cause", *cause]
     lines += [f"   note: {visible(note, 200)}" for note in autopsy.notes]
     return "\n".join(lines)
 
@@ -60,8 +62,8 @@ def _settings_table(autopsy: Autopsy) -> list[str]:
 def _layers_part(autopsy: Autopsy) -> list[str]:
     width_a, width_b = autopsy.verify_width
     head = (
-        f"2. Which layer and operation (token {autopsy.fork}; the step computed "
-        f"{width_a} tokens wide in lane a, {width_b} in lane b)"
+        f"2. Which layer and operation (token {autopsy.fork}: computed {width_a} tokens "
+        f"wide in lane a, {width_b} in lane b)"
     )
     if autopsy.part2_note:
         return [head, f"   {visible(autopsy.part2_note, 200)}"]
@@ -92,10 +94,10 @@ def _layers_part(autopsy: Autopsy) -> list[str]:
             )
     margin = autopsy.margin
     if margin is not None:
+        lines.append(f"   logits: largest difference {margin.logits_max_abs:.3g}")
         lines.append(
-            f"   logits: largest difference {margin.logits_max_abs:.3g}; between the two "
-            f"picks the gap moved by {margin.shift:.3f}, against lane a's margin "
-            f"{margin.margin:.3f} ({_share(margin.margin_used)} of it)"
+            f"   between the two picks the gap moved by {margin.shift:.3f}, against lane a's "
+            f"margin {margin.margin:.3f} ({_share(margin.margin_used)} of it)"
         )
     return lines
 
@@ -110,7 +112,7 @@ def _tensor_line(tensor: TensorDifference) -> str:
     shape_b = "x".join(str(n) for n in tensor.shape_b)
     return (
         f"{visible(tensor.name, 60)} ({visible(tensor.op, 30)}, {layer}), shapes {shape_a} "
-        f"and {shape_b}, max |Δ| {tensor.max_abs:.2e}, relative L2 {tensor.rel_l2:.2e}"
+        f"and {shape_b},\n     max |Δ| {tensor.max_abs:.2e}, relative L2 {tensor.rel_l2:.2e}"
     )
 
 
