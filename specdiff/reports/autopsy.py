@@ -61,8 +61,9 @@ def _settings_table(autopsy: Autopsy) -> list[str]:
 
 def _layers_part(autopsy: Autopsy) -> list[str]:
     width_a, width_b = autopsy.verify_width
+    unit = "token" if width_a == 1 else "tokens"
     head = (
-        f"2. Which layer and operation (token {autopsy.fork}: computed {width_a} tokens "
+        f"2. Which layer and operation (token {autopsy.fork}: computed {width_a} {unit} "
         f"wide in lane a, {width_b} in lane b)"
     )
     if autopsy.part2_note:
