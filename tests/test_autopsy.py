@@ -232,3 +232,21 @@ def test_a_difference_inherited_through_the_kv_memory_is_said_so() -> None:
     assert "Both lanes computed this step 1 token wide" in cause
     assert "keys and values earlier steps left in the KV memory" in cause
     assert "when lane a computes the step" not in cause
+
+
+def test_keys_that_only_make_a_lane_together_are_moved_together() -> None:
+    moves = plan_moves(presets()["ubatch"])
+    first = moves[0]
+    assert first.setting == "lane b's n_batch, n_ubatch = lane a's (512, 512)"
+    assert first.pair is not None and first.error is None
+    assert (first.pair.b.n_batch, first.pair.b.n_ubatch) == (512, 512)
+    assert [m.scope for m in moves].count("lane b") == 1
+
+
+def test_a_move_that_makes_no_valid_lane_is_a_failed_trial_not_a_stop() -> None:
+    from specdiff.engine.autopsy import _move
+
+    pair = presets()["spec-vs-plain"]
+    move = _move("n_ubatch 1024", "n_ubatch", "1024", "both lanes", pair, None, {"n_ubatch": 1024})
+    assert move.pair is None
+    assert move.error is not None and "must not exceed n_batch" in move.error

@@ -74,7 +74,14 @@ class Move:
     key: str
     value: str
     scope: str
-    pair: Pair
+    pair: Pair | None
+    """None when the moved lanes are not valid lanes (`error` says why)."""
+    error: str | None = None
+
+
+TOGETHER = (("n_batch", "n_ubatch"), ("type_k", "type_v"), ("threads", "threads_batch"))
+"""Keys moved as one where both differ: one alone may make no valid lane (n_ubatch
+above n_batch), and a reader thinks of them as one setting."""
 
 
 def refuse_servers(pair: Pair) -> None:
@@ -89,27 +96,22 @@ def plan_moves(pair: Pair) -> list[Move]:
     width, attention kernel, threads, KV precision, draft length, GPU offload)."""
     a, b = pair.a, pair.b
     moves: list[Move] = []
-    for key in differences(a, b):
-        if key in UNTRACED_KEYS:
+    differing = [key for key in differences(a, b) if key not in UNTRACED_KEYS]
+    done: set[str] = set()
+    for key in differing:
+        if key in done:
             continue
-        value = getattr(a, key)
-        moves.append(
-            Move(
-                f"lane b's {key} = lane a's ({value})",
-                key,
-                str(value),
-                "lane b",
-                replace(pair, b=_moved(b, {key: value})),
-            )
-        )
+        group = next((g for g in TOGETHER if key in g), (key,))
+        keys = [k for k in group if k in differing]
+        done.update(keys)
+        changes = {k: getattr(a, k) for k in keys}
+        values = ", ".join(str(v) for v in changes.values())
+        setting = f"lane b's {', '.join(keys)} = lane a's ({values})"
+        moves.append(_move(setting, keys[0], values, "lane b", pair, None, changes))
 
     def both(setting: str, changes: dict[str, Any]) -> None:
         key = next(iter(changes))
-        value = changes[key]
-        moved_a, moved_b = _moved(a, changes), _moved(b, changes)
-        moves.append(
-            Move(setting, key, str(value), "both lanes", replace(pair, a=moved_a, b=moved_b))
-        )
+        moves.append(_move(setting, key, str(changes[key]), "both lanes", pair, changes, changes))
 
     repack = "off" if a.repack in ("auto", "on") else "on"
     both(f"repack {repack}", {"repack": repack})
@@ -129,10 +131,26 @@ def plan_moves(pair: Pair) -> list[Move]:
     return moves
 
 
-def _moved(lane: Lane, changes: dict[str, Any]) -> Lane:
-    """The lane with `changes`, or itself where a change cannot apply (a lane check
-    refuses it: the trial then reports that lane's error)."""
-    return replace(lane, **changes)
+def _move(
+    setting: str,
+    key: str,
+    value: str,
+    scope: str,
+    pair: Pair,
+    changes_a: dict[str, Any] | None,
+    changes_b: dict[str, Any],
+) -> Move:
+    """A move, or, where a lane check refuses the moved lane, a move that only reports
+    why (its trial then says so instead of the sweep stopping)."""
+    try:
+        moved = replace(
+            pair,
+            a=replace(pair.a, **changes_a) if changes_a else pair.a,
+            b=replace(pair.b, **changes_b),
+        )
+    except SpecdiffError as error:
+        return Move(setting, key, value, scope, None, str(error))
+    return Move(setting, key, value, scope, moved)
 
 
 def explain_pair(
@@ -210,6 +228,10 @@ def _trial(
     cache: _TrialCache,
 ) -> SettingTrial:
     """One run of the moved pair; its outcome, from the cache where it was run before."""
+    if move.pair is None:
+        return SettingTrial(
+            move.setting, move.key, move.value, move.scope, None, 0, 0, 0.0, 0.0, move.error
+        )
     cached = cache.get(move)
     if cached is not None:
         return cached
@@ -269,6 +291,7 @@ class _TrialCache:
 
     @staticmethod
     def _key(move: Move) -> str:
+        assert move.pair is not None  # a move with no lanes never runs
         lanes = [_model_identity(move.pair.a), _model_identity(move.pair.b)]
         return hashlib.sha256(json.dumps(lanes, sort_keys=True).encode()).hexdigest()
 
