@@ -18,6 +18,7 @@ from specdiff.autopsy import AutopsyError, AutopsyInterrupted
 from specdiff.cli import options
 from specdiff.cli.common import Exit, Status, Subcommands, add_command, interrupt_sets
 from specdiff.cli.run import read_chat_request
+from specdiff.compare import DEFAULT_NEAR_TIE
 from specdiff.errors import ModelError, SpecdiffError
 from specdiff.lanes import Pair
 from specdiff.safe_text import visible
@@ -40,8 +41,14 @@ def add_parser(commands: Subcommands) -> None:
     options.add_lane_options(explain)
     options.add_prompt_options(explain)
     options.add_chat_options(explain)
-    options.add_max_tokens(explain, default=None)
-    options.add_near_tie(explain)
+    explain.add_argument(
+        "--max-tokens",
+        type=options.token_budget,
+        default=None,
+        help=f"tokens per lane in each run (default {DEFAULT_EXPLAIN_TOKENS}; a session: its own)",
+    )
+    # a run's near-tie threshold marks steps and changes no token: nothing here reads it
+    explain.set_defaults(near_tie=DEFAULT_NEAR_TIE)
     explain.add_argument(
         "--max-runs",
         type=options.whole_number(1, 100),
