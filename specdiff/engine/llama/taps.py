@@ -14,8 +14,9 @@ Why a replay: the logits of a step depend on how that step was computed (the wid
 the verify batch, the ubatch it fell into, what the KV memory held), so the taps are
 taken by running the lane's own decode loop (``LocalLane.generate``) again up to the
 step, with the callback armed for the one llama_decode call whose output row holds it.
-The first pass finds that call and row (and keeps its logits, untapped); the second
-pass takes the tensors. So part 2 costs two decodes of the prefix per lane.
+The first pass, on a context with no callback, finds that call and row and keeps its
+logits; the second, on a context with the callback, takes the tensors. So part 2 costs
+two decodes of the prefix per lane.
 
 Which column: a tensor of a decode holds one column per token of its ubatch (the token
 dimension is ne[1] for [n_embd, tokens] tensors and ne[2] for the per-head [head_dim,
@@ -262,10 +263,13 @@ class Taps:
 
 
 class _CountingContext(Context):
-    """A Context that numbers its llama_decode calls and arms its taps for one of them."""
+    """A Context that numbers its llama_decode calls and, given taps, arms them for one
+    of them. Without taps it has no eval callback at all, as a lane's own context."""
 
-    def __init__(self, taps: Taps, model: LoadedModel, lane: Lane, cancel: threading.Event) -> None:
-        super().__init__(model, lane, cancel, eval_callback=taps.callback)
+    def __init__(
+        self, taps: Taps | None, model: LoadedModel, lane: Lane, cancel: threading.Event
+    ) -> None:
+        super().__init__(model, lane, cancel, eval_callback=taps.callback if taps else None)
         self.taps = taps
         self.calls: list[tuple[bool, ...]] = []
         """Each call's logits flags, in order."""
@@ -279,13 +283,14 @@ class _CountingContext(Context):
         flags[-1] = True
         call = len(self.calls)
         self.calls.append(tuple(flags))
-        target = self.armed_for
-        if target is not None and target.call == call:
-            self.taps.arm(target)
+        taps, target = self.taps, self.armed_for
+        if taps is not None and target is not None and target.call == call:
+            taps.arm(target)
         try:
             super().decode_rows(rows, all_logits)
         finally:
-            self.taps.disarm()
+            if taps is not None:
+                taps.disarm()
 
 
 @dataclass
@@ -332,16 +337,20 @@ def tap_step(
     taps = Taps()
     try:
         tokens = local.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
-        local.context.close()  # the lane's own context has no callback: replace it
-        context = _CountingContext(taps, local.model, lane, cancel)
-        local.context = context
+        # the first pass runs with no callback at all (llama.cpp would call one at every
+        # node of every decode), so its logits are the lane's own, untouched by taps
+        local.context.close()
+        counting = _CountingContext(None, local.model, lane, cancel)
+        local.context = counting
         began = time.perf_counter()
         logits, step, row_index = _replay(local, tokens, max_tokens, step_index)
         untapped = time.perf_counter() - began
-        flags = context.calls[-1]
+        flags = counting.calls[-1]
         row = row_index if row_index >= 0 else len(flags) - 1
-        target = RowTarget(len(context.calls) - 1, row, flags, int(context.executed["n_ubatch"]))
-        context.calls = []
+        target = RowTarget(len(counting.calls) - 1, row, flags, int(counting.executed["n_ubatch"]))
+        counting.close()
+        context = _CountingContext(taps, local.model, lane, cancel)
+        local.context = context
         context.armed_for = target
         began = time.perf_counter()
         tapped, again, _ = _replay(local, tokens, max_tokens, step_index)
