@@ -425,7 +425,7 @@ def _relative_speed(trial: SettingTrial, baseline: SettingTrial | None) -> str:
     return f" (lane a at {trial.speed_a / baseline.speed_a:.2f}x its speed)"
 
 
-# -- JSON helpers ------------------------------------------------------------------------
+# -- JSON, written and read back --------------------------------------------------------
 
 
 def _number(value: float) -> float | None:
