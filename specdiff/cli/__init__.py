@@ -18,6 +18,7 @@ from specdiff import __version__
 from specdiff.cli import (
     certify,
     doctor,
+    explain,
     export,
     live,
     models,
@@ -43,6 +44,7 @@ COMMANDS = (
     replay,
     sessions,
     verify,
+    explain,
     export,
     suite,
     score,

@@ -242,8 +242,15 @@ class Context:
     shared cache does."""
 
     def __init__(
-        self, model: LoadedModel, lane: Lane, cancel: threading.Event, sequences: int = 1
+        self,
+        model: LoadedModel,
+        lane: Lane,
+        cancel: threading.Event,
+        sequences: int = 1,
+        eval_callback: Any = None,
     ) -> None:
+        """`eval_callback`: a ggml_backend_sched_eval_callback for llama.cpp to call at
+        each graph node (specdiff.engine.llama.taps); the caller keeps it alive."""
         lib = llama()
         self.model = model
         self.lane = lane
@@ -257,7 +264,10 @@ class Context:
         self._no_abort = lib.ggml_abort_callback()
         with ExitStack() as resources:  # frees what was made if a later step fails
             clear_errors()
-            pointer = lib.llama_init_from_model(model.pointer, context_params(lane, sequences))
+            params = context_params(lane, sequences)
+            if eval_callback is not None:
+                params.cb_eval = eval_callback
+            pointer = lib.llama_init_from_model(model.pointer, params)
             if not pointer:
                 reason = last_error() or "llama.cpp could not create it"
                 raise EngineError(f"cannot create a context for {model.path.name}: {reason}")

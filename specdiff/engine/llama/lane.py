@@ -330,6 +330,11 @@ class LocalLane:
                 probes.append(Probe(token_id, logit, rank))
         return tuple(probes)
 
+    def output_row(self, index: int) -> int | None:
+        """The output row of the last decode that holds step `index`'s logits (-1 = its
+        last row), or None once a later decode has replaced them."""
+        return self._rows.get(index)
+
     def normalizer(self, index: int) -> float | None:
         """logsumexp of step `index`'s logits, if they are still in the context."""
         row_index = self._rows.get(index)

@@ -1,0 +1,456 @@
+"""The fork autopsy's engine side: the settings sweep, and the tensors compared at the
+fork step.
+
+Part 1 (which setting) runs the pair again with one setting moved at a time, through
+PairRun, the same lockstep runner `specdiff run` uses, so a trial's fork is the fork
+`run` would show. Two kinds of move: each key in which the lanes differ, set in lane b
+to lane a's value (does the lanes' own difference explain the fork?), and the kernel
+switches llama.cpp has at run time, set in *both* lanes (does a kernel explain it?).
+Toggling a kernel in one lane only would add a difference rather than remove one. The
+runs are bounded by a budget and each outcome is cached under the prompt, the lanes
+and the build, so a second explain of the same fork runs only what is new.
+
+Part 2 (which layer and operation) replays each lane to the fork step with tensor taps
+(`specdiff.engine.llama.taps`) and compares the two lanes' columns tensor by tensor in
+graph order: raw bytes first (bit-identical or not), then the largest difference and
+the relative L2. It needs both lanes in-process: a server offers no eval callback.
+
+This module holds arrays and llama.cpp objects; what it returns is the plain record in
+`specdiff.autopsy`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specdiff import __version__
+from specdiff.autopsy import (
+    Autopsy,
+    AutopsyError,
+    AutopsyInterrupted,
+    ForkMargin,
+    LayerGrowth,
+    SettingTrial,
+    TensorDifference,
+)
+from specdiff.engine.base import Cancelled
+from specdiff.engine.llama.context import ModelPool
+from specdiff.engine.llama.taps import StepTaps, split_name, tap_step
+from specdiff.engine.pairrun import PairRun
+from specdiff.engine.runtime import build_info
+from specdiff.errors import SpecdiffError
+from specdiff.files import write_text_atomic
+from specdiff.lanes import Lane, Pair, differences
+from specdiff.safe_text import visible
+
+Progress = Callable[[str], None]
+
+SERVER_PART2 = (
+    "explain needs both lanes in-process: it traces layers with llama.cpp's eval "
+    "callback, which a server does not offer over HTTP; run the lane with backend=local "
+    "(e.g. --lane-a backend=local)"
+)
+UNTRACED_KEYS = ("label",)
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Move:
+    """One setting moved for one trial."""
+
+    setting: str
+    key: str
+    value: str
+    scope: str
+    pair: Pair | None
+    """None when the moved lanes are not valid lanes (`error` says why)."""
+    error: str | None = None
+
+
+TOGETHER = (("n_batch", "n_ubatch"), ("type_k", "type_v"), ("threads", "threads_batch"))
+"""Keys moved as one where both differ: one alone may make no valid lane (n_ubatch
+above n_batch), and a reader thinks of them as one setting."""
+
+
+def refuse_servers(pair: Pair) -> None:
+    """The one line for a pair with a server lane (before anything runs)."""
+    if pair.a.backend == "server" or pair.b.backend == "server":
+        raise AutopsyError(SERVER_PART2)
+
+
+def plan_moves(pair: Pair) -> list[Move]:
+    """Every trial for this pair, the lanes' own differences first, then the kernel
+    switches in the order they most often matter on a CPU (repacked kernels, batch
+    width, attention kernel, threads, KV precision, draft length, GPU offload)."""
+    a, b = pair.a, pair.b
+    moves: list[Move] = []
+    differing = [key for key in differences(a, b) if key not in UNTRACED_KEYS]
+    done: set[str] = set()
+    for key in differing:
+        if key in done:
+            continue
+        group = next((g for g in TOGETHER if key in g), (key,))
+        keys = [k for k in group if k in differing]
+        done.update(keys)
+        changes = {k: getattr(a, k) for k in keys}
+        values = ", ".join(str(v) for v in changes.values())
+        setting = f"lane b's {', '.join(keys)} = lane a's ({values})"
+        moves.append(_move(setting, keys[0], values, "lane b", pair, None, changes))
+
+    def both(setting: str, changes: dict[str, Any]) -> None:
+        key = next(iter(changes))
+        moves.append(_move(setting, key, str(changes[key]), "both lanes", pair, changes, changes))
+
+    repack = "off" if a.repack in ("auto", "on") else "on"
+    both(f"repack {repack}", {"repack": repack})
+    if a.n_ubatch != 1 or b.n_ubatch != 1:
+        both("n_ubatch 1 (every row computed alone)", {"n_ubatch": 1})
+    flash = "on" if a.flash_attn != "on" else "off"
+    both(f"flash_attn {flash}", {"flash_attn": flash})
+    threads = 1 if a.threads != 1 else 2
+    both(f"threads {threads}", {"threads": threads, "threads_batch": 0})
+    kv = "f32" if a.type_k != "f32" else "f16"
+    both(f"KV cache {kv}", {"type_k": kv, "type_v": kv})
+    if a.speculative or b.speculative:
+        drafts = 3 if a.spec_drafts != 3 else 1
+        both(f"draft length {drafts}", {"spec_drafts": drafts})
+    if a.gpu_layers or b.gpu_layers:
+        both("every layer on the CPU (no offload)", {"gpu_layers": 0})
+    return moves
+
+
+def _move(
+    setting: str,
+    key: str,
+    value: str,
+    scope: str,
+    pair: Pair,
+    changes_a: dict[str, Any] | None,
+    changes_b: dict[str, Any],
+) -> Move:
+    """A move, or, where a lane check refuses the moved lane, a move that only reports
+    why (its trial then says so instead of the sweep stopping)."""
+    try:
+        moved = replace(
+            pair,
+            a=replace(pair.a, **changes_a) if changes_a else pair.a,
+            b=replace(pair.b, **changes_b),
+        )
+    except SpecdiffError as error:
+        return Move(setting, key, value, scope, None, str(error))
+    return Move(setting, key, value, scope, moved)
+
+
+def explain_pair(
+    pair: Pair,
+    prompt: str,
+    max_tokens: int,
+    max_runs: int,
+    cache_dir: str | None = None,
+    *,
+    cancel: threading.Event | None = None,
+    progress: Progress = _quiet,
+) -> Autopsy:
+    """The whole autopsy of `pair` on `prompt`. Shaped for `call_in_worker`: its
+    arguments and its value pickle, and `progress` receives one line per stage."""
+    if max_runs < 1:
+        raise AutopsyError(f"--max-runs must be at least 1, got {max_runs}")
+    refuse_servers(pair)
+    cancel = cancel or threading.Event()
+    began = time.perf_counter()
+    pool = ModelPool()
+    try:
+        cache = _TrialCache(Path(cache_dir) if cache_dir else None, prompt, max_tokens)
+        progress(f"run 1/{max_runs}: the pair as given")
+        baseline = _trial(
+            Move("as given", "", "", "as given", pair), prompt, max_tokens, pool, cancel, cache
+        )
+        if baseline.error is not None:
+            raise AutopsyError(f"the pair as given failed: {baseline.error}")
+        if baseline.identical:
+            return Autopsy(
+                pair.name, max_tokens, None, (baseline,), max_runs, seconds=_since(began)
+            )
+        moves = plan_moves(pair)
+        trials = [baseline]
+        room = max_runs - 1
+        for number, move in enumerate(moves[:room], start=2):
+            progress(f"run {number}/{min(max_runs, len(moves) + 1)}: {move.setting}")
+            trials.append(_trial(move, prompt, max_tokens, pool, cancel, cache))
+        not_tried = tuple(f"{move.setting} (over --max-runs)" for move in moves[room:])
+        if baseline.fork is None:
+            # one lane stopped early with the same tokens: no step holds two picks
+            part2 = Autopsy(
+                pair.name,
+                max_tokens,
+                min(baseline.tokens_a, baseline.tokens_b),
+                part2_note="the lanes differ only in length (one stopped early); "
+                "there is no fork step to trace",
+            )
+        else:
+            progress(f"tapping both lanes at token {baseline.fork}")
+            part2 = _layers(pair, prompt, max_tokens, baseline.fork, pool, cancel)
+        return replace(
+            part2,
+            trials=tuple(trials),
+            max_runs=max_runs,
+            not_tried=not_tried,
+            seconds=_since(began),
+        )
+    except Cancelled:
+        raise AutopsyInterrupted("interrupted before the autopsy was complete") from None
+    finally:
+        pool.close()
+
+
+def _since(began: float) -> float:
+    return round(time.perf_counter() - began, 3)
+
+
+def _trial(
+    move: Move,
+    prompt: str,
+    max_tokens: int,
+    pool: ModelPool,
+    cancel: threading.Event,
+    cache: _TrialCache,
+) -> SettingTrial:
+    """One run of the moved pair; its outcome, from the cache where it was run before."""
+    if move.pair is None:
+        return SettingTrial(
+            move.setting, move.key, move.value, move.scope, None, 0, 0, 0.0, 0.0, move.error
+        )
+    cached = cache.get(move)
+    if cached is not None:
+        return cached
+    try:
+        with PairRun(move.pair, cancel=cancel, pool=pool) as run:
+            for _ in run.stream(prompt, max_tokens):
+                if cancel.is_set():
+                    raise Cancelled("cancelled")
+            result = run.result
+    except SpecdiffError as error:
+        return SettingTrial(
+            move.setting, move.key, move.value, move.scope, None, 0, 0, 0.0, 0.0, str(error)
+        )
+    assert result is not None  # the stream ran to its end
+    if result.cancelled:
+        raise Cancelled("cancelled")
+    failure = "; ".join(result.error_lines()) or None
+    fork = result.comparison.fork
+    trial = SettingTrial(
+        move.setting,
+        move.key,
+        move.value,
+        move.scope,
+        None if fork is None else fork.index,
+        len(result.a.steps),
+        len(result.b.steps),
+        round(result.a.tokens_per_second, 2),
+        round(result.b.tokens_per_second, 2),
+        failure,
+    )
+    if failure is None:
+        cache.put(move, trial)
+    return trial
+
+
+class _TrialCache:
+    """Trial outcomes on disk, one JSON file per prompt (and budget, build and
+    specdiff version), keyed inside it by the trial's two lanes."""
+
+    def __init__(self, folder: Path | None, prompt: str, max_tokens: int) -> None:
+        self.path: Path | None = None
+        self.entries: dict[str, Any] = {}
+        if folder is None:
+            return
+        build = build_info()
+        identity = json.dumps(
+            [prompt, max_tokens, __version__, build["llama_cpp_build"], build["system_info"]]
+        )
+        name = hashlib.sha256(identity.encode("utf-8")).hexdigest()[:32]
+        self.path = folder / f"{name}.json"
+        try:
+            loaded = json.loads(self.path.read_text(encoding="utf-8"))
+            if isinstance(loaded, dict):
+                self.entries = loaded
+        except (OSError, ValueError):
+            self.entries = {}  # no cache, or a damaged one: run again
+
+    @staticmethod
+    def _key(move: Move) -> str:
+        assert move.pair is not None  # a move with no lanes never runs
+        lanes = [_model_identity(move.pair.a), _model_identity(move.pair.b)]
+        return hashlib.sha256(json.dumps(lanes, sort_keys=True).encode()).hexdigest()
+
+    def get(self, move: Move) -> SettingTrial | None:
+        entry = self.entries.get(self._key(move))
+        if not isinstance(entry, dict):
+            return None
+        try:
+            return SettingTrial(
+                move.setting,
+                move.key,
+                move.value,
+                move.scope,
+                _optional_int(entry["fork"]),
+                int(entry["tokens_a"]),
+                int(entry["tokens_b"]),
+                float(entry["speed_a"]),
+                float(entry["speed_b"]),
+                cached=True,
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def put(self, move: Move, trial: SettingTrial) -> None:
+        if self.path is None:
+            return
+        self.entries[self._key(move)] = {
+            "fork": trial.fork,
+            "tokens_a": trial.tokens_a,
+            "tokens_b": trial.tokens_b,
+            "speed_a": trial.speed_a,
+            "speed_b": trial.speed_b,
+        }
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(self.path, json.dumps(self.entries))
+        except OSError:
+            pass  # a cache that cannot be written only costs a rerun
+
+
+def _optional_int(value: object) -> int | None:
+    return None if value is None else int(str(value))
+
+
+def _model_identity(lane: Lane) -> dict[str, Any]:
+    """A lane's settings, with its model file's size and time in place of its contents
+    (hashing 250 MB for a cache key would cost a second)."""
+    record = lane.as_dict()
+    path = Path(lane.model)
+    if path.is_file():
+        stat = path.stat()
+        record["model_file"] = [str(path.resolve()), stat.st_size, stat.st_mtime_ns]
+    return record
+
+
+# -- part 2 ---------------------------------------------------------------------------
+
+
+def _layers(
+    pair: Pair,
+    prompt: str,
+    max_tokens: int,
+    fork: int,
+    pool: ModelPool,
+    cancel: threading.Event,
+) -> Autopsy:
+    """Both lanes tapped at the fork step and compared."""
+    taps_a = tap_step(pair.a, "a", prompt, max_tokens, fork, pool, cancel)
+    taps_b = tap_step(pair.b, "b", prompt, max_tokens, fork, pool, cancel)
+    tensors = compare_taps(taps_a, taps_b)
+    notes = []
+    if taps_a.token_id == taps_b.token_id:
+        notes.append(
+            f"replayed, both lanes picked the same token at {fork}: the run's fork did not "
+            "come out again"
+        )
+    return Autopsy(
+        pair.name,
+        max_tokens,
+        fork,
+        tensors=tuple(tensors),
+        layers=tuple(layer_growth(tensors)),
+        margin=fork_margin(taps_a, taps_b),
+        verify_width=(len(taps_a.target.flags), len(taps_b.target.flags)),
+        tapping_neutral=taps_a.neutral and taps_b.neutral,
+        notes=tuple(notes),
+    )
+
+
+def compare_taps(a: StepTaps, b: StepTaps) -> list[TensorDifference]:
+    """Every tensor both lanes tapped, in lane a's graph order: bytes, then numbers."""
+    others = {tensor.key: tensor for tensor in b.tensors}
+    differences_found = []
+    for tensor in a.tensors:
+        other = others.get(tensor.key)
+        if other is None or other.values.shape != tensor.values.shape:
+            continue  # a node only one lane's graph has (flash attention's, say)
+        _, layer = split_name(tensor.name)
+        identical = tensor.values.tobytes() == other.values.tobytes()
+        if identical:
+            max_abs = rel_l2 = 0.0
+        else:
+            va = tensor.values.astype(np.float64)
+            delta = va - other.values.astype(np.float64)
+            max_abs = float(np.max(np.abs(delta)))
+            norm = float(np.linalg.norm(va))
+            rel_l2 = float(np.linalg.norm(delta)) / norm if norm > 0 else float("inf")
+        differences_found.append(
+            TensorDifference(
+                tensor.name if tensor.occurrence == 0 else f"{tensor.name}#{tensor.occurrence}",
+                layer,
+                tensor.op,
+                tensor.shape,
+                other.shape,
+                identical,
+                max_abs,
+                rel_l2,
+            )
+        )
+    return differences_found
+
+
+def layer_growth(tensors: list[TensorDifference]) -> list[LayerGrowth]:
+    """Each layer's output (its last `l_out` tensor) compared."""
+    by_layer: dict[int, TensorDifference] = {}
+    for tensor in tensors:
+        base, _ = split_name(tensor.name.split("#")[0])
+        if base == "l_out" and tensor.layer is not None:
+            by_layer[tensor.layer] = tensor
+    return [
+        LayerGrowth(layer, found.max_abs, found.rel_l2) for layer, found in sorted(by_layer.items())
+    ]
+
+
+def fork_margin(a: StepTaps, b: StepTaps) -> ForkMargin:
+    """The two picks at the step, as each lane's logits score them."""
+    x, y = a.token_id, b.token_id
+    la, lb = a.logits.astype(np.float64), b.logits.astype(np.float64)
+    pa, pb = _softmax(la), _softmax(lb)
+    margin = float(la[x] - la[y])
+    gap_b = float(lb[x] - lb[y])
+    return ForkMargin(
+        x,
+        y,
+        _quoted(a.piece),
+        _quoted(b.piece),
+        (float(pa[x]), float(pa[y])),
+        (float(pb[x]), float(pb[y])),
+        margin,
+        margin - gap_b,
+        float(np.max(np.abs(la - lb))),
+    )
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = np.exp(logits - np.max(logits))
+    return shifted / shifted.sum()
+
+
+def _quoted(piece: bytes) -> str:
+    """A token's text, quoted, control characters made visible."""
+    return repr(visible(piece.decode("utf-8", "replace"), 40))

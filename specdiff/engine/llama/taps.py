@@ -1,0 +1,404 @@
+"""Tensor taps: the named activations of one row of one llama_decode call, read through
+llama.cpp's eval callback, and a lane's decode replayed up to a step to take them.
+
+Why the eval callback and not a second implementation of the model: the point is to
+see what *this* build's kernels computed, on this CPU, with the lane's settings. The
+high-level ``Llama()`` does not set ``cb_eval``, so the context is made with
+``llama_init_from_model`` (``Context(eval_callback=...)``). llama.cpp asks the
+callback about every graph node (``ask=True``); a node the callback wants is computed
+up to it and handed over (``ask=False``), and only then does the graph go on, so
+tapping splits the computation but changes no arithmetic (a test checks this bit for
+bit).
+
+Why a replay: the logits of a step depend on how that step was computed (the width of
+the verify batch, the ubatch it fell into, what the KV memory held), so the taps are
+taken by running the lane's own decode loop (``LocalLane.generate``) again up to the
+step, with the callback armed for the one llama_decode call whose output row holds it.
+The first pass, on a context with no callback, finds that call and row and keeps its
+logits; the second, on a context with the callback, takes the tensors. So part 2 costs
+two decodes of the prefix per lane.
+
+Which column: a tensor of a decode holds one column per token of its ubatch (the token
+dimension is ne[1] for [n_embd, tokens] tensors and ne[2] for the per-head [head_dim,
+heads, tokens] ones, told apart by their extents, since one name may be both: Qcur-0 is
+flat out of its matrix multiply and per head after the reshape); a batch wider than
+n_ubatch is computed as several graphs, in order; and the last layer keeps only the rows
+that asked for logits, so its tensors after attention are indexed among those. The
+tapped ``result_output`` column must equal the row's logits bit for bit, which checks
+that the column was the right one.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from specdiff.engine.base import EngineError
+from specdiff.engine.llama.context import Context, LoadedModel, ModelPool, Row
+from specdiff.engine.llama.lane import LocalLane
+from specdiff.engine.runtime import llama
+from specdiff.lanes import Lane
+from specdiff.steps import TokenStep
+
+GGML_TYPE_F32 = 0
+PER_HEAD = frozenset({"Qcur", "Kcur", "Vcur", "Qcur_normed", "Kcur_normed", "Vcur_normed"})
+"""Tensors laid out [head_dim, heads, tokens] once reshaped (flat [n, tokens] as a
+matrix multiply's output, under the same name)."""
+TAPPED = frozenset(
+    {
+        "inp_embd",
+        "inp_scaled",
+        "attn_norm",
+        *PER_HEAD,
+        "kqv_out",
+        "attn_out",
+        "attn_post_norm",
+        "sa_out",
+        "ffn_inp",
+        "ffn_norm",
+        "ffn_up",
+        "ffn_gate",
+        "ffn_geglu",
+        "ffn_swiglu",
+        "ffn_gelu",
+        "ffn_silu",
+        "ffn_out",
+        "ffn_post_norm",
+        "l_out",
+        "result_norm",
+        "result_output",
+    }
+)
+"""The per-token activations llama.cpp's graphs name (Gemma 3's and the llama-like
+families'); attention scores and masks are left out: their size follows the KV memory."""
+_LAYERED = re.compile(r"^(.*)-(\d+)$")
+
+
+def split_name(name: str) -> tuple[str, int | None]:
+    """("ffn_out", 0) for "ffn_out-0"; ("result_norm", None) for a tensor of no layer."""
+    match = _LAYERED.match(name)
+    if match is None:
+        return name, None
+    return match.group(1), int(match.group(2))
+
+
+class _Ggml:
+    """The few ggml calls the taps need, from libggml-base beside llama.cpp's library."""
+
+    def __init__(self) -> None:
+        import llama_cpp  # deferred: only a worker process loads llama.cpp
+
+        folder = Path(llama_cpp.__file__).parent / "lib"
+        candidates = sorted(folder.glob("libggml-base.*")) + sorted(folder.glob("ggml-base.*"))
+        if not candidates:
+            raise EngineError(f"libggml-base not found in {folder}; reinstall llama-cpp-python")
+        lib = ctypes.CDLL(str(candidates[0]))
+        for name, result, arguments in (
+            ("ggml_get_name", ctypes.c_char_p, [ctypes.c_void_p]),
+            ("ggml_op_desc", ctypes.c_char_p, [ctypes.c_void_p]),
+            ("ggml_nbytes", ctypes.c_size_t, [ctypes.c_void_p]),
+            ("ggml_is_contiguous", ctypes.c_bool, [ctypes.c_void_p]),
+            (
+                "ggml_backend_tensor_get",
+                None,
+                [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t],
+            ),
+        ):
+            function = getattr(lib, name)
+            function.restype = result
+            function.argtypes = arguments
+        self.lib = lib
+
+    @staticmethod
+    def header(tensor: int) -> tuple[int, tuple[int, int, int, int]]:
+        """(type, ne) from the head of struct ggml_tensor: an int enum, a pointer, then
+        int64 ne[4]; ggml.h has kept this layout since the backend rework (2023)."""
+        kind = ctypes.c_int32.from_address(tensor).value
+        extents = (ctypes.c_int64 * 4).from_address(tensor + 16)
+        return kind, (extents[0], extents[1], extents[2], extents[3])
+
+
+_GGML: list[_Ggml] = []
+
+
+def ggml() -> _Ggml:
+    if not _GGML:
+        _GGML.append(_Ggml())
+    return _GGML[0]
+
+
+@dataclass(frozen=True)
+class TappedTensor:
+    """One named tensor's values for the tapped row, as this build computed them."""
+
+    name: str
+    occurrence: int
+    """How many tensors of this name came before it in the graph (0 for the first)."""
+    op: str
+    shape: tuple[int, ...]
+    """The whole tensor's extents, ne[0] first, as ggml gives them."""
+    values: np.ndarray
+    """The row's column, float32, flattened."""
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.name, self.occurrence
+
+
+@dataclass(frozen=True)
+class RowTarget:
+    """Which llama_decode call and row to tap, and the layout of that call."""
+
+    call: int
+    row: int
+    flags: tuple[bool, ...]
+    """Which rows of the call asked for logits."""
+    n_ubatch: int
+
+    @property
+    def ubatch(self) -> int:
+        return self.row // self.n_ubatch
+
+    @property
+    def column(self) -> int:
+        return self.row % self.n_ubatch
+
+    @property
+    def width(self) -> int:
+        start = self.ubatch * self.n_ubatch
+        return min(self.n_ubatch, len(self.flags) - start)
+
+    @property
+    def output_column(self) -> int:
+        start = self.ubatch * self.n_ubatch
+        return sum(self.flags[start : self.row])
+
+    @property
+    def outputs(self) -> int:
+        start = self.ubatch * self.n_ubatch
+        return sum(self.flags[start : start + self.width])
+
+
+class Taps:
+    """An eval callback that, once armed for a row, copies every tapped tensor's column
+    of that row; disarmed, it asks for nothing."""
+
+    def __init__(self, names: frozenset[str] = TAPPED) -> None:
+        self.names = names
+        self.target: RowTarget | None = None
+        self.tensors: list[TappedTensor] = []
+        self.failure: str | None = None
+        self._graph = -1
+        self._first_name: str | None = None
+        self._seen: dict[str, int] = {}
+        # llama.cpp holds only the C pointer: this object must outlive the context
+        self.callback = llama().ggml_backend_sched_eval_callback(self._on_node)
+
+    def arm(self, target: RowTarget) -> None:
+        self.target = target
+        self.tensors = []
+        self.failure = None
+        self._graph = -1
+        self._first_name = None
+        self._seen = {}
+
+    def disarm(self) -> None:
+        self.target = None
+
+    def _on_node(self, tensor: int, ask: bool, _user: int) -> bool:
+        target = self.target
+        if target is None:
+            return not ask  # asked: nothing wanted; handed over: go on computing
+        try:
+            return self._tap(tensor, ask, target)
+        except Exception as error:  # an exception cannot cross into C: keep it for later
+            self.failure = f"{type(error).__name__}: {error}"
+            return not ask
+
+    def _tap(self, tensor: int, ask: bool, target: RowTarget) -> bool:
+        functions = ggml().lib
+        name = (functions.ggml_get_name(tensor) or b"").decode("utf-8", "replace")
+        if ask:
+            if name and (self._first_name is None or name == self._first_name):
+                # the first named node of each graph: a batch wider than n_ubatch is
+                # computed as several graphs, one per ubatch, in order
+                self._first_name = name
+                self._graph += 1
+                self._seen = {}
+            base, _ = split_name(name)
+            return self._graph == target.ubatch and base in self.names
+        occurrence = self._seen.get(name, 0)
+        self._seen[name] = occurrence + 1
+        kind, extents = ggml().header(tensor)
+        if kind != GGML_TYPE_F32 or not functions.ggml_is_contiguous(tensor):
+            return True
+        # [n, tokens] or, per head, [head_dim, heads, tokens]: a per-head tensor of one
+        # token has heads where a flat one has its token, so the extents decide
+        flat = extents[2] == 1 and extents[3] == 1 and extents[1] in (target.width, target.outputs)
+        axis = 1 if flat else 2
+        extent = extents[axis]
+        if extent == target.width:
+            column = target.column
+        elif extent == target.outputs:
+            column = target.output_column
+        else:
+            return True  # a layout these taps do not know: left out, not guessed
+        size = int(functions.ggml_nbytes(tensor))
+        buffer = np.empty(size // 4, dtype=np.float32)
+        functions.ggml_backend_tensor_get(tensor, buffer.ctypes.data, 0, size)
+        whole = buffer.reshape(extents[3], extents[2], extents[1], extents[0])
+        values = whole[:, column, :, :] if axis == 2 else whole[:, :, column, :]
+        op = (functions.ggml_op_desc(tensor) or b"").decode("utf-8", "replace")
+        self.tensors.append(
+            TappedTensor(name, occurrence, op, extents, np.ascontiguousarray(values).ravel())
+        )
+        return True
+
+
+class _CountingContext(Context):
+    """A Context that numbers its llama_decode calls and, given taps, arms them for one
+    of them. Without taps it has no eval callback at all, as a lane's own context."""
+
+    def __init__(
+        self, taps: Taps | None, model: LoadedModel, lane: Lane, cancel: threading.Event
+    ) -> None:
+        super().__init__(model, lane, cancel, eval_callback=taps.callback if taps else None)
+        self.taps = taps
+        self.calls: list[tuple[bool, ...]] = []
+        """Each call's logits flags, in order."""
+        self.armed_for: RowTarget | None = None
+
+    def decode_rows(self, rows: Sequence[Row], all_logits: bool | Sequence[bool] = True) -> None:
+        flags = [
+            bool(all_logits) if isinstance(all_logits, bool) else bool(all_logits[i])
+            for i in range(len(rows))
+        ]
+        flags[-1] = True
+        call = len(self.calls)
+        self.calls.append(tuple(flags))
+        taps, target = self.taps, self.armed_for
+        if taps is not None and target is not None and target.call == call:
+            taps.arm(target)
+        try:
+            super().decode_rows(rows, all_logits)
+        finally:
+            if taps is not None:
+                taps.disarm()
+
+
+@dataclass
+class StepTaps:
+    """One lane's view of one step: its logits untapped and tapped, and the tensors."""
+
+    lane_id: str
+    step_index: int
+    target: RowTarget
+    logits: np.ndarray
+    """The step's logits from the untapped pass."""
+    tapped_logits: np.ndarray
+    tensors: list[TappedTensor] = field(default_factory=list)
+    token_id: int = -1
+    piece: bytes = b""
+    seconds: tuple[float, float] = (0.0, 0.0)
+    """Wall time of the untapped pass and of the tapped one."""
+
+    @property
+    def neutral(self) -> bool:
+        """Tapping changed no bit of the logits."""
+        return self.logits.tobytes() == self.tapped_logits.tobytes()
+
+    def tensor(self, name: str) -> TappedTensor | None:
+        found = [t for t in self.tensors if t.name == name]
+        return found[-1] if found else None
+
+
+def tap_step(
+    lane: Lane,
+    lane_id: str,
+    prompt: str | Sequence[int],
+    max_tokens: int,
+    step_index: int,
+    pool: ModelPool,
+    cancel: threading.Event | None = None,
+) -> StepTaps:
+    """Replay `lane`'s greedy decode of `prompt` (text, formatted as the lane formats
+    it, or token ids; with the run's `max_tokens`: the
+    token budget bounds the drafts, so the verify batches) to step `step_index`, twice:
+    once to find the llama_decode call and row that hold the step, once tapping it."""
+    cancel = cancel or threading.Event()
+    local = LocalLane(lane, lane_id, pool, cancel=cancel)
+    taps = Taps()
+    try:
+        tokens = local.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
+        # the first pass runs with no callback at all (llama.cpp would call one at every
+        # node of every decode), so its logits are the lane's own, untouched by taps
+        local.context.close()
+        counting = _CountingContext(None, local.model, lane, cancel)
+        local.context = counting
+        began = time.perf_counter()
+        logits, step, row_index = _replay(local, tokens, max_tokens, step_index)
+        untapped = time.perf_counter() - began
+        flags = counting.calls[-1]
+        row = row_index if row_index >= 0 else len(flags) - 1
+        target = RowTarget(len(counting.calls) - 1, row, flags, int(counting.executed["n_ubatch"]))
+        counting.close()
+        context = _CountingContext(taps, local.model, lane, cancel)
+        local.context = context
+        context.armed_for = target
+        began = time.perf_counter()
+        tapped, again, _ = _replay(local, tokens, max_tokens, step_index)
+        tapped_seconds = time.perf_counter() - began
+        if taps.failure is not None:
+            raise EngineError(f"reading a tensor failed: {taps.failure}")
+        if again.token_id != step.token_id or len(context.calls) - 1 != target.call:
+            raise EngineError(
+                f"lane {lane_id} did not decode step {step_index} the same way twice; "
+                "a nondeterministic setting cannot be traced"
+            )
+        result = StepTaps(
+            lane_id,
+            step_index,
+            target,
+            logits,
+            tapped,
+            list(taps.tensors),
+            step.token_id,
+            step.piece,
+        )
+        result.seconds = (untapped, tapped_seconds)
+        output = result.tensor("result_output")
+        if output is None or output.values.tobytes() != tapped.tobytes():
+            raise EngineError(
+                f"lane {lane_id}'s tapped output does not match its logits at step "
+                f"{step_index}: this model's graph layout is not one the taps understand"
+            )
+        return result
+    finally:
+        local.close()
+
+
+def _replay(
+    local: LocalLane, prompt: Sequence[int], max_tokens: int, step_index: int
+) -> tuple[np.ndarray, TokenStep, int]:
+    """Run the lane to `step_index`; that step's logits (a copy), step and output row."""
+    generator = iter(local.generate(list(prompt), max_tokens))
+    try:
+        for step in generator:
+            if step.index == step_index:
+                row_index = local.output_row(step_index)
+                if row_index is None:
+                    break
+                logits = np.array(local.context.row(row_index), copy=True)
+                return logits, step, row_index
+    finally:
+        close = getattr(generator, "close", None)  # a generator: ends the lane's loop now
+        if close is not None:
+            close()
+    raise EngineError(f"lane {local.lane_id} stopped before step {step_index}")

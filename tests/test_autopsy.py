@@ -1,0 +1,252 @@
+"""The fork autopsy's records, words and charts (pure), and `specdiff explain`'s refusals
+of bad input, which come before any model loads."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from specdiff.autopsy import (
+    Autopsy,
+    AutopsyError,
+    ForkMargin,
+    LayerGrowth,
+    SettingTrial,
+    TensorDifference,
+)
+from specdiff.cli import main
+from specdiff.engine.autopsy import plan_moves
+from specdiff.lanes import Lane, Pair, presets
+from specdiff.reports.autopsy import format_autopsy, growth_svg, sparkline
+
+
+def trial(setting: str, scope: str, fork: int | None, speed: float = 50.0) -> SettingTrial:
+    return SettingTrial(setting, "repack", "off", scope, fork, 64, 64, speed, 40.0)
+
+
+def tensor(name: str, layer: int | None, op: str, delta: float) -> TensorDifference:
+    return TensorDifference(name, layer, op, (640, 8), (640, 1), delta == 0, delta, delta / 10)
+
+
+def made(**changes: object) -> Autopsy:
+    fields: dict[str, object] = {
+        "pair": "spec-vs-plain",
+        "max_tokens": 64,
+        "fork": 30,
+        "trials": (
+            trial("as given", "as given", 30, 60.0),
+            trial("lane b's speculation = lane a's (ngram)", "lane b", None),
+            trial("repack off", "both lanes", None, 48.0),
+            trial("flash_attn on", "both lanes", 25),
+        ),
+        "max_runs": 8,
+        "tensors": (
+            tensor("attn_norm-0", 0, "RMS_NORM", 0.0),
+            tensor("kqv_out-0", 0, "CONT", 0.0),
+            tensor("ffn_out-0", 0, "MUL_MAT", 9.5e-7),
+            tensor("l_out-0", 0, "ADD", 2e-6),
+            tensor("kqv_out-1", 1, "CONT", 0.0),
+            tensor("l_out-1", 1, "ADD", 1e-4),
+        ),
+        "layers": (LayerGrowth(0, 2e-6, 1e-7), LayerGrowth(1, 1e-4, 1e-6)),
+        "margin": ForkMargin(11, 22, "' the'", "' a'", (0.41, 0.39), (0.38, 0.40), 0.06, 0.21, 0.3),
+        "verify_width": (8, 1),
+    }
+    fields.update(changes)
+    return Autopsy(**fields)  # type: ignore[arg-type]
+
+
+def test_the_cause_names_the_setting_the_operation_and_the_margin_probabilities_first() -> None:
+    cause = made().cause()
+    assert cause.index("41%") < cause.index("logits (the model's raw scores")
+    assert "The fork disappears with repack off (lane a at 0.80x its speed)" in cause
+    assert "the matrix multiply of layer 0's feed-forward output (ffn_out-0, MUL_MAT)" in cause
+    assert "in the last bits" in cause
+    assert "8 tokens wide and lane b 1" in cause
+    assert "attention stays identical" in cause
+    assert "0.21 logits" in cause and "more than the 0.06 margin" in cause
+
+
+def test_no_single_setting_and_attention_that_differs_are_said_so() -> None:
+    trials = (trial("as given", "as given", 30), trial("repack off", "both lanes", 31))
+    tensors = (tensor("kqv_out-0", 0, "CONT", 1e-3), tensor("l_out-0", 0, "ADD", 1e-3))
+    cause = made(trials=trials, tensors=tensors).cause()
+    assert "No single setting of the 1 tried removes the fork." in cause
+    assert "attention stays identical" not in cause
+    assert "attention output (kqv_out-0, CONT)" in cause
+
+
+def test_only_the_lanes_own_difference_removing_the_fork_is_named() -> None:
+    trials = (trial("as given", "as given", 30), trial("speculation", "lane b", None))
+    assert "only making the lanes' own difference the same does" in made(trials=trials).cause()
+
+
+def test_nothing_to_explain() -> None:
+    autopsy = Autopsy("spec-vs-plain", 64, None, (trial("as given", "as given", None),), 8)
+    assert autopsy.nothing_to_explain
+    assert autopsy.cause().startswith("Nothing to explain")
+    assert autopsy.to_json()["first_difference"] is None
+    assert format_autopsy(autopsy).startswith("explain spec-vs-plain: Nothing to explain")
+
+
+def test_first_difference_growth_and_panel() -> None:
+    autopsy = made()
+    assert autopsy.first_difference is not None
+    assert autopsy.first_difference.name == "ffn_out-0"
+    assert autopsy.growth_series() == [2e-6, 1e-4, 0.3]
+    panel = autopsy.panel_text()
+    assert "fork gone with: lane b's speculation" in panel
+    assert "first differing tensor: ffn_out-0 (MUL_MAT)" in panel
+    assert "350%" in panel
+
+
+def test_json_round_trip_and_acceptance_keys() -> None:
+    autopsy = made()
+    data = json.loads(json.dumps(autopsy.to_json(), allow_nan=False))
+    assert [entry["identical"] for entry in data["settings"]] == [False, True, True, False]
+    assert data["settings"][0]["fork"] == 30
+    first = data["first_difference"]
+    assert (first["name"], first["layer"], first["op"]) == ("ffn_out-0", 0, "MUL_MAT")
+    assert first["max_abs"] == 9.5e-7 and first["rel_l2"] == 9.5e-8
+    assert data["layers"] == [
+        {"layer": 0, "max_abs": 2e-6, "rel_l2": 1e-7},
+        {"layer": 1, "max_abs": 1e-4, "rel_l2": 1e-6},
+    ]
+    assert Autopsy.from_json(data) == autopsy
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("fork", "30", "field 'fork' must be a whole number"),
+        ("settings", {}, "field 'settings' must be a list"),
+        ("schema", 99, "schema is not 1"),
+        ("layers", [{"layer": 0, "max_abs": True, "rel_l2": 0}], "'max_abs' must be a number"),
+    ],
+)
+def test_a_damaged_autopsy_is_one_line(field: str, value: object, message: str) -> None:
+    data = made().to_json()
+    data[field] = value
+    with pytest.raises(AutopsyError, match=message):
+        Autopsy.from_json(data)
+
+
+def test_text_report_and_svg() -> None:
+    text = format_autopsy(made())
+    assert "forks at 30" in text and "identical" in text
+    assert "first differing tensor: ffn_out-0 (MUL_MAT, layer 0)" in text
+    assert "attention outputs (kqv_out): identical in every layer" in text
+    svg = growth_svg(made())
+    root = ET.fromstring(svg)
+    assert root.tag.endswith("svg")
+    assert "margin at the fork" in svg
+    assert sparkline([0.0, 1e-6, 1e-3, 1.0]) == " ▁▄█"
+
+
+def test_the_sweep_moves_the_lanes_difference_then_kernels_in_both_lanes() -> None:
+    pair = presets()["spec-vs-plain"]
+    moves = plan_moves(pair)
+    first = moves[0]
+    assert (first.key, first.scope) == ("speculation", "lane b")
+    assert first.pair.b.speculation == pair.a.speculation
+    kernels = [m for m in moves if m.scope == "both lanes"]
+    assert [m.key for m in kernels] == [
+        "repack",
+        "n_ubatch",
+        "flash_attn",
+        "threads",
+        "type_k",
+        "spec_drafts",
+    ]
+    for move in kernels:
+        assert getattr(move.pair.a, move.key) == getattr(move.pair.b, move.key)
+    same = Pair("same", Lane(), Lane())
+    assert all(m.scope == "both lanes" for m in plan_moves(same))
+
+
+def test_explain_refuses_a_budget_of_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "--max-runs", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--max-runs" in err[0] and "must be from 1" in err[0]
+
+
+def test_explain_refuses_server_lanes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "--pair", "servers", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "needs both lanes in-process" in err[0] and "backend=local" in err[0]
+
+
+def test_explain_refuses_a_session_whose_model_is_missing(
+    tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pathlib import Path
+
+    from specdiff.sessions.format import SessionHeader
+    from specdiff.sessions.store import SessionWriter
+
+    folder = Path(str(tmp_path))
+    lane = Lane(model=str(folder / "gone.gguf"))
+    pair = Pair("plain", lane, lane)
+    writer = SessionWriter(str(folder), pair.name, "Hello")
+    writer.header(
+        SessionHeader(
+            pair=pair,
+            prompt="Hello",
+            prompt_token_ids=(2, 9259),
+            max_tokens=8,
+            stop=(),
+            executed={"a": {"model_path": lane.model}, "b": {"model_path": lane.model}},
+            build={},
+            created="2026-12-02T00:00:00+00:00",
+            teacher_forced=False,
+        )
+    )
+    writer.handle.close()  # a session cut short still names its lanes
+    saved = writer.partial
+    assert main(["explain", str(saved), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "lane a's model file" in err[0] and "gone.gguf" in err[0] and "is missing" in err[0]
+
+
+def test_explain_refuses_a_session_and_a_prompt_together(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["explain", "some.jsonl", "--prompt", "Hi"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not both" in err[0]
+
+
+def test_a_difference_inherited_through_the_kv_memory_is_said_so() -> None:
+    tensors = (
+        tensor("l_out-9", 9, "ADD", 0.0),
+        tensor("kqv_out-10", 10, "CONT", 3.6e-4),
+        tensor("l_out-10", 10, "ADD", 1e-3),
+    )
+    cause = made(tensors=tensors, verify_width=(1, 1)).cause()
+    assert "The first tapped tensor that differs is layer 10's attention output" in cause
+    assert "its last operation only moves data" in cause
+    assert "Both lanes computed this step 1 token wide" in cause
+    assert "keys and values earlier steps left in the KV memory" in cause
+    assert "when lane a computes the step" not in cause
+
+
+def test_keys_that_only_make_a_lane_together_are_moved_together() -> None:
+    moves = plan_moves(presets()["ubatch"])
+    first = moves[0]
+    assert first.setting == "lane b's n_batch, n_ubatch = lane a's (512, 512)"
+    assert first.pair is not None and first.error is None
+    assert (first.pair.b.n_batch, first.pair.b.n_ubatch) == (512, 512)
+    assert [m.scope for m in moves].count("lane b") == 1
+
+
+def test_a_move_that_makes_no_valid_lane_is_a_failed_trial_not_a_stop() -> None:
+    from specdiff.engine.autopsy import _move
+
+    pair = presets()["spec-vs-plain"]
+    move = _move("n_ubatch 1024", "n_ubatch", "1024", "both lanes", pair, None, {"n_ubatch": 1024})
+    assert move.pair is None
+    assert move.error is not None and "must not exceed n_batch" in move.error
