@@ -20,6 +20,20 @@ from specdiff.sessions.format import PairResult
 from specdiff.steps import Probe, TokenStep
 
 
+@dataclass(frozen=True)
+class LiveStats:
+    """One lane's numbers while a run streams, as a front end shows them live."""
+
+    tokens_per_second: float
+    """Over the lane's own decode time so far (the runner's clock, not the wall's)."""
+    drafted: int = 0
+    accepted: int = 0
+
+
+Live = dict[str, LiveStats]
+"""Lane id -> its live numbers."""
+
+
 class EngineError(SpecdiffError):
     """llama.cpp or a server refused a call that should have worked."""
 

@@ -13,7 +13,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from specdiff.tui.widgets import LEGEND_ROWS
+from specdiff.tui.widgets.legend import LEGEND_ROWS
 
 HELP_ROWS = (
     ("? / f1", "this help"),

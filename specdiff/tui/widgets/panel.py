@@ -1,0 +1,46 @@
+"""The divergence panel widget: the fork (or the selected token) in both lanes."""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.segment import SegmentLines
+from rich.text import Text
+from textual.theme import Theme
+
+from specdiff.tui.widgets.base import ThemeAware
+from specdiff.tui.widgets.panel_text import PanelView, body_key, panel_body, panel_lines
+
+
+class Panel(ThemeAware):
+    """The divergence panel: fixed height, so a new selection repaints without a new
+    layout of the screen; laid out for its own size when drawn."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.view: PanelView | None = None
+        self.body: tuple[tuple[object, ...], SegmentLines | None] = ((), None)
+        """The candidates as drawn, with what they were drawn from: while lanes stream
+        the panel is redrawn for its token count, and the table is most of its cost."""
+
+    def show(self, view: PanelView) -> None:
+        if view != self.view:
+            self.view = view
+            self.refresh()
+
+    def theme_changed(self, theme: Theme) -> None:
+        self.body = ((), None)
+        super().theme_changed(theme)
+
+    def render(self) -> RenderableType:
+        if self.view is None:
+            return Text("")
+        width, height = self.content_size.width or 120, self.content_size.height or 12
+        lines = panel_lines(self.view, width, height, self.palette)
+        key = body_key(self.view, width, height - len(lines))
+        if key != self.body[0]:
+            body = panel_body(self.view, width, height - len(lines))
+            console = self.app.console
+            options = self.app.console_options.update(highlight=False, width=width)
+            drawn = console.render_lines(body, options, pad=False) if body is not None else None
+            self.body = (key, SegmentLines(drawn, new_lines=True) if drawn else None)
+        return Group(*lines, *([self.body[1]] if self.body[1] is not None else []))
