@@ -167,13 +167,71 @@ async def test_layout_is_readable_at_small_and_large_sizes(size: tuple[int, int]
     app = make_app(presets(), "ubatch", session.prompt, 60, session=session)
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
+        lanes = app.query_one("#lanes").region
         for lane_id in ("a", "b"):
             title = app.query_one(f"#lane-{lane_id} .lane-title")
             assert title.size.width >= 30  # titles not clipped to nothing
-            assert title.region.y >= 0
+            # on screen, inside the lanes' frame: under the controls, above the panel
+            assert lanes.y < title.region.y < lanes.bottom and title.region.height == 1
             view = app.query_one(f"#lane-{lane_id} TokenView", TokenView)
             assert view.size.height >= 5  # room for text at 80x24
         assert app.query_one("#panel").size.height >= 6
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)])
+async def test_the_aligned_view_and_back_keeps_each_pane_at_its_width(size) -> None:
+    """`a` then escape: each pane's text is laid out again at the pane's own width (not
+    a width guessed while the panes were hidden), and its stats line fits the pane."""
+    from rich.cells import cell_len
+
+    app = session_app()
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        widths = {}
+        for lane_id in ("a", "b"):
+            widths[lane_id] = app.query_one(f"#lane-{lane_id} TokenView", TokenView).width_used
+        await pilot.press("a")
+        await pilot.pause()
+        assert app.query_one("#aligned").display and not app.query_one("#lanes").display
+        await pilot.press("escape")
+        await pilot.pause()
+        await pilot.pause()
+        for lane_id in ("a", "b"):
+            view = app.query_one(f"#lane-{lane_id} TokenView", TokenView)
+            width = view.scrollable_content_region.width
+            assert view.width_used == width == widths[lane_id]
+            assert max(view.line_widths) <= width  # no line wider than the pane: no cut
+            stats = app.query_one(f"#lane-{lane_id} .lane-stats").plain
+            pane = app.query_one(f"#lane-{lane_id}")
+            assert "…" not in stats and cell_len(stats) <= pane.content_size.width - 2
+
+
+async def test_the_panel_takes_only_the_rows_it_needs_and_plus_minus_change_its_share() -> None:
+    """Before a token is selected the panel is one line (the panes take the rest); at the
+    fork it shows its lines whole, up to its share of the screen, which + and - step."""
+    idle = idle_app()
+    async with idle.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert idle.query_one("#panel").size.height == 1
+        assert idle.query_one("#lane-a TokenView").size.height >= 12
+    app = session_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        panel = app.query_one("#panel")
+        assert app.fork is not None and app.cursor == app.fork.index
+        shown = [str(line) for line in panel.render().renderables[:5]]
+        assert any(line.startswith("after the fork ") for line in shown)  # not cut to "af…"
+        assert not any(line.endswith("…") for line in shown[1:3])  # the why, whole
+        at_start = panel.size.height
+        assert at_start <= 0.4 * 24
+        await pilot.press("plus", "plus")
+        await pilot.pause()
+        assert panel.size.height > at_start  # room for more of the candidates
+        assert "up to 60% of the screen" in app.query_one("#status").plain
+        await pilot.press("minus", "minus", "minus", "minus")
+        await pilot.pause()
+        assert panel.size.height < at_start
+        assert app.query_one("#lane-a TokenView").size.height > 5
 
 
 @pytest.mark.model
@@ -204,12 +262,15 @@ async def test_clicking_a_token_selects_it() -> None:
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.pause()
         view = app.query_one("#lane-b TokenView", TokenView)
-        index, piece = view.lines[1][1]  # the second token on b's second line
-        column = sum(len(p) for _, p in view.lines[1][:1])
+        # a token on b's second line that is not the fork (whose panel says FORK)
+        assert app.fork is not None
+        place = next(n for n, (index, _) in enumerate(view.lines[1]) if index != app.fork.index)
+        index = view.lines[1][place][0]
+        column = sum(len(piece) for _, piece in view.lines[1][:place])
         await pilot.click(view, offset=(column + 1, 1))
         assert (app.cursor_lane, app.cursor) == ("b", index)
         panel = " ".join(str(item) for item in app.query_one("#panel").render().renderables)
-        assert f"token {index}" in panel or "FORK" in panel
+        assert f"token {index}: " in panel
 
 
 # -- focus, layout and presenter mode (no model: recorded sessions, refused runs) ----------
@@ -854,3 +915,40 @@ async def test_override_values_with_spaces_survive_the_overrides_field(given: li
         app.query_one("#lane-b-overrides").value = "n_ubatch=2 oops"
         with pytest.raises(SpecdiffError, match="^lane b overrides: .*'n_ubatch'"):
             app.resolve_pair()
+
+
+async def test_the_palette_offers_specdiffs_commands_each_with_its_key() -> None:
+    """Only specdiff's own commands (none of Textual's generic ones), each naming the key
+    that does the same; while the palette's input has the keys, quit is shown once."""
+    from textual.widgets import OptionList
+
+    from specdiff.tui.app import PALETTE_COMMANDS
+
+    app = session_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.press("ctrl+p")
+        await wait_for(pilot, lambda: type(app.screen).__name__ == "CommandPalette", 10)
+        options = app.screen.query_one(OptionList)
+        await wait_for(pilot, lambda: options.option_count == len(PALETTE_COMMANDS), 10)
+        titles = {
+            str(options.get_option_at_index(n).prompt).split("\n")[0]
+            for n in range(options.option_count)
+        }
+        assert {"Run (r)", "Jump to the fork (d)", "Help (?)", "Quit (q)"} <= titles
+        assert all(title.endswith(")") for title in titles), titles
+        quits = [key for key in app.query("FooterKey") if key.description == "quit"]
+        assert len(quits) == 1 and quits[0].key == "ctrl+q"
+
+
+async def test_help_opens_with_how_to_close_and_scroll_it() -> None:
+    from specdiff.tui.help import END_ROW
+
+    app = idle_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        box = app.screen.query_one("#help-box")
+        first = app.screen.query_one("#help-start")
+        assert str(first.render()) == END_ROW
+        assert box.region.y < first.region.y < box.region.bottom  # on the first page

@@ -37,6 +37,21 @@ from specdiff.tui.widgets.styles import Palette
 from specdiff.tui.widgets.without_controls import WithoutControls
 
 WITHOUT_CONTROLS = WithoutControls()
+PALETTE_COMMANDS = (
+    ("Run", "run the pair on the prompt (over a replay: press r twice)", "run"),
+    ("Stop", "stop both lanes", "stop"),
+    ("Jump to the fork", "the first token the lanes differ at, in both panes", "fork"),
+    ("Next near tie", "in the current lane", "next_tie"),
+    ("Previous near tie", "in the current lane", "previous_tie"),
+    ("Switch lane", "move the cursor to the other lane", "switch_lane"),
+    ("Aligned view", "the shared text folded, the two branches stacked", "toggle_aligned"),
+    ("Save session", "write the run as a session file", "save"),
+    ("Write report", "the HTML report of what is on screen", "export"),
+    ("Next theme", "cycle specdiff's themes", "app.next_theme"),
+    ("Help", "every key, and what each colour and mark means", "app.help"),
+    ("Quit", "leave specdiff", "app.quit"),
+)
+"""The command palette: (title, what it does, the action, as the compare screen binds it)."""
 
 
 class SpecdiffApp(App[int]):
@@ -157,9 +172,12 @@ class SpecdiffApp(App[int]):
         await super().on_event(event)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # quit is offered once: as q, or as ctrl+q where an input (the prompt box, the
+        # palette's) takes the q; a focused button passes q on to the app
         if action == "quit_from_input":
-            # only where q would type a q: a focused button passes q on to the app
             return isinstance(self.focused, Input)
+        if action == "quit":
+            return not isinstance(self.focused, Input)
         return True
 
     def deliver_screenshot(
@@ -200,24 +218,18 @@ class SpecdiffApp(App[int]):
         self.compare.close()
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
-        compare = self.compare
-        yield from super().get_system_commands(screen)
-        yield SystemCommand("Run", "Run the pair on the prompt", compare.action_run)
-        yield SystemCommand("Stop", "Stop both lanes", compare.action_stop)
-        yield SystemCommand(
-            "Jump to the fork", "Show the first diverging token", compare.action_fork
-        )
-        yield SystemCommand("Next near tie", "In the current lane", compare.action_next_tie)
-        yield SystemCommand("Previous near tie", "In the current lane", compare.action_previous_tie)
-        yield SystemCommand(
-            "Switch lane", "Move the cursor to the other lane", compare.action_switch_lane
-        )
-        yield SystemCommand("Save session", "Write the run as a session file", compare.action_save)
-        yield SystemCommand(
-            "Write report", "The HTML report of what is on screen", compare.action_export
-        )
-        yield SystemCommand("Next theme", "Cycle specdiff's themes", self.action_next_theme)
-        yield SystemCommand("Help", "Every key binding", self.action_help)
+        # specdiff's own commands only, each with the key that does the same: the
+        # palette teaches the keys (Textual's generic commands are not offered)
+        keys: dict[str, Binding] = {}
+        for binding in self.compare.BINDINGS:
+            if isinstance(binding, Binding) and binding.show:
+                keys.setdefault(binding.action, binding)  # the first key: ? before f1
+        for title, does, action in PALETTE_COMMANDS:
+            target = self if action.startswith("app.") else self.compare
+            callback = getattr(target, f"action_{action.removeprefix('app.')}")
+            binding = keys.get(action)
+            key = f" ({self.get_key_display(binding)})" if binding is not None else ""
+            yield SystemCommand(f"{title}{key}", does, callback)
 
     # -- the compare screen's state, as scripts, benchmarks and tests read it
 

@@ -60,6 +60,10 @@ NARROW_COLUMNS = 100
 """Below this width the input rows fold into a one-line config bar that `c` opens."""
 SHORT_ROWS = 30
 """Below this height the panel and the margin strips are smaller."""
+PANEL_SHARES = (20, 30, 40, 50, 60, 70)
+"""The most of the screen's height the panel may take, in percent, as + and - step it."""
+PANEL_SHARE = 2
+"""The share it starts with (40%: at 80x24 the panes keep five lines of text)."""
 CONFIRM_SECONDS = 5.0
 """How long a first `r` over a replay waits for the second that loads the model."""
 
@@ -96,6 +100,8 @@ class CompareScreen(Screen[None]):
         Binding("e", "export", "report"),
         Binding("s", "save", "save"),
         Binding("t", "app.next_theme", "theme"),
+        Binding("plus,equals_sign", "panel_share(1)", "panel +", show=False),
+        Binding("minus", "panel_share(-1)", "panel -", show=False),
         # a ctrl key: it must work while the prompt box has focus, where letters type
         Binding("ctrl+o", "toggle_prompt_mode", "text/messages", show=False),
     ]
@@ -134,6 +140,7 @@ class CompareScreen(Screen[None]):
             pairs, pair_name, prompt, max_tokens, overrides, refused_pairs, id="run-controls"
         )
         self._confirm_timer: Timer | None = None
+        self.panel_share = PANEL_SHARE
         self._status = ""
         """The status line's text without the note shown before it."""
 
@@ -333,10 +340,10 @@ class CompareScreen(Screen[None]):
             marks = self.marks(lane_id)
             forecast_shown = forecast_shown or bool(marks.forecast)
             pane.show_tokens(state, marks, follow=follow, strip=details)
-            if details:
-                # before the first layout a pane has no width: the screen's stands in
-                width = pane.content_size.width - 2 if pane.content_size.width else self.size.width
-                pane.set_stats(self.stats_line(lane_id, width))
+            if details and pane.content_size.width:
+                # a pane without a width (hidden, or before the first layout) is given
+                # its stats line once it has one
+                pane.set_stats(self.stats_line(lane_id, pane.content_size.width - 2))
         if not details:
             return
         self.query_one(Legend).show_forecast(forecast_shown)
@@ -561,6 +568,15 @@ class CompareScreen(Screen[None]):
         aligned.display, lanes.display = not aligned.display, aligned.display
         (aligned if aligned.display else lanes).focus()
         self.render_lanes(follow=False)
+        # the panes have their width again only once laid out: their stats lines then
+        self.call_after_refresh(self.render_lanes, False)
+
+    def action_panel_share(self, step: int) -> None:
+        """Let the panel take more (or less) of the screen when it has more to show."""
+        self.panel_share = max(0, min(len(PANEL_SHARES) - 1, self.panel_share + step))
+        share = PANEL_SHARES[self.panel_share]
+        self.query_one("#panel", Panel).styles.max_height = f"{share}%"
+        self.note(f"the panel takes up to {share}% of the screen (+ and - change it)")
 
     def action_switch_lane(self) -> None:
         self.move_cursor(*self.view.switched())

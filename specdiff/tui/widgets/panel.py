@@ -5,15 +5,25 @@ from __future__ import annotations
 from rich.console import Group, RenderableType
 from rich.segment import SegmentLines
 from rich.text import Text
+from textual.geometry import Size
 from textual.theme import Theme
 
 from specdiff.tui.widgets.base import ThemeAware
-from specdiff.tui.widgets.panel_text import PanelView, body_key, panel_body, panel_lines
+from specdiff.tui.widgets.panel_text import (
+    PanelView,
+    body_key,
+    panel_body,
+    panel_lines,
+    wanted_rows,
+)
 
 
 class Panel(ThemeAware):
-    """The divergence panel: fixed height, so a new selection repaints without a new
-    layout of the screen; laid out for its own size when drawn."""
+    """The divergence panel: as tall as what it shows needs, up to its share of the
+    screen (the screen's `+`/`-` change the share), so the panes keep the rows it does
+    not use. Its height changes only when what it shows needs other rows (a token
+    selected, the fork found), not with each streamed batch; it is laid out for its own
+    size when drawn."""
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
@@ -25,7 +35,18 @@ class Panel(ThemeAware):
     def show(self, view: PanelView) -> None:
         if view != self.view:
             self.view = view
-            self.refresh()
+            rows = self.wanted_rows(self.content_size.width or self.app.size.width)
+            self.refresh(layout=rows != self._rows)
+
+    _rows = 0
+    """The rows last asked for: the screen is laid out again only when they change."""
+
+    def wanted_rows(self, width: int) -> int:
+        return 1 if self.view is None else wanted_rows(self.view, width)
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        self._rows = self.wanted_rows(width)
+        return self._rows
 
     def theme_changed(self, theme: Theme) -> None:
         self.body = ((), None)

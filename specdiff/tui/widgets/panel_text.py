@@ -135,6 +135,17 @@ def panel_lines(view: PanelView, width: int, height: int, palette: Palette | Non
     return _panel_lines(view, palette, width if height >= WHY_WRAP_HEIGHT else None)
 
 
+def wanted_rows(view: PanelView, width: int) -> int:
+    """The rows the panel needs to show everything at `width`: one line without a
+    selected step; else its lines, every candidate and, beside them, every near tie."""
+    lines = len(panel_lines(view, width, WHY_WRAP_HEIGHT, None))
+    if view.index is None:
+        return lines
+    candidates = 1 + max(len(step.top) if step is not None else 0 for step in (view.a, view.b))
+    notes = (1 if view.differences else 0) + 1 + len(view.near_ties_before)
+    return lines + max(candidates, notes if width >= SIDE_NOTES_WIDTH else 0)
+
+
 def panel_body(view: PanelView, width: int, rows: int) -> RenderableType | None:
     """The candidates in `rows` lines, with the side notes beside them where the width
     allows; None without a selected step or room."""
@@ -214,8 +225,8 @@ def _fork_lines(
     p_note: str,
     why_width: int | None,
 ) -> list[Text]:
-    """The fork's header, its verdict (on two lines when `why_width` is given and it
-    needs them) and its margins."""
+    """The fork's header, its verdict and its margins (each on two lines when `why_width`
+    is given and they need them)."""
     fork, a, b = at_fork
 
     def pick(view_of: PickView) -> str:
@@ -225,6 +236,14 @@ def _fork_lines(
     similar = (
         f" · after the fork {view.similarity:.0%} similar" if view.similarity is not None else ""
     )
+    margins = (
+        f"margins a {fork.a.margin:.3f} · b {fork.b.margin:.3f} · "
+        f"b's pick in a {pick(fork.a.other)} · a's in b {pick(fork.b.other)}"
+    )
+    margin_lines = [f"{margins}{similar}{p_note}"]
+    if why_width and len(margin_lines[0]) > why_width and similar:
+        # a tall panel gives the similarity its own line rather than cut it
+        margin_lines = [f"{margins}{p_note}", similar.removeprefix(" · ")]
     why = f"why: {fork_sentence(fork, verdict, ('a', 'b'))}"
     why_lines = textwrap.wrap(why, why_width)[:2] if why_width else [why]
     if len(why_lines) == 2:
@@ -247,11 +266,7 @@ def _fork_lines(
             _one_line(("why:", "bold") if not n else "", line[4:] if not n else line)
             for n, line in enumerate(why_lines)
         ),
-        _one_line(
-            f"margins a {fork.a.margin:.3f} · b {fork.b.margin:.3f} · "
-            f"b's pick in a {pick(fork.a.other)} · a's in b {pick(fork.b.other)}"
-            f"{similar}{p_note}"
-        ),
+        *(_one_line(line) for line in margin_lines),
     ]
 
 

@@ -61,9 +61,18 @@ class TokenView(LineDrawn, ScrollView, can_focus=False):
         self.trailer: str | None = None
         self.trailer_lines: list[str] = []
         """The trailer wrapped to the view's width: a crash message is longer than a pane."""
+        self.waiting: tuple[LaneState, TokenMarks] | None = None
+        """What was asked to be shown while the view had no width."""
 
     def set_tokens(self, state: LaneState, marks: TokenMarks) -> None:
-        width = max(8, self.scrollable_content_region.width or self.size.width or 40)
+        if not self.scrollable_content_region.width:
+            # not laid out yet, or hidden (the aligned view stands in for the panes): a
+            # guessed width would stay once the view is shown again, so the tokens wait
+            # for the view's own width (on_resize lays them out)
+            self.waiting = (state, marks)
+            return
+        self.waiting = None
+        width = max(8, self.scrollable_content_region.width)
         redraw_all = False
         if (
             state is not self.state
@@ -242,5 +251,9 @@ class TokenView(LineDrawn, ScrollView, can_focus=False):
             self.scroll_to(y=max(0, line - self.size.height // 3), animate=False)
 
     def on_resize(self) -> None:
-        # a new width lays the lines out again on the next update
+        # a new width lays the lines out again, at once: no update may come (a finished
+        # run, a replay at its end)
         self.width_used = -1
+        shown = self.waiting or ((self.state, self.marks) if self.marks is not None else None)
+        if shown is not None:
+            self.set_tokens(*shown)
