@@ -227,8 +227,8 @@ class SpecdiffApp(App[int]):
         for title, does, action in PALETTE_COMMANDS:
             target = self if action.startswith("app.") else self.compare
             callback = getattr(target, f"action_{action.removeprefix('app.')}")
-            binding = keys.get(action)
-            key = f" ({self.get_key_display(binding)})" if binding is not None else ""
+            bound = keys.get(action)
+            key = f" ({self.get_key_display(bound)})" if bound is not None else ""
             yield SystemCommand(f"{title}{key}", does, callback)
 
     # -- the compare screen's state, as scripts, benchmarks and tests read it

@@ -60,10 +60,6 @@ NARROW_COLUMNS = 100
 """Below this width the input rows fold into a one-line config bar that `c` opens."""
 SHORT_ROWS = 30
 """Below this height the panel and the margin strips are smaller."""
-PANEL_SHARES = (20, 30, 40, 50, 60, 70)
-"""The most of the screen's height the panel may take, in percent, as + and - step it."""
-PANEL_SHARE = 2
-"""The share it starts with (40%: at 80x24 the panes keep five lines of text)."""
 CONFIRM_SECONDS = 5.0
 """How long a first `r` over a replay waits for the second that loads the model."""
 
@@ -140,7 +136,6 @@ class CompareScreen(Screen[None]):
             pairs, pair_name, prompt, max_tokens, overrides, refused_pairs, id="run-controls"
         )
         self._confirm_timer: Timer | None = None
-        self.panel_share = PANEL_SHARE
         self._status = ""
         """The status line's text without the note shown before it."""
 
@@ -573,9 +568,7 @@ class CompareScreen(Screen[None]):
 
     def action_panel_share(self, step: int) -> None:
         """Let the panel take more (or less) of the screen when it has more to show."""
-        self.panel_share = max(0, min(len(PANEL_SHARES) - 1, self.panel_share + step))
-        share = PANEL_SHARES[self.panel_share]
-        self.query_one("#panel", Panel).styles.max_height = f"{share}%"
+        share = self.query_one("#panel", Panel).change_share(step)
         self.note(f"the panel takes up to {share}% of the screen (+ and - change it)")
 
     def action_switch_lane(self) -> None:

@@ -17,6 +17,12 @@ from specdiff.tui.widgets.panel_text import (
     wanted_rows,
 )
 
+SHARES = (20, 30, 40, 50, 60, 70)
+"""The most of the screen's height the panel may take, in percent, as + and - step it."""
+FIRST_SHARE = 2
+"""The share it starts with (40%, as the style sheet says: at 80x24 the panes keep five
+lines of text)."""
+
 
 class Panel(ThemeAware):
     """The divergence panel: as tall as what it shows needs, up to its share of the
@@ -37,6 +43,15 @@ class Panel(ThemeAware):
             self.view = view
             rows = self.wanted_rows(self.content_size.width or self.app.size.width)
             self.refresh(layout=rows != self._rows)
+
+    share = FIRST_SHARE
+    """Which of SHARES the panel may take."""
+
+    def change_share(self, step: int) -> int:
+        """Step the share of the screen the panel may take; the share now, in percent."""
+        self.share = max(0, min(len(SHARES) - 1, self.share + step))
+        self.styles.max_height = f"{SHARES[self.share]}%"
+        return SHARES[self.share]
 
     _rows = 0
     """The rows last asked for: the screen is laid out again only when they change."""
