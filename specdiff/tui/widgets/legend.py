@@ -113,23 +113,33 @@ def _strip_legend(palette: Palette) -> Text:
 
 def legend_text(palette: Palette, width: int, forecast: bool = False) -> Text:
     """The legend in one line of `width` cells: each mark named in its own look (the
-    forecast's while one is shown), with long names where they fit, else short ones, with
-    the margin strip's marks where they fit too, else cut."""
-    strip = _strip_legend(palette)
-    entries = (*LEGEND, FORECAST_LEGEND) if forecast else LEGEND
-    for label, with_strip in (("long", True), ("short", True), ("long", False), ("short", False)):
-        text = Text(no_wrap=True, overflow="ellipsis")
-        for number, entry in enumerate(entries):
-            if number:
-                text.append("  ")
-            text.append_text(_legend_entry(palette, entry, label))
-        if with_strip:
-            text.append("  │ ", "dim")
-            text.append_text(strip)
-        if text.cell_len <= width:
-            return text
+    forecast's while one is shown), with long names where they fit with the margin
+    strip's marks, else short ones, the strip's marks where they fit too, else cut.
+
+    The names depend on the width alone, so they do not change while a run streams and a
+    forecast comes and goes: a forecast named takes the strip's room where both do not
+    fit."""
+    strip = Text()
+    strip.append("  │ ", "dim")
+    strip.append_text(_strip_legend(palette))
+    fits = [
+        label
+        for with_strip in (True, False)
+        for label in ("long", "short")
+        if _names(palette, LEGEND, label).cell_len + (strip.cell_len if with_strip else 0) <= width
+    ]
+    label = fits[0] if fits else "short"
+    text = _names(palette, (*LEGEND, FORECAST_LEGEND) if forecast else LEGEND, label)
+    if text.cell_len + strip.cell_len <= width:
+        text.append_text(strip)
+    text.no_wrap, text.overflow = True, "ellipsis"
     text.truncate(width, overflow="ellipsis")
     return text
+
+
+def _names(palette: Palette, entries: tuple[LegendEntry, ...], label: str) -> Text:
+    """The entries named in `label`'s form, each in its own look."""
+    return Text("  ").join(_legend_entry(palette, entry, label) for entry in entries)
 
 
 class Legend(ThemeAware):
