@@ -952,3 +952,40 @@ async def test_help_opens_with_how_to_close_and_scroll_it() -> None:
         first = app.screen.query_one("#help-start")
         assert str(first.render()) == END_ROW
         assert box.region.y < first.region.y < box.region.bottom  # on the first page
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)])
+async def test_each_panes_scrollbar_sits_against_its_frame(size) -> None:
+    app = session_app()
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        for lane_id in ("a", "b"):
+            pane = app.query_one(f"#lane-{lane_id}")
+            view = app.query_one(f"#lane-{lane_id} TokenView", TokenView)
+            assert view.region.width == pane.content_region.width
+            assert view.vertical_scrollbar.region.right == pane.content_region.right
+
+
+async def test_the_opened_controls_fit_80_columns() -> None:
+    """`c` at 80 columns: the prompt has a label and a row of its own (its start on
+    show), the closed pair picker shows the pair's name whole, and its list opens inside
+    the screen."""
+    from textual.widgets import Input, Select, Static
+
+    app = session_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("c")
+        await pilot.pause()
+        prompt = app.query_one("#prompt", Input)
+        label = app.query_one("#prompt-row .field-label", Static)
+        assert str(label.render()) == "prompt" and label.region.right <= prompt.region.x
+        assert label.region.y == prompt.region.y and prompt.region.width >= 50
+        pair = app.query_one("#pair", Select)
+        assert pair.region.x == 0 and pair.region.y == prompt.region.y + 1
+        shown = str(pair.query_one("SelectCurrent #label", Static).render())
+        assert shown == app.session.pair.name
+        pair.focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        overlay = pair.query_one("SelectOverlay")
+        assert overlay.display and overlay.region.right <= 80

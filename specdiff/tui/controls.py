@@ -111,26 +111,34 @@ class Controls(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Line(id="config-bar")
+        # one row where there is room; on a narrow screen the prompt gets a row of its
+        # own, and the pair picker (whose list is wide) starts the second at the left
         with Horizontal(id="controls"):
-            yield Input(self._box_stands_for[0], placeholder="prompt", id="prompt")
-            yield Button(
-                self.prompt_mode,
-                id="prompt-mode",
-                tooltip="how the prompt box is read: raw text, or a JSON messages list "
-                "(a conversation, which chat lanes format); ctrl+o switches",
-            )
-            yield Select(
-                [(pair_option(name, pair), name) for name, pair in self.pairs.items()],
-                value=self.pair_name,
-                allow_blank=False,
-                id="pair",
-            )
-            yield Static("max tokens", id="max-label")
-            yield Input(
-                str(self.initial_max_tokens), type="integer", id="max-tokens", tooltip="max tokens"
-            )
-            yield Button("Run", id="run", variant="primary")
-            yield Button("Stop", id="stop", variant="error")
+            with Horizontal(id="prompt-row"):
+                yield Static("prompt", classes="field-label")
+                yield Input(self._box_stands_for[0], placeholder="prompt", id="prompt")
+                yield Button(
+                    self.prompt_mode,
+                    id="prompt-mode",
+                    tooltip="how the prompt box is read: raw text, or a JSON messages list "
+                    "(a conversation, which chat lanes format); ctrl+o switches",
+                )
+            with Horizontal(id="run-row"):
+                yield Select(
+                    [(pair_option(name, pair), name) for name, pair in self.pairs.items()],
+                    value=self.pair_name,
+                    allow_blank=False,
+                    id="pair",
+                )
+                yield Static("max tokens", id="max-label")
+                yield Input(
+                    str(self.initial_max_tokens),
+                    type="integer",
+                    id="max-tokens",
+                    tooltip="max tokens",
+                )
+                yield Button("Run", id="run", variant="primary")
+                yield Button("Stop", id="stop", variant="error")
         with Horizontal(id="overrides"):
             for lane_id in ("a", "b"):
                 # a label of its own: a placeholder is gone once the field has a value
@@ -142,7 +150,14 @@ class Controls(Vertical):
                 )
 
     def on_mount(self) -> None:
+        self.show_pair_name()
         self.show_config()
+
+    def show_pair_name(self) -> None:
+        """The closed picker shows the pair's name alone: its list says what each pair
+        compares, and in the picker's width that text would cut the name."""
+        pair = self.query_one("#pair", Select)
+        pair.query_one("SelectCurrent #label", Static).update(visible(str(pair.value)))
 
     # -- what the user did
 
@@ -161,6 +176,7 @@ class Controls(Vertical):
     @on(Select.Changed, "#pair")
     def pair_changed(self, event: Select.Changed) -> None:
         if self.is_mounted:
+            self.show_pair_name()
             self.show_config()
             by_keyboard = self.screen.focused is event.select
             self.post_message(self.PairChosen(str(event.value), by_keyboard))
