@@ -855,7 +855,7 @@ async def test_overrides_from_the_command_line_show_in_their_fields() -> None:
         await pilot.pause()
         fields = {lane: app.query_one(f"#lane-{lane}-overrides").value for lane in "ab"}
         assert fields == {"a": "threads=2 n_ctx=512", "b": "threads=2"}
-        labels = [str(label.render()) for label in app.query(".field-label")]
+        labels = [str(label.render()) for label in app.query("#overrides .field-label")]
         assert labels == ["lane a overrides", "lane b overrides"]
         pair, _prompt, _max = app.resolve_pair()  # the fields run what the command line asked
         assert (pair.a.n_ctx, pair.a.threads, pair.b.threads) == (512, 2, 2)

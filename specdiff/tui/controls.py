@@ -157,7 +157,8 @@ class Controls(Vertical):
         """The closed picker shows the pair's name alone: its list says what each pair
         compares, and in the picker's width that text would cut the name."""
         pair = self.query_one("#pair", Select)
-        pair.query_one("SelectCurrent #label", Static).update(visible(str(pair.value)))
+        # a Text, never markup: a shared session's pair may be named anything
+        pair.query_one("SelectCurrent #label", Static).update(Text(visible(str(pair.value))))
 
     # -- what the user did
 

@@ -116,6 +116,8 @@ def render_panel(
 
 WHY_WRAP_HEIGHT = 6
 """From this panel height (an 80x24 screen's) the fork's verdict may take two lines."""
+SIMILARITY_LINE_HEIGHT = 8
+"""From this panel height the similarity after the fork may take a line of its own."""
 SIDE_NOTES_WIDTH = 100
 """From this width the panel puts what the lanes differ in and the near ties before
 the fork beside the candidates."""
@@ -131,14 +133,16 @@ def panel_renderable(view: PanelView, width: int, height: int, palette: Palette 
 
 def panel_lines(view: PanelView, width: int, height: int, palette: Palette | None) -> list[Text]:
     """The panel's lines above its candidates: the fork, why, the margins."""
-    # a tall panel gives the verdict a second line; a short one keeps the candidates
-    return _panel_lines(view, palette, width if height >= WHY_WRAP_HEIGHT else None)
+    # a tall panel gives the verdict a second line, and a taller one the similarity
+    # after the fork its own; a short one keeps the candidates
+    why_width = width if height >= WHY_WRAP_HEIGHT else None
+    return _panel_lines(view, palette, why_width, height >= SIMILARITY_LINE_HEIGHT)
 
 
 def wanted_rows(view: PanelView, width: int) -> int:
     """The rows the panel needs to show everything at `width`: one line without a
     selected step; else its lines, every candidate and, beside them, every near tie."""
-    lines = len(panel_lines(view, width, WHY_WRAP_HEIGHT, None))
+    lines = len(panel_lines(view, width, SIMILARITY_LINE_HEIGHT, None))
     if view.index is None:
         return lines
     candidates = 1 + max(len(step.top) if step is not None else 0 for step in (view.a, view.b))
@@ -183,7 +187,9 @@ def _one_line(*parts: str | tuple[str, str | Style]) -> Text:
     return text
 
 
-def _panel_lines(view: PanelView, palette: Palette | None, why_width: int | None) -> list[Text]:
+def _panel_lines(
+    view: PanelView, palette: Palette | None, why_width: int | None, similarity_line: bool
+) -> list[Text]:
     fork, a, b = view.fork, view.a, view.b
     if view.index is None:
         keys = "d jumps to the fork, " if fork is not None else ""
@@ -196,7 +202,7 @@ def _panel_lines(view: PanelView, palette: Palette | None, why_width: int | None
         if step and step.source
     )
     if fork is not None and view.index == fork.index and a is not None and b is not None:
-        return _fork_lines(view, (fork, a, b), palette, p_note, why_width)
+        return _fork_lines(view, (fork, a, b), palette, p_note, why_width, similarity_line)
     # each lane's own pick at this step: away from the fork the reader still sees
     # what each lane chose before reading the numbers
     picks = " · ".join(
@@ -224,9 +230,11 @@ def _fork_lines(
     palette: Palette | None,
     p_note: str,
     why_width: int | None,
+    similarity_line: bool = False,
 ) -> list[Text]:
-    """The fork's header, its verdict and its margins (each on two lines when `why_width`
-    is given and they need them)."""
+    """The fork's header, its verdict (on two lines when `why_width` is given and it
+    needs them) and its margins (the similarity after the fork on a line of its own with
+    `similarity_line`, where they do not fit one)."""
     fork, a, b = at_fork
 
     def pick(view_of: PickView) -> str:
@@ -241,7 +249,7 @@ def _fork_lines(
         f"b's pick in a {pick(fork.a.other)} · a's in b {pick(fork.b.other)}"
     )
     margin_lines = [f"{margins}{similar}{p_note}"]
-    if why_width and len(margin_lines[0]) > why_width and similar:
+    if similarity_line and why_width and len(margin_lines[0]) > why_width and similar:
         # a tall panel gives the similarity its own line rather than cut it
         margin_lines = [f"{margins}{p_note}", similar.removeprefix(" · ")]
     why = f"why: {fork_sentence(fork, verdict, ('a', 'b'))}"
