@@ -34,13 +34,14 @@ async def in_app(pair_name: str, tokens: int, press_keys: bool) -> dict[str, obj
     app = make_app(presets(), pair_name, DEFAULT_PROMPT, tokens)
     handled: list[float] = []
     key_times: list[float] = []
-    original = app.action_move
+    screen = app.compare  # the screen whose keys move the cursor
+    original = screen.action_move
 
     def timed_move(delta: int) -> None:
         original(delta)
         handled.append(time.perf_counter())
 
-    app.action_move = timed_move  # type: ignore[method-assign]
+    screen.action_move = timed_move  # type: ignore[method-assign]
     async with app.run_test(size=(120, 40)):
         while app.result is None:
             if press_keys and app.running and app.lanes["a"].steps:

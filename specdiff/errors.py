@@ -6,13 +6,31 @@ without a traceback.
 """
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 from specdiff.safe_text import visible
 
 
 class SpecdiffError(Exception):
     """Bad input or an environment problem the user can fix."""
+
+    lane: str | None = None
+    """The lane ("a" or "b") the problem belongs to, where it is one lane's (its model,
+    its settings, its server): set where the engine loads or checks that lane, so a
+    front end shows the failure in that lane's pane without reading the message."""
+
+
+@contextmanager
+def lane_failure(lane_id: str) -> Iterator[None]:
+    """Errors raised inside belong to lane `lane_id`, unless one already names its lane.
+    The error keeps its type; the lane travels with it (pickled across a process, too)."""
+    try:
+        yield
+    except SpecdiffError as error:
+        if error.lane is None:
+            error.lane = lane_id
+        raise
 
 
 class LaneConfigError(SpecdiffError):

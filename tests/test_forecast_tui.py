@@ -129,14 +129,14 @@ async def test_the_lane_ahead_shows_the_forecast_before_the_other_arrives(
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: len(app.lanes["a"].steps) == 60)
         await pilot.pause()
-        marks = app.marks("a")
+        marks = app.compare.marks("a")
         steps = app.lanes["a"].steps
         assert app.fork is None
         assert 0 < len(marks.forecast) <= FORECAST_SHOWN
         assert min(marks.forecast) >= reached
         # the recording forked at token 11, a margin of 0.008: the likeliest first fork
         assert 11 in marks.forecast
-        assert app.marks("b").forecast == frozenset()
+        assert app.compare.marks("b").forecast == frozenset()
         assert all(marks.look("a", i, steps[i]).role == FORECAST for i in marks.forecast)
         forecast_colour = Color.parse(app.palette().forecast).rich_color
         drawn = app.query_one("#lane-a").query_one("TokenView")

@@ -256,11 +256,11 @@ def test_a_bad_line_among_the_first_steps_stops_replay_before_it_opens(tmp_path,
 
 
 async def test_a_pause_shows_the_stats_and_strips_of_every_step_shown(monkeypatch) -> None:
-    from specdiff.tui import app as app_module
+    from specdiff.tui import live
     from specdiff.tui.widgets import Line, MarginStrip
 
     # the details (stats lines, margin strips) wait for a period no test reaches
-    monkeypatch.setattr(app_module, "PANEL_SECONDS", 3600.0)
+    monkeypatch.setattr(live, "PANEL_SECONDS", 3600.0)
     app = replay_app(0.3)
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.pause(0.6)

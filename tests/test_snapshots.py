@@ -1,9 +1,11 @@
-"""Pictures of the screen, from a fixed session so they are stable (no model involved).
+"""Pictures of the screen, from recorded sessions so they are stable (no model involved).
 
-At 80x24 and 120x40, in every bundled theme: the fork with its panel and legend, a theme
-switch after the lanes are drawn, the aligned view, help, and the panel past the fork.
+At 80x24 and 200x50, from the bundled demo session in sessions/: lanes streaming mid-run
+(before the fork, the lane ahead showing its forecast), the fork panel, the aligned view
+and the panes after it, a replay at its end, help and the command palette. At 80x24 and
+120x40 in every bundled theme: the fork, a theme switch, the panel past the fork.
 Update them after an intended change with: python3 -m pytest tests/test_snapshots.py
---snapshot-update, and look at the SVGs before committing.
+--snapshot-update, and look at the pictures before committing.
 """
 
 from __future__ import annotations
@@ -11,15 +13,51 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from textual.pilot import Pilot
 
+from specdiff.engine.base import LiveStats
 from specdiff.lanes import presets
 from specdiff.sessions.store import load_session
+from specdiff.tui import live
 from specdiff.tui.app import SpecdiffApp, make_app
+from specdiff.tui.messages import StepsArrived
 from specdiff.tui.themes import load_themes
+from tests.conftest import wait_for
 
 SESSION = Path(__file__).parent / "data" / "ubatch-roman-empire.jsonl"
+DEMO = Path(__file__).resolve().parent.parent / "sessions"
+DEMO_SESSION = DEMO / "20261129T095647Z-spec-vs-plain-cd1458d9.jsonl"
 THEMES = Path(__file__).resolve().parent.parent / "themes"
 SIZES = {"80x24": (80, 24), "120x40": (120, 40)}
+SMALL_AND_LARGE = {"80x24": (80, 24), "200x50": (200, 50)}
+
+
+def demo_app(speed: float | None = None) -> SpecdiffApp:
+    """The bundled demo session (spec-vs-plain, forks at token 46): shown at once, or
+    replayed at `speed`."""
+    session = load_session(DEMO_SESSION)
+    return make_app(
+        presets(),
+        session.pair.name,
+        session.prompt,
+        session.header.max_tokens,
+        session=session,
+        theme_dirs=[THEMES],
+        replay_speed=speed,
+    )
+
+
+def live_app() -> SpecdiffApp:
+    """The demo session's pair and prompt, no run started: the steps come from the test."""
+    session = load_session(DEMO_SESSION)
+    return make_app(
+        presets(),
+        session.pair.name,
+        session.prompt,
+        session.header.max_tokens,
+        autostart=False,
+        theme_dirs=[THEMES],
+    )
 
 
 def session_app(theme: str | None = None, speed: float | None = None) -> SpecdiffApp:
@@ -51,16 +89,6 @@ def test_theme_switch_restyles_the_panes(snap_compare, start: str, size: str) ->
     assert snap_compare(session_app(start), press=["d", "t"], terminal_size=SIZES[size])
 
 
-@pytest.mark.parametrize("size", sorted(SIZES))
-def test_aligned_view(snap_compare, size: str) -> None:
-    assert snap_compare(session_app(), press=["d", "a"], terminal_size=SIZES[size])
-
-
-@pytest.mark.parametrize("size", sorted(SIZES))
-def test_help_screen(snap_compare, size: str) -> None:
-    assert snap_compare(session_app(), press=["question_mark"], terminal_size=SIZES[size])
-
-
 def test_panel_past_the_fork(snap_compare) -> None:
     assert snap_compare(session_app(), press=["d", "n"], terminal_size=SIZES["120x40"])
 
@@ -69,3 +97,78 @@ def test_bundled_themes_all_load() -> None:
     found = load_themes([THEMES])
     assert found.problems == []
     assert {"specdiff-dark", "specdiff-light", "specdiff-high-contrast"} <= set(found.themes)
+
+
+# -- the states a newcomer meets, at 80x24 and 200x50, from the bundled demo session --
+
+
+@pytest.mark.parametrize("size", sorted(SMALL_AND_LARGE))
+def test_streaming_mid_run_lane_a_ahead_before_the_fork(
+    snap_compare, monkeypatch: pytest.MonkeyPatch, size: str
+) -> None:
+    """Lane a 40 tokens in, lane b 30: streamed as the generation thread posts them (each
+    batch drawn), no fork yet, the lane ahead marking where the forecast expects one."""
+    monkeypatch.setattr(live, "FRAME_CPU_SHARE", 1.0)
+    monkeypatch.setattr(live, "PANEL_SECONDS", 0.0)
+    steps = load_session(DEMO_SESSION).steps
+    speeds = {"a": LiveStats(65.0, 12, 9), "b": LiveStats(52.3)}
+
+    async def stream(pilot: Pilot) -> None:
+        screen = pilot.app.compare  # type: ignore[attr-defined]
+        screen.running = True
+        for end in (10, 20, 30, 40):
+            batch = [*steps["a"][end - 10 : end], *steps["b"][end - 10 : min(end, 30)]]
+            screen.post_message(StepsArrived(batch, speeds))
+            await pilot.pause()
+        screen.set_status("generating: 7-token prompt, up to 200 tokens per lane")
+
+    app = live_app()
+    assert snap_compare(app, run_before=stream, terminal_size=SMALL_AND_LARGE[size])
+
+
+@pytest.mark.parametrize("size", sorted(SMALL_AND_LARGE))
+def test_fork_panel_at_the_fork(snap_compare, size: str) -> None:
+    assert snap_compare(demo_app(), press=["d"], terminal_size=SMALL_AND_LARGE[size])
+
+
+@pytest.mark.parametrize("size", sorted(SMALL_AND_LARGE))
+def test_aligned_view_of_the_branches(snap_compare, size: str) -> None:
+    assert snap_compare(demo_app(), press=["d", "a"], terminal_size=SMALL_AND_LARGE[size])
+
+
+@pytest.mark.parametrize("size", sorted(SMALL_AND_LARGE))
+def test_panes_back_from_the_aligned_view(snap_compare, size: str) -> None:
+    """The panes as they were before `a`: each laid out at its own width again."""
+    press = ["d", "a", "escape"]
+    assert snap_compare(demo_app(), press=press, terminal_size=SMALL_AND_LARGE[size])
+
+
+@pytest.mark.parametrize("size", sorted(SMALL_AND_LARGE))
+def test_replay_at_its_end(snap_compare, size: str) -> None:
+    async def to_the_end(pilot: Pilot) -> None:
+        app = pilot.app
+        await wait_for(pilot, lambda: app.playback is not None and app.playback.finished, 60)  # type: ignore[attr-defined]
+        await pilot.pause(0.2)
+
+    app = demo_app(speed=1000.0)
+    assert snap_compare(app, run_before=to_the_end, terminal_size=SMALL_AND_LARGE[size])
+
+
+@pytest.mark.parametrize("size", sorted(SMALL_AND_LARGE))
+def test_help_first_page(snap_compare, size: str) -> None:
+    press = ["question_mark"]
+    assert snap_compare(demo_app(), press=press, terminal_size=SMALL_AND_LARGE[size])
+
+
+@pytest.mark.parametrize("size", sorted(SMALL_AND_LARGE))
+def test_command_palette_lists_specdiffs_commands(snap_compare, size: str) -> None:
+    async def open_palette(pilot: Pilot) -> None:
+        app = pilot.app
+        await pilot.press("ctrl+p")
+        await wait_for(pilot, lambda: type(app.screen).__name__ == "CommandPalette", 10)
+        for field in app.screen.query("Input"):
+            field.cursor_blink = False  # type: ignore[attr-defined]
+        await pilot.pause(0.3)
+
+    app = demo_app()
+    assert snap_compare(app, run_before=open_palette, terminal_size=SMALL_AND_LARGE[size])

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -166,13 +167,71 @@ async def test_layout_is_readable_at_small_and_large_sizes(size: tuple[int, int]
     app = make_app(presets(), "ubatch", session.prompt, 60, session=session)
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
+        lanes = app.query_one("#lanes").region
         for lane_id in ("a", "b"):
             title = app.query_one(f"#lane-{lane_id} .lane-title")
             assert title.size.width >= 30  # titles not clipped to nothing
-            assert title.region.y >= 0
+            # on screen, inside the lanes' frame: under the controls, above the panel
+            assert lanes.y < title.region.y < lanes.bottom and title.region.height == 1
             view = app.query_one(f"#lane-{lane_id} TokenView", TokenView)
             assert view.size.height >= 5  # room for text at 80x24
         assert app.query_one("#panel").size.height >= 6
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)])
+async def test_the_aligned_view_and_back_keeps_each_pane_at_its_width(size) -> None:
+    """`a` then escape: each pane's text is laid out again at the pane's own width (not
+    a width guessed while the panes were hidden), and its stats line fits the pane."""
+    from rich.cells import cell_len
+
+    app = session_app()
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        widths = {}
+        for lane_id in ("a", "b"):
+            widths[lane_id] = app.query_one(f"#lane-{lane_id} TokenView", TokenView).width_used
+        await pilot.press("a")
+        await pilot.pause()
+        assert app.query_one("#aligned").display and not app.query_one("#lanes").display
+        await pilot.press("escape")
+        await pilot.pause()
+        await pilot.pause()
+        for lane_id in ("a", "b"):
+            view = app.query_one(f"#lane-{lane_id} TokenView", TokenView)
+            width = view.scrollable_content_region.width
+            assert view.width_used == width == widths[lane_id]
+            assert max(view.line_widths) <= width  # no line wider than the pane: no cut
+            stats = app.query_one(f"#lane-{lane_id} .lane-stats").plain
+            pane = app.query_one(f"#lane-{lane_id}")
+            assert "…" not in stats and cell_len(stats) <= pane.content_size.width - 2
+
+
+async def test_the_panel_takes_only_the_rows_it_needs_and_plus_minus_change_its_share() -> None:
+    """Before a token is selected the panel is one line (the panes take the rest); at the
+    fork it shows its lines whole, up to its share of the screen, which + and - step."""
+    idle = idle_app()
+    async with idle.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert idle.query_one("#panel").size.height == 1
+        assert idle.query_one("#lane-a TokenView").size.height >= 12
+    app = session_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        panel = app.query_one("#panel")
+        assert app.fork is not None and app.cursor == app.fork.index
+        shown = [str(line) for line in panel.render().renderables[:5]]
+        assert any(line.startswith("after the fork ") for line in shown)  # not cut to "af…"
+        assert not any(line.endswith("…") for line in shown[1:3])  # the why, whole
+        at_start = panel.size.height
+        assert at_start <= 0.4 * 24
+        await pilot.press("plus", "plus")
+        await pilot.pause()
+        assert panel.size.height > at_start  # room for more of the candidates
+        assert "up to 60% of the screen" in app.query_one("#status").plain
+        await pilot.press("minus", "minus", "minus", "minus")
+        await pilot.pause()
+        assert panel.size.height < at_start
+        assert app.query_one("#lane-a TokenView").size.height > 5
 
 
 @pytest.mark.model
@@ -203,12 +262,15 @@ async def test_clicking_a_token_selects_it() -> None:
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.pause()
         view = app.query_one("#lane-b TokenView", TokenView)
-        index, piece = view.lines[1][1]  # the second token on b's second line
-        column = sum(len(p) for _, p in view.lines[1][:1])
+        # a token on b's second line that is not the fork (whose panel says FORK)
+        assert app.fork is not None
+        place = next(n for n, (index, _) in enumerate(view.lines[1]) if index != app.fork.index)
+        index = view.lines[1][place][0]
+        column = sum(len(piece) for _, piece in view.lines[1][:place])
         await pilot.click(view, offset=(column + 1, 1))
         assert (app.cursor_lane, app.cursor) == ("b", index)
         panel = " ".join(str(item) for item in app.query_one("#panel").render().renderables)
-        assert f"token {index}" in panel or "FORK" in panel
+        assert f"token {index}: " in panel
 
 
 # -- focus, layout and presenter mode (no model: recorded sessions, refused runs) ----------
@@ -240,16 +302,27 @@ def session_app(path: Path = SESSION, speed: float | None = None, **options) -> 
 
 async def open_input(app: SpecdiffApp, pilot, selector: str) -> None:
     """Put the cursor in an input as a user would: `c` first where the rows are folded."""
-    if app.has_class("narrow"):
+    if app.screen.has_class("narrow"):
         await pilot.press("c")
     app.query_one(selector).focus()
     await pilot.pause()
 
 
-def footer_keys(app: SpecdiffApp) -> dict[str, object]:
-    from textual.widgets._footer import FooterKey
+def footer_keys(app: SpecdiffApp) -> dict[str, Any]:
+    # by the widget's type name: Textual's footer keys are not public API
+    return {key.key: key for key in app.query("FooterKey")}
 
-    return {key.key: key for key in app.query(FooterKey)}
+
+async def settled_footer(app: SpecdiffApp, pilot) -> dict[str, Any]:
+    """The footer's keys once it is laid out: it is composed again whenever the keys
+    that apply change (a replay opened, the screen resized)."""
+
+    def laid_out() -> bool:
+        keys = footer_keys(app)
+        return "ctrl+p" in keys and all(key.region.width for key in keys.values())
+
+    await wait_for(pilot, laid_out, 10)
+    return footer_keys(app)
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -261,7 +334,7 @@ async def test_escape_leaves_every_input_for_the_panes(size) -> None:
             assert app.focused is app.query_one(selector)
             await pilot.press("escape")
             assert app.focused is app.query_one("#lanes"), selector
-            assert not app.has_class("configuring")
+            assert not app.screen.has_class("configuring")
             assert not app.running  # escape leaves an input; it never starts or stops a run
         await open_input(app, pilot, "#pair")  # a chosen pair hands the keys back too
         await pilot.press("enter", "down", "enter")
@@ -294,8 +367,7 @@ async def test_the_footer_keeps_help_and_quit(size) -> None:
             for where in ("panes", "input"):
                 if where == "input":
                     await open_input(app, pilot, "#prompt")
-                await pilot.pause()
-                keys = footer_keys(app)
+                keys = await settled_footer(app, pilot)
                 shown = ("question_mark", "q") if where == "panes" else ("f1", "ctrl+q")
                 palette = keys["ctrl+p"].region
                 for key in shown:
@@ -371,7 +443,7 @@ async def test_the_current_lane_is_framed_and_l_moves_the_frame() -> None:
 
 
 def test_counts_take_the_noun_in_the_right_number() -> None:
-    from specdiff.tui.app import counted
+    from specdiff.compare import counted
 
     assert [counted(n, "token") for n in (0, 1, 2, 11)] == [
         "0 tokens",
@@ -459,8 +531,7 @@ async def test_pause_at_fork_stops_with_the_fork_on_screen(speed, paths) -> None
             recorded = load_session(path)
             fork = compare(recorded.steps["a"], recorded.steps["b"]).fork
             assert fork is not None
-            app._paused_at_fork = False
-            app.show_session(recorded)
+            app.show_session(recorded)  # a session shown anew pauses at its own fork
             await wait_for(pilot, lambda: app.playback.paused or app.playback.finished, 30)
             await pilot.pause(0.2)
             assert app.playback.paused and app.fork is not None
@@ -486,7 +557,7 @@ def test_the_replay_command_takes_pause_at_fork_and_a_slow_speed() -> None:
         app = replay_app(session, stream, args)
     finally:
         stream.close()
-    assert app.pause_at_fork and app.replay_speed == 0.25
+    assert app.compare.replay.pause_at_fork and app.compare.replay.speed == 0.25
 
 
 @pytest.mark.parametrize("speed", [None, 1000.0])
@@ -585,41 +656,29 @@ async def test_an_unknown_override_key_gets_a_did_you_mean(typo, meant) -> None:
     assert f"did you mean {meant}" in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize(
-    ("error", "loading", "lane"),
-    [
-        ("model file not found: /m/a.gguf; pass an existing .gguf path", None, "a"),
-        ("model file not found: /m/b.gguf; pass an existing .gguf path", None, "b"),
-        ("model path is not a file: /m/draft.gguf; pass a .gguf file", None, "b"),
-        ("lane b: gpu_layers needs a GPU build", None, "b"),
-        ("lane a's model (a.gguf) and lane b's (b.gguf) have different vocabularies", "b", None),
-        ("llama_model_load failed", "a", "a"),
-        ("the prompt is empty", None, None),
-        # "lane a" only as words: "a lane asks", "lane and" name no lane
-        ("a lane asks for gpu_layers=1, but this build has no GPU offload", None, None),
-        ("a lane asks for gpu_layers=1, but this build has no GPU offload", "b", "b"),
-        ("each lane and its draft must share a vocabulary", None, None),
-        ("lane b: a lane asks for gpu_layers=1", None, "b"),
-        ("lane a: the prompt overflows n_ctx", None, "a"),
-    ],
-)
-def test_a_failure_belongs_to_the_lane_it_names(error, loading, lane) -> None:
+@pytest.mark.model
+@pytest.mark.parametrize("lane_id", ["a", "b"])
+def test_a_lane_whose_model_is_missing_is_named_by_the_engine(lane_id: str, tmp_path) -> None:
+    """The failure carries its lane, read by the pane that shows it: no error text is
+    parsed for a lane's name (a model path may hold "lane a" itself)."""
     from dataclasses import replace
 
-    from specdiff.lanes import Lane
-    from specdiff.tui.app import failed_lane
+    from specdiff.engine.worker import PairWorker
+    from specdiff.errors import ModelError
 
     base = presets()["ubatch"]
-    pair = replace(
-        base, a=Lane(model="/m/a.gguf"), b=Lane(model="/m/b.gguf", draft_model="/m/draft.gguf")
-    )
-    assert failed_lane(pair, error, loading) == lane
+    missing = str(tmp_path / "lane a" / "missing.gguf")
+    pair = replace(base, **{lane_id: replace(getattr(base, lane_id), model=missing)})
+    with pytest.raises(ModelError) as raised:
+        PairWorker(pair).close()
+    assert raised.value.lane == lane_id
+    assert missing in str(raised.value)
 
 
 def test_every_pair_in_the_picker_fits_one_line_and_leads_with_its_name() -> None:
     from rich.cells import cell_len
 
-    from specdiff.tui.app import PAIR_OPTION_WIDTH, pair_option
+    from specdiff.tui.controls import PAIR_OPTION_WIDTH, pair_option
 
     for name, pair in presets().items():
         row = pair_option(name, pair)
@@ -666,9 +725,9 @@ async def test_any_other_key_disarms_a_pending_r(speed, other_key) -> None:
 
 
 async def test_a_pending_r_is_disarmed_after_a_while(monkeypatch) -> None:
-    import specdiff.tui.app as app_module
+    import specdiff.tui.screen as screen_module
 
-    monkeypatch.setattr(app_module, "CONFIRM_SECONDS", 0.2)
+    monkeypatch.setattr(screen_module, "CONFIRM_SECONDS", 0.2)
     app = session_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("r")
@@ -755,8 +814,7 @@ async def test_the_footer_shows_only_whole_keys(size) -> None:
 
     app = session_app()
     async with app.run_test(size=size) as pilot:
-        await pilot.pause()
-        keys = footer_keys(app)
+        keys = await settled_footer(app, pilot)
         palette = keys["ctrl+p"].region
         assert palette.right <= size[0]
         for key in keys.values():
@@ -797,13 +855,13 @@ async def test_overrides_from_the_command_line_show_in_their_fields() -> None:
         await pilot.pause()
         fields = {lane: app.query_one(f"#lane-{lane}-overrides").value for lane in "ab"}
         assert fields == {"a": "threads=2 n_ctx=512", "b": "threads=2"}
-        labels = [str(label.render()) for label in app.query(".field-label")]
+        labels = [str(label.render()) for label in app.query("#overrides .field-label")]
         assert labels == ["lane a overrides", "lane b overrides"]
         pair, _prompt, _max = app.resolve_pair()  # the fields run what the command line asked
         assert (pair.a.n_ctx, pair.a.threads, pair.b.threads) == (512, 2, 2)
         await pilot.resize_terminal(80, 24)
         await pilot.pause()
-        app.show_config()
+        app.compare.controls.show_config()
         assert "a: threads=2 n_ctx=512 · b: threads=2" in app.query_one("#config-bar").plain
 
 
@@ -857,3 +915,77 @@ async def test_override_values_with_spaces_survive_the_overrides_field(given: li
         app.query_one("#lane-b-overrides").value = "n_ubatch=2 oops"
         with pytest.raises(SpecdiffError, match="^lane b overrides: .*'n_ubatch'"):
             app.resolve_pair()
+
+
+async def test_the_palette_offers_specdiffs_commands_each_with_its_key() -> None:
+    """Only specdiff's own commands (none of Textual's generic ones), each naming the key
+    that does the same; while the palette's input has the keys, quit is shown once."""
+    from textual.widgets import OptionList
+
+    from specdiff.tui.app import PALETTE_COMMANDS
+
+    app = session_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.press("ctrl+p")
+        await wait_for(pilot, lambda: type(app.screen).__name__ == "CommandPalette", 10)
+        options = app.screen.query_one(OptionList)
+        await wait_for(pilot, lambda: options.option_count == len(PALETTE_COMMANDS), 10)
+        titles = {
+            str(options.get_option_at_index(n).prompt).split("\n")[0]
+            for n in range(options.option_count)
+        }
+        assert {"Run (r)", "Jump to the fork (d)", "Help (?)", "Quit (q)"} <= titles
+        assert all(title.endswith(")") for title in titles), titles
+        quits = [key for key in app.query("FooterKey") if key.description == "quit"]
+        assert len(quits) == 1 and quits[0].key == "ctrl+q"
+
+
+async def test_help_opens_with_how_to_close_and_scroll_it() -> None:
+    from specdiff.tui.help import END_ROW
+
+    app = idle_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        box = app.screen.query_one("#help-box")
+        first = app.screen.query_one("#help-start")
+        assert str(first.render()) == END_ROW
+        assert box.region.y < first.region.y < box.region.bottom  # on the first page
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)])
+async def test_each_panes_scrollbar_sits_against_its_frame(size) -> None:
+    app = session_app()
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        for lane_id in ("a", "b"):
+            pane = app.query_one(f"#lane-{lane_id}")
+            view = app.query_one(f"#lane-{lane_id} TokenView", TokenView)
+            assert view.region.width == pane.content_region.width
+            assert view.vertical_scrollbar.region.right == pane.content_region.right
+
+
+async def test_the_opened_controls_fit_80_columns() -> None:
+    """`c` at 80 columns: the prompt has a label and a row of its own (its start on
+    show), the closed pair picker shows the pair's name whole, and its list opens inside
+    the screen."""
+    from textual.widgets import Input, Select, Static
+
+    app = session_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("c")
+        await pilot.pause()
+        prompt = app.query_one("#prompt", Input)
+        label = app.query_one("#prompt-row .field-label", Static)
+        assert str(label.render()) == "prompt" and label.region.right <= prompt.region.x
+        assert label.region.y == prompt.region.y and prompt.region.width >= 50
+        pair = app.query_one("#pair", Select)
+        assert pair.region.x == 0 and pair.region.y == prompt.region.y + 1
+        shown = str(pair.query_one("SelectCurrent #label", Static).render())
+        assert shown == app.session.pair.name
+        pair.focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        overlay = pair.query_one("SelectOverlay")
+        assert overlay.display and overlay.region.right <= 80

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from specdiff.engine.base import LiveStats
 from specdiff.lanes import presets
 from specdiff.sessions.store import load_session
 from specdiff.tui import app as app_module
+from specdiff.tui import live
 from specdiff.tui.app import make_app
 from specdiff.tui.messages import StepsArrived
 from specdiff.tui.widgets import Line, MarginStrip, TokenView
@@ -19,7 +21,7 @@ from specdiff.tui.widgets import Line, MarginStrip, TokenView
 SESSIONS = sorted((Path(__file__).resolve().parent.parent / "sessions").glob("*.jsonl"))
 
 
-LIVE = {"a": (1.0, 0, 0), "b": (1.0, 0, 0)}
+LIVE = {"a": LiveStats(1.0), "b": LiveStats(1.0)}
 
 
 def batch(steps: dict, start: int, end: int) -> StepsArrived:
@@ -36,19 +38,19 @@ async def test_a_batch_held_back_from_a_frame_is_drawn_by_the_timer(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     steps = load_session(SESSIONS[0]).steps
-    monkeypatch.setattr(app_module, "FRAME_CPU_SHARE", 0.0)  # every frame after the first waits
-    monkeypatch.setattr(app_module, "FRAME_GAP_MAX", 0.3)
+    monkeypatch.setattr(live, "FRAME_CPU_SHARE", 0.0)  # every frame after the first waits
+    monkeypatch.setattr(live, "FRAME_GAP_MAX", 2.0)  # longer than a pause on a busy machine
     app = make_app(presets(), "spec-vs-plain", "Hello", 20, autostart=False)
     async with app.run_test(size=(120, 40)) as pilot:
-        app.running = True
-        app.post_message(batch(steps, 0, 10))
+        app.compare.running = True
+        app.compare.post_message(batch(steps, 0, 10))
         await pilot.pause()
         assert laid_out(app, "a") == laid_out(app, "b") == 10
-        app.post_message(batch(steps, 10, 20))
+        app.compare.post_message(batch(steps, 10, 20))
         await pilot.pause()
         assert laid_out(app, "a") == 10  # held back: the UI used CPU since its last frame
         assert len(app.lanes["a"].steps) == 20  # but kept
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(2.5)
         await pilot.pause()
         assert laid_out(app, "a") == laid_out(app, "b") == 20
 
@@ -66,21 +68,21 @@ async def test_streaming_frames_draw_the_lanes_details_once_a_panel_period(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     steps = load_session(SESSIONS[0]).steps
-    monkeypatch.setattr(app_module, "FRAME_CPU_SHARE", 1.0)  # every batch is a frame
-    monkeypatch.setattr(app_module, "PANEL_SECONDS", 0.4)
+    monkeypatch.setattr(live, "FRAME_CPU_SHARE", 1.0)  # every batch is a frame
+    monkeypatch.setattr(live, "PANEL_SECONDS", 3.0)  # longer than a pause on a busy machine
     app = make_app(presets(), "spec-vs-plain", "Hello", 30, autostart=False)
     async with app.run_test(size=(120, 40)) as pilot:
-        app.running = True
-        app.post_message(batch(steps, 0, 10))
+        app.compare.running = True
+        app.compare.post_message(batch(steps, 0, 10))
         await pilot.pause()
         assert stats_of(app, "a").startswith("10 tokens") and strip_of(app, "a") == 10
-        app.post_message(batch(steps, 10, 20))
+        app.compare.post_message(batch(steps, 10, 20))
         await pilot.pause()
         # the tokens are drawn; their stats line and margin strip wait for the period
         assert laid_out(app, "a") == 20
         assert stats_of(app, "a").startswith("10 tokens") and strip_of(app, "a") == 10
-        await asyncio.sleep(0.5)
-        app.post_message(batch(steps, 20, 25))
+        await asyncio.sleep(3.2)
+        app.compare.post_message(batch(steps, 20, 25))
         await pilot.pause()
         assert laid_out(app, "b") == 25
         assert stats_of(app, "b").startswith("25 tokens") and strip_of(app, "b") == 25

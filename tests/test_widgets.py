@@ -439,3 +439,13 @@ async def test_a_moving_cursor_leaves_every_line_as_a_fresh_drawing_has_it(size,
                 kept = [view.render_line(y) for y in range(view.size.height)]
                 view.strips.clear()
                 assert [view.render_line(y) for y in range(view.size.height)] == kept
+
+
+@pytest.mark.parametrize("width", [60, 78, 98, 118, 160, 200])
+def test_the_legends_words_stay_when_a_forecast_comes_and_goes(width: int) -> None:
+    """Mid-run a lane ahead shows forecast marks, then the other lane catches up: the
+    legend names them meanwhile, and every other mark keeps the name it had."""
+    palette = Palette.from_variables({})
+    without = legend_text(palette, width).plain.split("  │")[0].removesuffix("…")
+    with_forecast = legend_text(palette, width, forecast=True).plain
+    assert with_forecast.startswith(f"{without}  forecast"), (without, with_forecast)

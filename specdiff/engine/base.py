@@ -24,6 +24,20 @@ Steps = Generator[TokenStep, None, None]
 lane early (a server lane's reader thread ends with it)."""
 
 
+@dataclass(frozen=True)
+class LiveStats:
+    """One lane's numbers while a run streams, as a front end shows them live."""
+
+    tokens_per_second: float
+    """Over the lane's own decode time so far (the runner's clock, not the wall's)."""
+    drafted: int = 0
+    accepted: int = 0
+
+
+Live = dict[str, LiveStats]
+"""Lane id -> its live numbers."""
+
+
 class EngineError(SpecdiffError):
     """llama.cpp or a server refused a call that should have worked."""
 

@@ -29,12 +29,21 @@ from specdiff.chat import EMPTY_CONVERSATION, Conversation
 from specdiff.compare import DEFAULT_NEAR_TIE, compare
 from specdiff.control import warm_second_run
 from specdiff.engine.backends import open_lane
-from specdiff.engine.base import Cancelled, Generation, LaneBackend, Prompt, Steps, StreamsARun
+from specdiff.engine.base import (
+    Cancelled,
+    Generation,
+    LaneBackend,
+    Live,
+    LiveStats,
+    Prompt,
+    Steps,
+    StreamsARun,
+)
 from specdiff.engine.llama.context import ModelPool
 from specdiff.engine.runtime import build_info
 from specdiff.engine.server.lane import ServerLane
 from specdiff.engine.server.rescore import StreamGate
-from specdiff.errors import PromptError, SpecdiffError
+from specdiff.errors import PromptError, SpecdiffError, lane_failure
 from specdiff.lanes import Lane, LaneId, Pair, headline
 from specdiff.results import LaneOutcome, PairResult
 from specdiff.steps import TokenStep
@@ -71,7 +80,8 @@ class PairRun(StreamsARun):
             for lane_id, lane, other in opened:
                 # named as the lane's header names it
                 progress(f"loading lane {lane_id}: {headline(lane, other)}")
-                self.lanes[lane_id] = open_lane(lane, lane_id, self.pool, progress, self.cancel)
+                with lane_failure(lane_id):
+                    self.lanes[lane_id] = open_lane(lane, lane_id, self.pool, progress, self.cancel)
         except BaseException:
             self.close()
             raise
@@ -111,7 +121,8 @@ class PairRun(StreamsARun):
             raise PromptError(f"--max-tokens must be at least 1, got {max_tokens}")
         own = self.lane_tokens if self.lane_tokens.get("a") == list(tokens) else {}
         for lane_id, local in self.lanes.items():
-            local.check(own.get(lane_id, tokens), max_tokens)
+            with lane_failure(lane_id):
+                local.check(own.get(lane_id, tokens), max_tokens)
 
     def stream(
         self,
@@ -303,13 +314,13 @@ class PairRun(StreamsARun):
         """What each lane runs on: model path and sha256, context settings as applied."""
         return {lane_id: local.executed() for lane_id, local in self.lanes.items()}
 
-    def live(self) -> dict[str, tuple[float, int, int]]:
-        """Per lane, while a run streams: (tokens/s so far, drafted, accepted)."""
-        speeds: dict[str, tuple[float, int, int]] = {}
+    def live(self) -> Live:
+        """Per lane, while a run streams: its tokens/s so far, drafted and accepted."""
+        speeds: Live = {}
         for lane_id, outcome in self.outcomes.items():
             local = self.lanes[lane_id]
             speed = local.tokens_per_second(outcome.steps)
-            speeds[lane_id] = (
+            speeds[lane_id] = LiveStats(
                 outcome.tokens_per_second if speed is None else speed,
                 local.generation.drafted,
                 local.generation.accepted,

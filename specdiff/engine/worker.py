@@ -39,9 +39,9 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from specdiff.compare import DEFAULT_NEAR_TIE, compare
-from specdiff.engine.base import Steps, StreamsARun
+from specdiff.engine.base import Live, LiveStats, Steps, StreamsARun
 from specdiff.engine.faults import Fault
-from specdiff.errors import SpecdiffError, printable
+from specdiff.errors import SpecdiffError, lane_failure, printable
 from specdiff.lanes import Lane, LaneId, Pair
 from specdiff.results import LaneOutcome, PairResult
 from specdiff.secrecy import hide_environment
@@ -62,7 +62,6 @@ LOG_TAIL_BYTES = 4096
 
 Progress = Callable[[str], None]
 T = TypeVar("T")
-Live = dict[str, tuple[float, int, int]]
 
 
 def _quiet(_: str) -> None:
@@ -161,7 +160,7 @@ def serve(descriptor: int, due_path: str) -> None:
         return
     (pair,) = args
     # deferred: this module is imported by front ends, which must not load llama.cpp
-    from specdiff.engine.llama.probe import trust_kernels
+    from specdiff.engine.llama.probe import trust_lanes
     from specdiff.engine.pairrun import PairRun
     from specdiff.engine.runtime import refuse_unsupported_offload
 
@@ -170,10 +169,15 @@ def serve(descriptor: int, due_path: str) -> None:
 
     def open_lanes() -> PairRun:
         # GPU layers this build cannot place are refused before anything loads
-        refuse_unsupported_offload((("a", pair.a), ("b", pair.b)))
+        for lane_id, lane in (("a", pair.a), ("b", pair.b)):
+            with lane_failure(lane_id):
+                refuse_unsupported_offload(((lane_id, lane),))
         # before any lane decodes: a kernel that crashes on this CPU is found by a probe
-        # in a further child, not by the run
-        trust_kernels(pair, progress)
+        # in a further child, not by the run (each lane's own, so a model that is not
+        # there is that lane's failure)
+        for lane_id, lane in (("a", pair.a), ("b", pair.b)):
+            with lane_failure(lane_id):
+                trust_lanes((lane,), progress)
         return PairRun(pair, progress, cancel)
 
     run = _reporting(conn, open_lanes)
@@ -329,7 +333,7 @@ class PairWorker(StreamsARun):
         return self._executed
 
     def live(self) -> Live:
-        """Per lane, while a run streams: (tokens/s so far, drafted, accepted)."""
+        """Per lane, while a run streams: its tokens/s so far, drafted and accepted."""
         return self._live
 
     def stream(
@@ -516,17 +520,17 @@ class PairWorker(StreamsARun):
         outcomes = {}
         lanes: tuple[tuple[LaneId, Lane], ...] = (("a", self.pair.a), ("b", self.pair.b))
         for lane_id, lane in lanes:
-            speed = self._live.get(lane_id, (0.0, 0, 0))
+            live = self._live.get(lane_id, LiveStats(0.0))
             outcomes[lane_id] = LaneOutcome(
                 lane_id,
                 lane,
                 steps=self._received[lane_id],
                 stop_reason=CRASHED,
                 error=str(crash),
-                drafted=speed[1],
-                accepted=speed[2],
+                drafted=live.drafted,
+                accepted=live.accepted,
                 executed=self._executed.get(lane_id, {}),
-                reported_tokens_per_second=speed[0],
+                reported_tokens_per_second=live.tokens_per_second,
             )
         return PairResult(
             pair=self.pair,

@@ -1,6 +1,7 @@
-"""The help screen: every key binding and what each colour and mark in the panes means.
+"""The help screen: how to close it, every key binding, what each colour and mark in the
+panes means, and the words the panes use (where a glossary gives them).
 
-It scrolls, so it reads whole on an 80x24 terminal.
+It scrolls, so it reads whole on an 80x24 terminal; its first line says how.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from specdiff.tui.widgets import LEGEND_ROWS
+from specdiff.tui.widgets.legend import LEGEND_ROWS
 
 HELP_ROWS = (
     ("? / f1", "this help"),
@@ -30,6 +31,7 @@ HELP_ROWS = (
     ("l", "switch the current lane (a / b): its pane is framed"),
     ("a", "aligned view: the shared prefix folded, the two branches stacked"),
     ("click a token", "select it: the panel shows its top-k in both lanes"),
+    ("+ / -", "let the panel take more / less of the screen (it takes what it needs, up to that)"),
     ("c (under 100 columns)", "open the config bar: prompt, pair, max tokens, overrides"),
     ("ctrl+o", "read the prompt box as raw text or as a JSON messages list (a conversation)"),
     ("e", "write the HTML report of what is on screen; the status names the file"),
@@ -39,7 +41,10 @@ HELP_ROWS = (
 )
 
 END_ROW = "escape, ? or q closes · ↑/↓, page up/down, home/end scroll"
-"""The last line of help: a test scrolls until it is in view."""
+"""The first and the last line of help: a test scrolls until the last is in view."""
+GLOSSARY_ROWS: tuple[tuple[str, str], ...] = ()
+"""(word, what it means in plain words) for the help's glossary page, shown after the
+marks where there are any."""
 
 
 def _table(title: str, headers: tuple[str, str], rows: tuple[tuple[str, str], ...]) -> Table:
@@ -61,10 +66,17 @@ class HelpScreen(ModalScreen[None]):
         Binding("q", "dismiss", "close"),
     ]
 
+    def __init__(self, glossary: tuple[tuple[str, str], ...] = GLOSSARY_ROWS) -> None:
+        super().__init__()
+        self.glossary = glossary
+
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):
+            yield Static(Text(END_ROW, style="bold"), id="help-start")
             yield Static(_table("specdiff keys", ("key", "does"), HELP_ROWS))
             yield Static(_table("what the panes show", ("mark", "means"), LEGEND_ROWS))
+            if self.glossary:
+                yield Static(_table("words used here", ("word", "means"), self.glossary))
             yield Static(Text(END_ROW, style="dim italic"), id="help-end")
 
     def on_mount(self) -> None:

@@ -129,9 +129,19 @@ def parse_theme(path: Path) -> Theme:
         raise ValueError("dark must be true or false")
     return Theme(
         name=name,
+        primary=colours["primary"],
+        secondary=colours.get("secondary"),
+        warning=colours.get("warning"),
+        error=colours.get("error"),
+        success=colours.get("success"),
+        accent=colours.get("accent"),
+        foreground=colours.get("foreground"),
+        background=colours.get("background"),
+        surface=colours.get("surface"),
+        panel=colours.get("panel"),
+        boost=colours.get("boost"),
         dark=dark,
         variables={key: _colour(key, value) for key, value in variables.items()},
-        **colours,
     )
 
 

@@ -1,0 +1,93 @@
+"""What the app writes: the run as a session file (`s`), the HTML report of what is on
+screen (`e`), screenshots. All go to the sessions folder, made when missing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from specdiff.errors import SpecdiffError
+from specdiff.results import PairResult
+from specdiff.sessions.store import Session, load_session, save_result, sessions_dir
+
+if TYPE_CHECKING:  # the screen whose run or session is written; only its type is needed
+    from specdiff.tui.screen import CompareScreen
+
+
+def free_path(folder: Path, stem: str, suffix: str) -> Path:
+    """`folder/stem+suffix`, or with -2, -3 … added: a report never replaces another."""
+    path = folder / f"{stem}{suffix}"
+    number = 2
+    while path.exists():
+        path = folder / f"{stem}-{number}{suffix}"
+        number += 1
+    return path
+
+
+class OutputFiles:
+    """The files one compare screen writes, and the session file its live run was saved
+    as (a report of it reads that file)."""
+
+    def __init__(self, folder: str | Path | None) -> None:
+        self.sessions_dir = folder
+        self.saved: Path | None = None
+
+    def forget_saved(self) -> None:
+        """A new run: the last one's session file is not what is on screen any more."""
+        self.saved = None
+
+    def folder(self) -> Path:
+        """Where reports and screenshots go: the sessions folder (made when missing)."""
+        folder = sessions_dir(self.sessions_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    def save(self, result: PairResult) -> Path:
+        self.saved = save_result(result, self.sessions_dir)
+        return self.saved
+
+    def session_on_screen(self, session: Session | None, result: PairResult | None) -> Session:
+        """The recorded session shown, or the finished live run saved as one."""
+        if session is not None:
+            return session
+        if result is None:
+            raise SpecdiffError("nothing to report yet: run a pair first (r)")
+        if self.saved is None:
+            self.saved = save_result(result, self.sessions_dir)
+        return load_session(self.saved)
+
+    def report(self, session: Session | None, result: PairResult | None, near_tie: float) -> Path:
+        """Write the HTML report of what is on screen; where it went."""
+        # deferred: the report renderer loads only when a report is asked for
+        from specdiff.reports.export import export_session, write_report
+
+        shown = self.session_on_screen(session, result)
+        path = free_path(self.folder(), shown.path.stem, ".html")
+        write_report(export_session(shown, "html", near_tie), path)
+        return path
+
+    def save_shown(self, screen: CompareScreen) -> None:
+        """`s`: save the finished run on `screen`, and say where (or why not)."""
+        result = screen.view.result
+        if screen.running or result is None:
+            running = "the run is still going: wait for it or stop it (x), then save"
+            screen.notify(
+                running if screen.running else "nothing to save yet: run a pair first",
+                severity="warning",
+            )
+            return
+        try:
+            screen.set_status(f"saved {self.save(result)}")
+        except (OSError, SpecdiffError) as error:
+            screen.notify(f"could not save the session: {error}", severity="error")
+
+    def report_shown(self, screen: CompareScreen) -> None:
+        """`e`: write the HTML report of what is on `screen`, and say where (or why not)."""
+        try:
+            if screen.running:
+                raise SpecdiffError("the run is still going: wait for it or stop it (x), then e")
+            path = self.report(screen.session, screen.view.result, screen.near_tie)
+        except (OSError, SpecdiffError) as error:
+            screen.notify(f"no report written: {error}", severity="error", timeout=8)
+            return
+        screen.set_status(f"report written: {path}")
