@@ -309,7 +309,9 @@ class Autopsy:
             "settings": [_trial_json(t) for t in self.trials],
             "first_difference": None if first is None else _tensor_json(first),
             "layers": [
-                {"layer": g.layer, "max_abs": g.max_abs, "rel_l2": g.rel_l2} for g in self.layers
+                # rel_l2 is inf where lane a's tensor is all zeros: JSON holds it as null
+                {"layer": g.layer, "max_abs": g.max_abs, "rel_l2": _number(g.rel_l2)}
+                for g in self.layers
             ],
             "margin": None if self.margin is None else _margin_json(self.margin),
             "verify_width": list(self.verify_width),
@@ -338,7 +340,7 @@ class Autopsy:
             not_tried=tuple(record.texts("not_tried")),
             tensors=tuple(_tensor_from(item) for item in record.items("tensors", MAX_TENSORS)),
             layers=tuple(
-                LayerGrowth(r.integer("layer"), r.number("max_abs"), r.number("rel_l2"))
+                LayerGrowth(r.integer("layer"), r.number("max_abs"), r.unbounded("rel_l2"))
                 for r in record.items("layers", MAX_TENSORS)
             ),
             margin=None if margin is None else _margin_from(_Reader(margin, "margin")),

@@ -4,7 +4,9 @@ of bad input, which come before any model loads."""
 from __future__ import annotations
 
 import json
+import math
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -117,6 +119,14 @@ def test_json_round_trip_and_acceptance_keys() -> None:
     assert Autopsy.from_json(data) == autopsy
 
 
+def test_a_layer_whose_reference_is_all_zeros_survives_json() -> None:
+    # relative L2 against a tensor of zeros is inf, which strict JSON cannot hold
+    autopsy = made(layers=(LayerGrowth(0, 2e-6, math.inf),))
+    data = json.loads(json.dumps(autopsy.to_json(), allow_nan=False))
+    assert data["layers"] == [{"layer": 0, "max_abs": 2e-6, "rel_l2": None}]
+    assert Autopsy.from_json(data) == autopsy
+
+
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
@@ -179,16 +189,11 @@ def test_explain_refuses_server_lanes(capsys: pytest.CaptureFixture[str]) -> Non
     assert "needs both lanes in-process" in err[0] and "backend=local" in err[0]
 
 
-def test_explain_refuses_a_session_whose_model_is_missing(
-    tmp_path: object, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from pathlib import Path
-
-    from specdiff.sessions.format import SessionHeader
+def saved_session(folder: Path, lane: Lane, teacher_forced: bool = False) -> Path:
+    """A session cut short after its header: it still names its lanes and prompt."""
+    from specdiff.sessions.records import SessionHeader
     from specdiff.sessions.store import SessionWriter
 
-    folder = Path(str(tmp_path))
-    lane = Lane(model=str(folder / "gone.gguf"))
     pair = Pair("plain", lane, lane)
     writer = SessionWriter(str(folder), pair.name, "Hello")
     writer.header(
@@ -201,15 +206,31 @@ def test_explain_refuses_a_session_whose_model_is_missing(
             executed={"a": {"model_path": lane.model}, "b": {"model_path": lane.model}},
             build={},
             created="2026-12-02T00:00:00+00:00",
-            teacher_forced=False,
+            teacher_forced=teacher_forced,
         )
     )
-    writer.handle.close()  # a session cut short still names its lanes
-    saved = writer.partial
+    writer.handle.close()
+    return Path(writer.partial)
+
+
+def test_explain_refuses_a_session_whose_model_is_missing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    saved = saved_session(tmp_path, Lane(model=str(tmp_path / "gone.gguf")))
     assert main(["explain", str(saved), "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
     assert "lane a's model file" in err[0] and "gone.gguf" in err[0] and "is missing" in err[0]
+
+
+def test_explain_refuses_a_teacher_forced_session(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # its fork is a flip under forcing, which free re-runs would not reproduce
+    saved = saved_session(tmp_path, Lane(), teacher_forced=True)
+    assert main(["explain", str(saved), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is teacher-forced" in err[0] and "--pair" in err[0]
 
 
 def test_explain_refuses_a_session_and_a_prompt_together(

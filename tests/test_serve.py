@@ -221,6 +221,10 @@ def test_only_pages_from_this_address_may_drive_an_app() -> None:
     assert refusal is not None and "http://attacker.example" in refusal
     assert server.refusal("127.0.0.1:8123", "http://127.0.0.1:9999") is not None
     assert server.refusal("127.0.0.1:8123", "null") is not None  # a sandboxed frame
+    # origins no URL parser reads are refused, not answered with a 500 and a traceback
+    for unreadable in ("http://[", "http://127.0.0.1:99999", "http://127.0.0.1:port"):
+        refused = server.refusal("127.0.0.1:8123", unreadable)
+        assert refused is not None and "refused a connection" in refused, unreadable
     # a name pointed at 127.0.0.1 by someone's DNS server
     rebound = server.refusal("attacker.example:8123", "http://attacker.example:8123")
     assert rebound is not None and "attacker.example:8123" in rebound

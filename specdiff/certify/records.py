@@ -10,6 +10,7 @@ a difference is "broken" whatever else is known, since it is itself the evidence
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -147,8 +148,9 @@ def _piece_at(steps: Sequence[TokenStep], index: int) -> str:
 
 
 def _finite(value: float) -> float | None:
-    """A margin as JSON holds it: a step with one candidate has none (inf)."""
-    return None if value == float("inf") else value
+    """A margin as JSON holds it: a step with one candidate has none (inf), and JSON
+    has no nan or -inf either."""
+    return value if math.isfinite(value) else None
 
 
 def largest_difference(pair: Compared) -> tuple[float | None, bool]:

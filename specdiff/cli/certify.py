@@ -26,7 +26,7 @@ from specdiff.cli.common import (
     known_pairs,
     resolve_pair,
 )
-from specdiff.lanes import Lane, Pair, check_endpoints
+from specdiff.lanes import Lane, Pair, check_endpoints, without_credentials
 from specdiff.safe_text import terminal_text, visible
 
 MAX_ENDPOINTS = 2
@@ -147,7 +147,12 @@ def command_certify(args: argparse.Namespace) -> int:
     if args.mode_flag:
         lane = _with_flag(lane, args.mode_flag)
     status = Status(sys.stderr, not args.quiet)
-    where = "the in-process engine" if lane.backend != "server" else visible(lane.endpoint)
+    where = (
+        "the in-process engine"
+        if lane.backend != "server"
+        # a URL's user:password is masked, as certify's JSON and repeat do
+        else visible(without_credentials(lane.endpoint))
+    )
     status.message(f"certify: {len(properties)} properties on {where}")
     cancel = threading.Event()
     with interrupt_sets(cancel):

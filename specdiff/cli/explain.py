@@ -138,6 +138,20 @@ def read_target(args: argparse.Namespace) -> tuple[Pair, str, int]:
                     f"{visible(str(path), 160)} is missing; put it back there, or run "
                     "explain with --pair and --model"
                 )
+    if session.header.teacher_forced:
+        raise SpecdiffError(
+            f"{visible(session.path.name)} is teacher-forced (lane b was fed lane a's "
+            "tokens); explain re-runs both lanes free, so explain that pair with --pair "
+            "and --prompt instead"
+        )
+    if session.header.stop:
+        # the sweep decodes to the budget: a stop string that ended the recording
+        # earlier would hide a fork the re-run then finds
+        print(
+            f"specdiff explain: note: {visible(session.path.name)} had stop strings; "
+            "the re-runs decode to the token budget without them",
+            file=sys.stderr,
+        )
     max_tokens = args.max_tokens or session.header.max_tokens
     if max_tokens < 1:
         raise AutopsyError(f"{visible(session.path.name)}: the session's token budget is 0")

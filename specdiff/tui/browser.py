@@ -87,6 +87,15 @@ def origin_of(url: str) -> str:
     return f"{parts.scheme}://{host}{port}"
 
 
+def _origin_or_none(url: str) -> str | None:
+    """An Origin header as `origin_of` writes it; None for one no URL parser reads
+    (a hostile `http://[` or a port out of range), which is refused, never a 500."""
+    try:
+        return origin_of(url)
+    except ValueError:
+        return None
+
+
 def allowed_origins(public_url: str, port: int, loopback: bool) -> frozenset[str]:
     """The origins whose pages may drive an app: the public URL's, and on loopback each
     name this machine's browser may use for it."""
@@ -185,7 +194,7 @@ class BrowserServer(Server):
                 f"refused a request for host {visible(host, 80)}: this server answers to "
                 f"{', '.join(sorted(self.hosts))} (give --public-url for another name)"
             )
-        if origin is not None and origin_of(origin) not in self.origins:
+        if origin is not None and _origin_or_none(origin) not in self.origins:
             return (
                 f"refused a connection from a page at {visible(origin, 80)}: only pages "
                 f"from {', '.join(sorted(self.origins))} may drive the app"
