@@ -253,6 +253,10 @@ class SpecdiffApp(App[int]):
     def result(self) -> PairResult | None:
         return self.compare.view.result
 
+    @result.setter
+    def result(self, result: PairResult | None) -> None:
+        self.compare.view.result = result
+
     @property
     def running(self) -> bool:
         return self.compare.running
