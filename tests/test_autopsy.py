@@ -212,12 +212,21 @@ def test_bad_draft_lengths_are_one_line_before_any_server_starts(
     assert len(err) == 1 and "--draft-lengths" in err[0] and message in err[0]
 
 
-def test_serve_pair_explain_refuses_a_budget_of_zero(capsys: pytest.CaptureFixture[str]) -> None:
-    assert (
-        main(["serve-pair", "--llama-server", "/no/such/binary", "explain", "--max-runs", "0"]) == 2
-    )
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--max-runs", "0"], "must be from 1"),
+        (["a-session.jsonl"], "not a session file"),
+        (["--svg", "growth.svg"], "drop --svg"),
+    ],
+    ids=["budget-0", "session", "svg"],
+)
+def test_serve_pair_explain_refuses_before_any_server_starts(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["serve-pair", "--llama-server", "/no/such/binary", "explain", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--max-runs" in err[0] and "must be from 1" in err[0]
+    assert len(err) == 1 and message in err[0]
 
 
 def drafts(*outcomes: tuple[str, int | None, int]) -> tuple[SettingTrial, ...]:

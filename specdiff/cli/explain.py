@@ -174,13 +174,26 @@ def explain_on_servers(argv: list[str], restart: DraftRestart) -> int:
     """`explain` as serve-pair runs it: `argv` with the lanes pointed at its servers, and
     `restart` to start the speculative one again with another draft length."""
     args = command_parser(add_parser).parse_args(argv)
+    check_serve_pair_options(args)
+    pair, prompt, max_tokens = read_target(args)
+    return explain_servers(args, pair, prompt, max_tokens, restart)
+
+
+def check_serve_pair_options(args: argparse.Namespace) -> None:
+    """What serve-pair explain refuses, checked before its servers start."""
     if args.session is not None:
         raise ArgumentError(
             "serve-pair explain runs a prompt on the servers it starts; give --prompt, "
             "not a session file"
         )
-    pair, prompt, max_tokens = read_target(args)
-    return explain_servers(args, pair, prompt, max_tokens, restart)
+    if args.svg:
+        raise ArgumentError(SVG_NEEDS_PART2)
+
+
+SVG_NEEDS_PART2 = (
+    "--svg draws part 2's per-layer growth, which needs in-process lanes (a server offers "
+    "no eval callback); drop --svg"
+)
 
 
 def explain_servers(
@@ -196,10 +209,7 @@ def explain_servers(
     from specdiff.engine.worker import call_in_worker
 
     if args.svg:
-        raise ArgumentError(
-            "--svg draws part 2's per-layer growth, which needs in-process lanes (a server "
-            "offers no eval callback); drop --svg"
-        )
+        raise ArgumentError(SVG_NEEDS_PART2)
     if restart is None and args.draft_lengths is not None:
         raise ArgumentError(
             "--draft-lengths restarts the speculative server, so it needs servers specdiff "

@@ -437,6 +437,8 @@ def keys_given_to_both(command: list[str]) -> set[str]:
             "serve-pair compares its two servers (the pair servers); drop --pair (to run "
             "another pair on servers of your own, use run --pair NAME with endpoints)"
         )
+    if command[0] == "explain":
+        explain.check_serve_pair_options(inner)
     if getattr(inner, "pairs", None):
         raise ArgumentError("serve-pair compares its two servers; drop --pairs")
     if getattr(inner, "resume", False):
