@@ -227,6 +227,11 @@ class Autopsy:
                 f"difference the same does ({named})."
             )
         tried = len([t for t in self.trials if t.scope != "as given"])
+        if tried == 0 and any("serve-pair" in item for item in self.not_tried):
+            return (
+                "No setting was tried: specdiff cannot restart servers it did not start "
+                "(specdiff serve-pair explain sweeps the speculative server's draft length)."
+            )
         if tried == 0:
             return "No setting was tried (the run budget allowed only the run as given)."
         return f"No single setting of the {tried} tried removes the fork."

@@ -357,3 +357,17 @@ def test_a_move_that_makes_no_valid_lane_is_a_failed_trial_not_a_stop() -> None:
     move = _move("n_ubatch 1024", "n_ubatch", "1024", "both lanes", pair, None, {"n_ubatch": 1024})
     assert move.pair is None
     assert move.error is not None and "must not exceed n_batch" in move.error
+
+
+def test_server_lanes_of_ones_own_say_why_no_setting_was_tried() -> None:
+    autopsy = made(
+        pair="servers",
+        trials=(trial("as given", "as given", 30),),
+        not_tried=("the draft-length sweep: it runs under specdiff serve-pair explain",),
+        tensors=(),
+        margin=None,
+        part2_note="part 2 needs both lanes in-process",
+    )
+    assert "cannot restart servers it did not start" in autopsy.cause()
+    budget = made(trials=(trial("as given", "as given", 30),), not_tried=("repack off",))
+    assert "the run budget allowed only the run as given" in budget.cause()
