@@ -284,6 +284,8 @@ def test_a_server_sweep_round_trips_and_shows_its_table_and_part_2_note() -> Non
         replace(autopsy, fork=None, trials=drafts(("1", None, 32), ("2", 5, 32)))
     )
     assert "forks at 5" in quiet and "identical" in quiet
+    over = replace(autopsy, fork=None, not_tried=("draft length 8 (over --max-runs)",))
+    assert "not tried: draft length 8 (over --max-runs)" in format_autopsy(over)
 
 
 def test_explain_refuses_a_session_whose_model_is_missing(

@@ -241,7 +241,7 @@ def explain_servers(
                 status.message(f"run {number}: server a drafting at most {length} tokens")
                 url, flags = restart(length)
                 moved = replace(pair, a=replace(pair.a, endpoint=url, server_flags=flags))
-                setting = f"draft length {length} (server a: --spec-draft-n-max {length})"
+                setting = f"draft length {length} (server a)"
                 trials.append(trial(moved, setting, str(length), "server a"))
     except AutopsyInterrupted:
         status.done()

@@ -24,7 +24,8 @@ def format_autopsy(autopsy: Autopsy) -> str:
         if len(autopsy.trials) < 2:
             return line
         # a server sweep runs every draft length: a fork may come at one the pair was not given
-        return "\n".join([line, "", *_settings_table(autopsy)])
+        not_tried = [f"   not tried: {visible(item, 80)}" for item in autopsy.not_tried]
+        return "\n".join([line, "", *_settings_table(autopsy), *not_tried])
     lines = [
         f"explain {visible(autopsy.pair, 60)}: the lanes fork at token {autopsy.fork} "
         f"(of at most {autopsy.max_tokens} per lane)",
