@@ -28,6 +28,8 @@ own step is 1.2e-7 relative), not a different computation."""
 MAX_TRIALS = 1000
 MAX_TENSORS = 100_000
 MAX_NAME = 200
+DRAFT_KEY = "spec_draft_n_max"
+"""The key of a trial that ran the speculative server with another draft length."""
 
 
 class AutopsyError(SpecdiffError):
@@ -182,10 +184,12 @@ class Autopsy:
     def cause(self) -> str:
         """One plain sentence (or three) naming the setting and the first operation."""
         if self.fork is None:
-            return (
+            nothing = (
                 f"Nothing to explain: the two lanes gave the same {self.max_tokens} tokens "
                 "or fewer, token for token."
             )
+            verdict = draft_verdict(self.trials)
+            return f"{nothing} {verdict}" if verdict else nothing
         parts = [self._picks_sentence(), self._setting_sentence()]
         operation = self._operation_sentence()
         if operation:
@@ -206,6 +210,9 @@ class Autopsy:
         )
 
     def _setting_sentence(self) -> str:
+        verdict = draft_verdict(self.trials)
+        if verdict is not None:
+            return verdict
         removing = self.removing()
         kernels = [t for t in removing if t.scope == "both lanes"]
         baseline = next((t for t in self.trials if t.scope == "as given"), None)
@@ -220,6 +227,11 @@ class Autopsy:
                 f"difference the same does ({named})."
             )
         tried = len([t for t in self.trials if t.scope != "as given"])
+        if tried == 0 and any("serve-pair" in item for item in self.not_tried):
+            return (
+                "No setting was tried: specdiff cannot restart servers it did not start "
+                "(specdiff serve-pair explain sweeps the speculative server's draft length)."
+            )
         if tried == 0:
             return "No setting was tried (the run budget allowed only the run as given)."
         return f"No single setting of the {tried} tried removes the fork."
@@ -350,6 +362,48 @@ class Autopsy:
             seconds=record.number("seconds"),
             notes=tuple(record.texts("notes")),
         )
+
+
+def draft_verdict(trials: Sequence[SettingTrial]) -> str | None:
+    """What a sweep of the speculative server's draft length says, in one sentence;
+    None when no trial ran one. A fork at the same token whatever the server drafts
+    cannot come from which drafts it accepted and rolled back (that changes with the
+    draft length): the verify batch's arithmetic rounded differently."""
+    if not any(trial.key == DRAFT_KEY for trial in trials):
+        return None
+    ran = [t for t in trials if t.key == DRAFT_KEY and t.error is None]
+    if len(ran) < 2:
+        return (
+            "Fewer than two draft lengths ran, so the sweep cannot tell a numerics fork from "
+            "the accept/rollback logic; give more draft lengths or a larger --max-runs."
+        )
+    lengths = ", ".join(t.value for t in ran)
+    forked = [t for t in ran if t.fork is not None]
+    positions = sorted({t.fork for t in forked if t.fork is not None})
+    if not forked:
+        if all(t.identical for t in ran):
+            return f"The lanes agree at every draft length tried ({lengths})."
+        return (
+            f"No draft length tried ({lengths}) makes the lanes pick differently; they "
+            "differ only in length."
+        )
+    if len(forked) == len(ran) and len(positions) == 1:
+        return (
+            f"The fork stays at token {positions[0]} at every draft length tried ({lengths}): "
+            "a numerics fork (the verify batch's arithmetic), not the accept/rollback logic."
+        )
+    where = "; ".join(f"{t.outcome} with draft length {t.value}" for t in ran)
+    if len(forked) < len(ran):
+        return (
+            f"The fork disappears at some draft lengths ({where}): whether the lanes part "
+            "depends on what the speculative server drafts and accepts, not on one fixed "
+            "rounding difference."
+        )
+    return (
+        f"The fork moves with the draft length ({where}): where it lands depends on what "
+        "the speculative server drafts and accepts (the accept/rollback path, or the width "
+        "of the batches it verifies), not on one fixed rounding difference."
+    )
 
 
 # -- words for graph names and ops -----------------------------------------------------

@@ -6,17 +6,20 @@ from __future__ import annotations
 import json
 import math
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from specdiff.autopsy import (
+    DRAFT_KEY,
     Autopsy,
     AutopsyError,
     ForkMargin,
     LayerGrowth,
     SettingTrial,
     TensorDifference,
+    draft_verdict,
 )
 from specdiff.cli import main
 from specdiff.engine.autopsy import plan_moves
@@ -182,11 +185,117 @@ def test_explain_refuses_a_budget_of_zero(capsys: pytest.CaptureFixture[str]) ->
     assert len(err) == 1 and "--max-runs" in err[0] and "must be from 1" in err[0]
 
 
-def test_explain_refuses_server_lanes(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["explain", "--pair", "servers", "--quiet"]) == 2
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--draft-lengths", "1,2"], "needs servers specdiff starts"),
+        (["--svg", "growth.svg"], "needs in-process lanes"),
+    ],
+    ids=["draft-lengths-without-serve-pair", "svg"],
+)
+def test_explain_on_server_lanes_refuses_what_only_serve_pair_or_part_2_can_do(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lanes = ["--lane-a", "endpoint=http://127.0.0.1:9", "--lane-b", "endpoint=http://127.0.0.1:9"]
+    assert main(["explain", "--pair", "servers", *lanes, *args, "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1
-    assert "needs both lanes in-process" in err[0] and "backend=local" in err[0]
+    assert len(err) == 1 and message in err[0]
+
+
+@pytest.mark.parametrize(
+    ("lengths", "message"),
+    [
+        ("", "is empty"),
+        (" , ", "is empty"),
+        ("1,0", "from 1 to 256"),
+        ("2,x", "from 1 to 256"),
+        ("2,2", "lists 2 twice"),
+    ],
+    ids=["empty", "commas-only", "zero", "not-a-number", "twice"],
+)
+def test_bad_draft_lengths_are_one_line_before_any_server_starts(
+    lengths: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    command = ["serve-pair", "--llama-server", "/no/such/binary", "explain"]
+    assert main([*command, "--draft-lengths", lengths]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--draft-lengths" in err[0] and message in err[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--max-runs", "0"], "must be from 1"),
+        (["a-session.jsonl"], "not a session file"),
+        (["--svg", "growth.svg"], "drop --svg"),
+    ],
+    ids=["budget-0", "session", "svg"],
+)
+def test_serve_pair_explain_refuses_before_any_server_starts(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["serve-pair", "--llama-server", "/no/such/binary", "explain", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+
+
+def drafts(*outcomes: tuple[str, int | None, int]) -> tuple[SettingTrial, ...]:
+    """Trials of a draft-length sweep: (draft length, fork, tokens of lane b)."""
+    return tuple(
+        SettingTrial(f"draft length {k}", DRAFT_KEY, k, "server a", fork, 32, b, 9.0, 8.0)
+        for k, fork, b in outcomes
+    )
+
+
+def test_a_fork_that_stays_put_at_every_draft_length_is_numerics() -> None:
+    verdict = draft_verdict(drafts(("1", 12, 32), ("2", 12, 32), ("4", 12, 32)))
+    assert verdict is not None
+    assert "stays at token 12" in verdict and "(1, 2, 4)" in verdict
+    assert "a numerics fork (the verify batch's arithmetic), not the accept/rollback" in verdict
+    autopsy = made(trials=drafts(("1", 12, 32), ("2", 12, 32)), fork=12, tensors=(), margin=None)
+    assert "numerics fork" in autopsy.cause()
+
+
+def test_a_fork_that_moves_or_disappears_with_the_draft_length_is_not_called_numerics() -> None:
+    moved = draft_verdict(drafts(("1", 12, 32), ("2", 20, 32)))
+    assert moved is not None and "moves with the draft length" in moved
+    assert "forks at 12 with draft length 1; forks at 20 with draft length 2" in moved
+    gone = draft_verdict(drafts(("1", 12, 32), ("2", None, 32)))
+    assert gone is not None and "disappears" in gone and "identical with draft length 2" in gone
+    for verdict in (moved, gone):
+        assert "numerics fork" not in verdict
+
+
+def test_a_sweep_without_a_fork_or_with_one_length_says_so() -> None:
+    agree = draft_verdict(drafts(("1", None, 32), ("2", None, 32)))
+    assert agree == "The lanes agree at every draft length tried (1, 2)."
+    shorter = draft_verdict(drafts(("1", None, 30), ("2", None, 32)))
+    assert shorter is not None and "differ only in length" in shorter
+    alone = draft_verdict(drafts(("1", 12, 32)))
+    assert alone is not None and "Fewer than two draft lengths ran" in alone
+    failed = replace(drafts(("2", None, 32))[0], error="server a refused")
+    assert "Fewer than two" in str(draft_verdict((*drafts(("1", 12, 32)), failed)))
+    assert draft_verdict(made().trials) is None
+    nothing = made(fork=None, trials=drafts(("1", None, 32), ("2", 7, 32)))
+    assert "Nothing to explain" in nothing.cause() and "disappears" in nothing.cause()
+
+
+def test_a_server_sweep_round_trips_and_shows_its_table_and_part_2_note() -> None:
+    note = "part 2 (which layer and operation) needs both lanes in-process"
+    autopsy = Autopsy("servers", 32, 12, drafts(("1", 12, 32), ("2", 12, 32)), 8, part2_note=note)
+    data = json.loads(json.dumps(autopsy.to_json()))
+    assert data["first_difference"] is None and data["layers"] == []
+    assert [(s["value"], s["fork"]) for s in data["settings"]] == [("1", 12), ("2", 12)]
+    assert Autopsy.from_json(data) == autopsy
+    text = format_autopsy(autopsy)
+    assert "draft length 2" in text and "forks at 12" in text and note in text
+    assert "computed 0 tokens wide" not in text
+    quiet = format_autopsy(
+        replace(autopsy, fork=None, trials=drafts(("1", None, 32), ("2", 5, 32)))
+    )
+    assert "forks at 5" in quiet and "identical" in quiet
+    over = replace(autopsy, fork=None, not_tried=("draft length 8 (over --max-runs)",))
+    assert "not tried: draft length 8 (over --max-runs)" in format_autopsy(over)
 
 
 def saved_session(folder: Path, lane: Lane, teacher_forced: bool = False) -> Path:
@@ -271,3 +380,17 @@ def test_a_move_that_makes_no_valid_lane_is_a_failed_trial_not_a_stop() -> None:
     move = _move("n_ubatch 1024", "n_ubatch", "1024", "both lanes", pair, None, {"n_ubatch": 1024})
     assert move.pair is None
     assert move.error is not None and "must not exceed n_batch" in move.error
+
+
+def test_server_lanes_of_ones_own_say_why_no_setting_was_tried() -> None:
+    autopsy = made(
+        pair="servers",
+        trials=(trial("as given", "as given", 30),),
+        not_tried=("the draft-length sweep: it runs under specdiff serve-pair explain",),
+        tensors=(),
+        margin=None,
+        part2_note="part 2 needs both lanes in-process",
+    )
+    assert "cannot restart servers it did not start" in autopsy.cause()
+    budget = made(trials=(trial("as given", "as given", 30),), not_tried=("repack off",))
+    assert "the run budget allowed only the run as given" in budget.cause()

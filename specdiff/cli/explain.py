@@ -4,6 +4,11 @@ made two lanes fork, for a saved session or a pair and prompt given as `run` tak
 The work runs in a worker process (`call_in_worker`), as every decoding command's
 does, so a native crash in a kernel ends the command with one line and llama.cpp
 never loads in this process.
+
+Server lanes get part 1 only (a server offers no eval callback to trace layers with).
+Under `serve-pair`, part 1 is a sweep of the speculative server's draft length: serve-pair
+hands `explain_on_servers` a way to start that server again drafting at most k tokens,
+and each draft length is one run of the pair.
 """
 
 from __future__ import annotations
@@ -12,11 +17,22 @@ import argparse
 import json
 import sys
 import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
-from specdiff.autopsy import AutopsyError, AutopsyInterrupted
+from specdiff.autopsy import DRAFT_KEY, Autopsy, AutopsyError, AutopsyInterrupted, SettingTrial
 from specdiff.cli import options
-from specdiff.cli.common import Exit, Status, Subcommands, add_command, interrupt_sets
+from specdiff.cli.common import (
+    ArgumentError,
+    Exit,
+    Status,
+    Subcommands,
+    add_command,
+    command_parser,
+    interrupt_sets,
+)
 from specdiff.cli.run import read_chat_request
 from specdiff.compare import DEFAULT_NEAR_TIE
 from specdiff.errors import ModelError, SpecdiffError
@@ -26,6 +42,30 @@ from specdiff.safe_text import visible
 DEFAULT_MAX_RUNS = 8
 """The pair as given, its one differing setting, and the six kernel switches."""
 DEFAULT_EXPLAIN_TOKENS = 100
+DEFAULT_DRAFT_LENGTHS = (1, 2, 4, 8)
+"""The speculative server's draft lengths serve-pair explain tries, as --max-runs allows."""
+MAX_DRAFT_LENGTH = 256
+DraftRestart = Callable[[int], tuple[str, str]]
+"""Starts the speculative server again drafting at most k tokens per step; returns its
+URL and its launch line (the lane's server_flags)."""
+
+
+def draft_lengths(text: str) -> tuple[int, ...]:
+    """An argparse type: draft lengths separated by commas, each from 1 to 256, once."""
+    words = [word.strip() for word in text.split(",")]
+    if not any(words):
+        raise argparse.ArgumentTypeError("is empty; give draft lengths such as 1,2,4")
+    lengths = []
+    for word in words:
+        if not word.isdigit() or not 1 <= int(word) <= MAX_DRAFT_LENGTH:
+            raise argparse.ArgumentTypeError(
+                f"must be whole numbers from 1 to {MAX_DRAFT_LENGTH} separated by commas, "
+                f"got {visible(word, 20)!r}"
+            )
+        if int(word) in lengths:
+            raise argparse.ArgumentTypeError(f"lists {int(word)} twice; give it once")
+        lengths.append(int(word))
+    return tuple(lengths)
 
 
 def add_parser(commands: Subcommands) -> None:
@@ -62,6 +102,13 @@ def add_parser(commands: Subcommands) -> None:
         help="run every setting again, not reading or writing the cache of earlier runs",
     )
     explain.add_argument(
+        "--draft-lengths",
+        type=draft_lengths,
+        metavar="LIST",
+        help="under serve-pair: the speculative server's draft lengths to try, e.g. 1,2,4 "
+        "(default 1,2,4,8, as --max-runs allows)",
+    )
+    explain.add_argument(
         "--svg", metavar="FILE", help="also write the per-layer growth chart as SVG to FILE"
     )
     options.add_json_summary(explain)
@@ -75,9 +122,17 @@ def command_explain(args: argparse.Namespace) -> int:
     from specdiff.engine.autopsy import explain_pair, refuse_servers
     from specdiff.engine.models import cache_dir
     from specdiff.engine.worker import call_in_worker
-    from specdiff.reports.autopsy import format_autopsy, growth_svg
+    from specdiff.reports.autopsy import growth_svg
 
     pair, prompt, max_tokens = read_target(args)
+    if pair.a.backend == "server" or pair.b.backend == "server":
+        return explain_servers(args, pair, prompt, max_tokens, None)
+    if args.draft_lengths is not None:
+        raise ArgumentError(
+            "--draft-lengths restarts the speculative server, so it needs servers specdiff "
+            "starts: specdiff serve-pair explain --draft-lengths LIST (in-process lanes "
+            "try a draft length among their settings)"
+        )
     refuse_servers(pair)
     svg = Path(args.svg).expanduser() if args.svg else None
     if svg is not None:
@@ -101,11 +156,116 @@ def command_explain(args: argparse.Namespace) -> int:
     status.done()
     if svg is not None and not autopsy.nothing_to_explain:
         options.write_output_file(svg, growth_svg(autopsy), "--svg")
-    if args.json:
+    show(autopsy, args.json)
+    return Exit.SAME
+
+
+def show(autopsy: Autopsy, as_json: bool) -> None:
+    from specdiff.reports.autopsy import format_autopsy  # deferred, as above
+
+    if as_json:
         json.dump(autopsy.to_json(), sys.stdout, indent=1, ensure_ascii=True, allow_nan=False)
         sys.stdout.write("\n")
     else:
         print(format_autopsy(autopsy))
+
+
+def explain_on_servers(argv: list[str], restart: DraftRestart) -> int:
+    """`explain` as serve-pair runs it: `argv` with the lanes pointed at its servers, and
+    `restart` to start the speculative one again with another draft length."""
+    args = command_parser(add_parser).parse_args(argv)
+    check_serve_pair_options(args)
+    pair, prompt, max_tokens = read_target(args)
+    return explain_servers(args, pair, prompt, max_tokens, restart)
+
+
+def check_serve_pair_options(args: argparse.Namespace) -> None:
+    """What serve-pair explain refuses, checked before its servers start."""
+    if args.session is not None:
+        raise ArgumentError(
+            "serve-pair explain runs a prompt on the servers it starts; give --prompt, "
+            "not a session file"
+        )
+    if args.svg:
+        raise ArgumentError(SVG_NEEDS_PART2)
+
+
+SVG_NEEDS_PART2 = (
+    "--svg draws part 2's per-layer growth, which needs in-process lanes (a server offers "
+    "no eval callback); drop --svg"
+)
+
+
+def explain_servers(
+    args: argparse.Namespace,
+    pair: Pair,
+    prompt: str,
+    max_tokens: int,
+    restart: DraftRestart | None,
+) -> int:
+    """Part 1 for server lanes: the pair as given, then (under serve-pair) one run per
+    draft length of the speculative server. Part 2 is left out with one line saying why."""
+    from specdiff.engine.autopsy import SERVER_PART2_NOTE, server_trial  # deferred
+    from specdiff.engine.worker import call_in_worker
+
+    if args.svg:
+        raise ArgumentError(SVG_NEEDS_PART2)
+    if restart is None and args.draft_lengths is not None:
+        raise ArgumentError(
+            "--draft-lengths restarts the speculative server, so it needs servers specdiff "
+            "starts: specdiff serve-pair explain --draft-lengths LIST"
+        )
+    lengths = (args.draft_lengths or DEFAULT_DRAFT_LENGTHS) if restart is not None else ()
+    status = Status(sys.stderr, not args.quiet)
+    cancel = threading.Event()
+    began = time.perf_counter()
+
+    def trial(run_pair: Pair, setting: str, value: str, scope: str) -> SettingTrial:
+        key = DRAFT_KEY if restart is not None else ""
+        return call_in_worker(
+            server_trial,
+            (run_pair, prompt, max_tokens, setting, key, value, scope),
+            None,
+            cancel,
+            doing="running the pair on the servers",
+        )
+
+    try:
+        with interrupt_sets(cancel):
+            status.message(f"run 1/{min(args.max_runs, len(lengths) + 1)}: the pair as given")
+            trials = [trial(pair, "as given", "as started", "as given")]
+            if trials[0].error is not None:
+                raise AutopsyError(f"the pair as given failed: {trials[0].error}")
+            for number, length in enumerate(lengths[: args.max_runs - 1], start=2):
+                assert restart is not None  # lengths are empty without it
+                status.message(f"run {number}: server a drafting at most {length} tokens")
+                url, flags = restart(length)
+                moved = replace(pair, a=replace(pair.a, endpoint=url, server_flags=flags))
+                setting = f"draft length {length} (server a)"
+                trials.append(trial(moved, setting, str(length), "server a"))
+    except AutopsyInterrupted:
+        status.done()
+        print("specdiff: interrupted", file=sys.stderr)
+        return Exit.INTERRUPTED
+    status.done()
+    not_tried = [f"draft length {k} (over --max-runs)" for k in lengths[args.max_runs - 1 :]]
+    if restart is None:
+        not_tried.append(
+            "the draft-length sweep: it restarts the speculative server, so it runs under "
+            "specdiff serve-pair explain"
+        )
+    autopsy = Autopsy(
+        pair.name,
+        max_tokens,
+        trials[0].fork,
+        trials=tuple(trials),
+        max_runs=args.max_runs,
+        not_tried=tuple(not_tried),
+        part2_note=SERVER_PART2_NOTE,
+        seconds=round(time.perf_counter() - began, 3),
+    )
+    print(f"specdiff: {SERVER_PART2_NOTE}", file=sys.stderr)
+    show(autopsy, args.json)
     return Exit.SAME
 
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specdiff.cli import certify, live, options, run, suite
+from specdiff.cli import certify, explain, live, options, run, suite
 from specdiff.cli.common import (
     ArgumentError,
     RunCommand,
@@ -37,6 +37,7 @@ INNER_COMMANDS: dict[str, Callable[[Subcommands], None]] = {
     "live": live.add_parser,
     "suite": suite.add_parser,
     "certify": certify.add_parser,
+    "explain": explain.add_parser,
 }
 """The commands serve-pair runs on its servers, each with what adds its parser."""
 SERVE_PAIR_COMMANDS = tuple(INNER_COMMANDS)
@@ -133,8 +134,8 @@ def add_parser(commands: Subcommands) -> None:
         "inner",
         nargs=argparse.REMAINDER,
         metavar="COMMAND ...",
-        help="run (default), live, suite or certify, with their options; the lanes point at "
-        "the servers",
+        help="run (default), live, suite, certify or explain, with their options; the lanes "
+        "point at the servers",
     )
 
 
@@ -259,8 +260,19 @@ def command_serve_pair(args: argparse.Namespace) -> int:
             binary = find_llama_server(args.llama_server)
             environment = server_environment(binary)
             servers += _servers(args, status, binary)
+            restart = None
+            if command[0] == "explain":
+                restart = _draft_restart(args, status, binary, environment, servers)
             return _serve(
-                args.run_command, command, args.spec_type, given, environment, status, *servers
+                args.run_command,
+                command,
+                args.spec_type,
+                given,
+                environment,
+                status,
+                servers[0],
+                servers[1],
+                restart=restart,
             )
         except StopSignal as stop:
             status.message(f"{stop.signal_name}: stopping both llama-servers")
@@ -362,6 +374,45 @@ def _servers(args: argparse.Namespace, status: Status, binary: Path) -> list[Lla
     return [speculative, plain]
 
 
+def _draft_restart(
+    args: argparse.Namespace,
+    status: Status,
+    binary: Path,
+    environment: list[str],
+    servers: list[LlamaServer],
+) -> explain.DraftRestart:
+    """For explain's draft-length sweep: start server a again drafting at most k tokens
+    (the one started before it stopped first, bar the first, which the pair as given
+    uses), its URL and launch line returned. Each joins `servers`, so it is stopped
+    whatever happens."""
+    from specdiff.engine.server.process import ServerProcessError, stop_servers
+
+    started: list[LlamaServer] = []
+
+    def restart(length: int) -> tuple[str, str]:
+        stop_servers(started)
+        moved = argparse.Namespace(**{**vars(args), "draft_max": length})
+        server = _servers(moved, status, binary)[0]
+        servers.append(server)
+        started.append(server)
+        status.message(f"starting llama-server a drafting at most {length} on {server.url}")
+        try:
+            server.start()
+        except ServerProcessError as error:
+            raise ServerProcessError(f"server a (draft length {length}): {error}") from None
+        check_speculates(server, args.spec_type)
+        return server.url, launch_line(server, environment)
+
+    return restart
+
+
+def launch_line(server: LlamaServer, environment: list[str]) -> str:
+    """The launch line, which no server reports of itself, kept beside the result: the
+    arguments first, so a long variable cannot cut the speculation off the line."""
+    launch = [*masked_arguments(list(server.arguments)), *environment]
+    return visible(" ".join(launch), MAX_SERVER_FLAGS)
+
+
 _UNSET = object()
 SERVER_ROLES = {"a": "speculative", "b": "plain"}
 
@@ -386,6 +437,8 @@ def keys_given_to_both(command: list[str]) -> set[str]:
             "serve-pair compares its two servers (the pair servers); drop --pair (to run "
             "another pair on servers of your own, use run --pair NAME with endpoints)"
         )
+    if command[0] == "explain":
+        explain.check_serve_pair_options(inner)
     if getattr(inner, "pairs", None):
         raise ArgumentError("serve-pair compares its two servers; drop --pairs")
     if getattr(inner, "resume", False):
@@ -444,6 +497,7 @@ def _serve(
     status: Status,
     speculative: LlamaServer,
     plain: LlamaServer,
+    restart: explain.DraftRestart | None = None,
 ) -> int:
     """Start both servers and run the command with its lanes pointed at them."""
     from specdiff.engine.server.process import ServerProcessError  # deferred, as above
@@ -465,11 +519,7 @@ def _serve(
         settings = {"endpoint": server.url, **own[lane_id]}
         if not server.repack:  # started with --no-repack: the header records it
             settings["repack"] = "false"
-        # the launch line, which no server reports of itself, beside the result
-        # the arguments first: a long variable must not cut the speculation off the line
-        launch = [*masked_arguments(list(server.arguments)), *environment]
-        launched = visible(" ".join(launch), MAX_SERVER_FLAGS)
-        settings["server_flags"] = launched
+        settings["server_flags"] = launch_line(server, environment)
         for key, value in settings.items():
             if key not in given:
                 lanes += [f"--lane-{lane_id}", f"{key}={value}"]
@@ -477,4 +527,6 @@ def _serve(
             # what the server ran with is a fact, not a setting --both may replace
             facts.append(f"--lane-{lane_id}")
             facts.append("repack=false")
+    if restart is not None:
+        return explain.explain_on_servers([*lanes, *command[1:], *facts], restart)
     return main([command[0], *lanes, *command[1:], *facts])

@@ -13,7 +13,9 @@ and the build, so a second explain of the same fork runs only what is new.
 Part 2 (which layer and operation) replays each lane to the fork step with tensor taps
 (`specdiff.engine.llama.taps`) and compares the two lanes' columns tensor by tensor in
 graph order: raw bytes first (bit-identical or not), then the largest difference and
-the relative L2. It needs both lanes in-process: a server offers no eval callback.
+the relative L2. It needs both lanes in-process: a server offers no eval callback, so
+for server lanes only part 1 runs, one trial at a time (`server_trial`), while the
+command restarts the speculative server with each draft length between them.
 
 This module holds arrays and llama.cpp objects; what it returns is the plain record in
 `specdiff.autopsy`.
@@ -58,6 +60,11 @@ SERVER_PART2 = (
     "explain needs both lanes in-process: it traces layers with llama.cpp's eval "
     "callback, which a server does not offer over HTTP; run the lane with backend=local "
     "(e.g. --lane-a backend=local)"
+)
+SERVER_PART2_NOTE = (
+    "part 2 (which layer and operation) needs both lanes in-process: it taps llama.cpp's "
+    "eval callback, which a server does not offer over HTTP (run the lanes with "
+    "backend=local for it)"
 )
 UNTRACED_KEYS = ("label",)
 
@@ -209,6 +216,31 @@ def explain_pair(
             not_tried=not_tried,
             seconds=_since(began),
         )
+    except Cancelled:
+        raise AutopsyInterrupted("interrupted before the autopsy was complete") from None
+    finally:
+        pool.close()
+
+
+def server_trial(
+    pair: Pair,
+    prompt: str,
+    max_tokens: int,
+    setting: str,
+    key: str,
+    value: str,
+    scope: str,
+    *,
+    cancel: threading.Event | None = None,
+) -> SettingTrial:
+    """One run of a pair with server lanes, for a sweep whose moves are made outside the
+    lanes (a server restarted with another draft length). Not cached: a server's
+    settings are its own, not the lane's. Shaped for `call_in_worker`."""
+    cancel = cancel or threading.Event()
+    pool = ModelPool()
+    try:
+        move = Move(setting, key, value, scope, pair)
+        return _trial(move, prompt, max_tokens, pool, cancel, _TrialCache(None, prompt, 0))
     except Cancelled:
         raise AutopsyInterrupted("interrupted before the autopsy was complete") from None
     finally:

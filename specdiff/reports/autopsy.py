@@ -20,7 +20,12 @@ BARS = "▁▂▃▄▅▆▇█"
 def format_autopsy(autopsy: Autopsy) -> str:
     """The autopsy as lines of text for a terminal."""
     if autopsy.nothing_to_explain:
-        return f"explain {visible(autopsy.pair, 60)}: {autopsy.cause()}"
+        line = f"explain {visible(autopsy.pair, 60)}: {autopsy.cause()}"
+        if len(autopsy.trials) < 2:
+            return line
+        # a server sweep runs every draft length: a fork may come at one the pair was not given
+        not_tried = [f"   not tried: {visible(item, 80)}" for item in autopsy.not_tried]
+        return "\n".join([line, "", *_settings_table(autopsy), *not_tried])
     lines = [
         f"explain {visible(autopsy.pair, 60)}: the lanes fork at token {autopsy.fork} "
         f"(of at most {autopsy.max_tokens} per lane)",
@@ -67,7 +72,7 @@ def _layers_part(autopsy: Autopsy) -> list[str]:
         f"wide in lane a, {width_b} in lane b)"
     )
     if autopsy.part2_note:
-        return [head, f"   {visible(autopsy.part2_note, 200)}"]
+        return ["2. Which layer and operation", f"   {visible(autopsy.part2_note, 200)}"]
     first = autopsy.first_difference
     lines = [head]
     if not autopsy.tapping_neutral:
