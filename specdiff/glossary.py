@@ -9,6 +9,7 @@ only to say how they relate.
 
 from __future__ import annotations
 
+import math
 import re
 import textwrap
 from dataclasses import dataclass
@@ -51,7 +52,8 @@ GLOSSARY: tuple[Term, ...] = (
         "near tie",
         f"a step whose margin was under {DEFAULT_NEAR_TIE:g} logit: nearly a coin flip",
         f"A step where the top two tokens were almost equally likely (a margin under "
-        f"{DEFAULT_NEAR_TIE:g} logit, at most 1.65 times as likely, unless --near-tie says "
+        f"{DEFAULT_NEAR_TIE:g} logit, at most {math.exp(DEFAULT_NEAR_TIE):.2f} times as likely, "
+        "unless --near-tie says "
         "otherwise). A tiny rounding difference between two configurations can swap them.",
         ("near ties", "near-tie"),
     ),

@@ -954,6 +954,25 @@ async def test_help_opens_with_how_to_close_and_scroll_it() -> None:
         assert box.region.y < first.region.y < box.region.bottom  # on the first page
 
 
+async def test_help_defines_every_glossary_word() -> None:
+    from rich.console import Console
+    from textual.widgets import Static
+
+    from specdiff.glossary import GLOSSARY
+
+    app = idle_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        console = Console(width=118, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+        for static in app.screen.query(Static):
+            console.print(static.content)
+        shown = " ".join(console.export_text().split())
+    assert "words used here" in shown
+    for term in GLOSSARY:
+        assert term.name in shown and " ".join(term.definition.split()[:6]) in shown
+
+
 @pytest.mark.parametrize("size", [(80, 24), (200, 50)])
 async def test_each_panes_scrollbar_sits_against_its_frame(size) -> None:
     app = session_app()

@@ -14,6 +14,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from specdiff.glossary import GLOSSARY
 from specdiff.tui.widgets.legend import LEGEND_ROWS
 
 HELP_ROWS = (
@@ -42,9 +43,11 @@ HELP_ROWS = (
 
 END_ROW = "escape, ? or q closes · ↑/↓, page up/down, home/end scroll"
 """The first and the last line of help: a test scrolls until the last is in view."""
-GLOSSARY_ROWS: tuple[tuple[str, str], ...] = ()
-"""(word, what it means in plain words) for the help's glossary page, shown after the
-marks where there are any."""
+GLOSSARY_ROWS: tuple[tuple[str, str], ...] = tuple(
+    (term.name, term.definition) for term in GLOSSARY
+)
+"""(word, what it means in plain words) for the help's glossary page, after the marks:
+the same definitions `specdiff run` and the documentation quote."""
 
 
 def _table(title: str, headers: tuple[str, str], rows: tuple[tuple[str, str], ...]) -> Table:
