@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 from textual.color import Color
 
-from specdiff.compare import fork_at, fork_sentence, fork_verdict, quoted_piece
+from specdiff.compare import fork_at, fork_explanation, fork_verdict, quoted_piece
 from specdiff.steps import Candidate, TokenStep
 from specdiff.tui.app import SpecdiffApp
 from specdiff.tui.themes import contrast, load_themes
@@ -46,6 +46,9 @@ THEMES = load_themes([THEMES_DIR]).themes
 THEME_NAMES = sorted(THEMES)
 WCAG_TEXT = 4.5
 
+
+
+LANE_NAMES = ("lane a", "lane b")
 
 def palette_of(name: str) -> Palette:
     return Palette.from_theme(THEMES[name])
@@ -260,8 +263,11 @@ def test_the_fork_panel_names_both_picks_and_says_why(width: int, height: int) -
     # the fork's index beside the count of tokens shown: never "1 of 6", which reads
     # as a 1-based position
     assert lines[0].startswith(f"FORK at token 1 · {len(a)} tokens shown  near tie  a ' t4'")
-    assert lines[1].startswith("why: near tie flipped")
-    why = f"why: {fork_sentence(fork, fork_verdict(a[1], b[1], near_tie=0.5), ('a', 'b'))}"
+    # plain words first: the picks' probabilities, not only their logits
+    explanation = fork_explanation(fork, fork_verdict(a[1], b[1], near_tie=0.5), LANE_NAMES)
+    assert "times as likely" in explanation.plain  # odds: these steps hold no p
+    why = f"why: {explanation.plain}"
+    assert lines[1].startswith("why: lane a held ' t4' only 1.11 times as likely as ' t5'")
     margins_at = next(n for n, line in enumerate(lines) if line.startswith("margins a"))
     # the verdict whole, on one line or two, no character dropped or repeated at the wrap
     assert " ".join(line.strip() for line in lines[1:margins_at]) == why

@@ -21,7 +21,7 @@ from specdiff.compare import (
     Fork,
     PickView,
     counted,
-    fork_sentence,
+    fork_explanation,
     fork_verdict,
     quoted_piece,
 )
@@ -252,7 +252,9 @@ def _fork_lines(
     if similarity_line and why_width and len(margin_lines[0]) > why_width and similar:
         # a tall panel gives the similarity its own line rather than cut it
         margin_lines = [f"{margins}{p_note}", similar.removeprefix(" · ")]
-    why = f"why: {fork_sentence(fork, verdict, ('a', 'b'))}"
+    # probabilities first: a newcomer reads "39% vs 37%" where "0.06 apart" says
+    # nothing; the logits are on the margins line below, the class in the header's badge
+    why = f"why: {fork_explanation(fork, verdict, ('lane a', 'lane b')).plain}"
     why_lines = textwrap.wrap(why, why_width)[:2] if why_width else [why]
     if len(why_lines) == 2:
         why_lines[1] = why[len(why_lines[0]) :].strip()
