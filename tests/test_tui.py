@@ -525,7 +525,7 @@ async def test_e_writes_the_html_report_and_names_it(tmp_path) -> None:
             await pilot.pause()
             written = sorted((tmp_path / "out").glob(f"{path.stem}*.html"))
             assert [p.name for p in written] == [f"{path.stem}-2.html", f"{path.stem}.html"]
-            assert str(written[0]) in app.query_one("#status").plain
+            assert written[0].name in app.query_one("#status").plain
             assert written[1].read_text(encoding="utf-8").lstrip().lower().startswith("<!doctype")
 
 
@@ -553,7 +553,7 @@ async def test_a_screenshot_needs_no_downloads_folder(tmp_path, monkeypatch) -> 
         app.deliver_screenshot()
         await wait_for(pilot, lambda: list(home.rglob("*.svg")), 10)
     (shot,) = home.rglob("*.svg")
-    assert shot.parent.name == "sessions" and not (home / "Downloads").exists()
+    assert shot.parent.name == "screenshots" and not (home / "Downloads").exists()
 
 
 @pytest.mark.parametrize("size", SIZES)

@@ -261,9 +261,10 @@ class Streaming:
         if screen.shutting_down:
             return
         screen.pacer.restart()
+        # the number that says how long it may take first: a narrow line cuts the end
         screen.set_status(
-            f"generating: {message.prompt_tokens}-token prompt, up to "
-            f"{screen.live.max_tokens} tokens per lane"
+            f"generating up to {screen.live.max_tokens} tokens a lane · "
+            f"prompt {counted(message.prompt_tokens, 'token')}"
         )
 
     def arrived(self, message: StepsArrived) -> None:
