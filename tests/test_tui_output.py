@@ -36,7 +36,9 @@ def recorded_result(path: Path = DEMO) -> PairResult:
 def finished_app(folder: Path) -> SpecdiffApp:
     result = recorded_result()
     pairs = presets() | {result.pair.name: result.pair}
-    return make_app(pairs, result.pair.name, result.prompt, 200, autostart=False, sessions_dir=folder)
+    return make_app(
+        pairs, result.pair.name, result.prompt, 200, autostart=False, sessions_dir=folder
+    )
 
 
 def status(app: SpecdiffApp) -> str:
@@ -87,3 +89,48 @@ async def test_a_screenshot_goes_to_its_own_folder_and_is_named(tmp_path: Path) 
         assert shot.parent == tmp_path / "screenshots"
         assert not sessions.exists() or not list(sessions.glob("*.svg"))
         assert status(app).startswith("screenshot saved: ") and shot.name in status(app)
+
+
+def shaded(app: SpecdiffApp, lane_id: str) -> set[int]:
+    """The token indices a lane's pane draws with a near-tie shade."""
+    from specdiff.tui.widgets import TokenView
+
+    view = app.query_one(f"#lane-{lane_id} TokenView", TokenView)
+    return {
+        index
+        for index, step in enumerate(app.lanes[lane_id].steps)
+        if view.marks.look(lane_id, index, step).shade is not None
+    }
+
+
+async def test_n_visits_exactly_the_tokens_shaded_as_near_ties() -> None:
+    """From the start, n goes through every shaded token of the current lane and no
+    other, in both lanes; the demo sessions have near ties after their fork too."""
+    session = load_session(DEMO)
+    app = make_app(
+        presets() | {session.pair.name: session.pair},
+        session.pair.name,
+        session.prompt,
+        session.header.max_tokens,
+        session=session,
+    )
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert app.fork is not None
+        after_fork = [
+            i for i, s in enumerate(app.lanes["a"].steps) if i > app.fork.index and s.margin < 0.5
+        ]
+        assert after_fork, "the demo has near ties after its fork (what n used to visit)"
+        for lane_id in ("a", "b"):
+            if app.cursor_lane != lane_id:
+                await pilot.press("l")
+            app.compare.view.cursor = None
+            visited: list[int] = []
+            for _ in range(200):
+                before = app.cursor
+                await pilot.press("n")
+                if app.cursor == before:
+                    break
+                visited.append(app.cursor)
+            assert visited and set(visited) == shaded(app, lane_id), lane_id
+            assert "near ties end there" in status(app)

@@ -9,7 +9,9 @@ import pytest
 
 from specdiff.tui.paths import elided_path, line_with_path, shown_path
 
-LONG = "/srv/data/people/someone/.local/share/specdiff/sessions/20261129T095647Z-ubatch-cd1458d9.html"
+LONG = (
+    "/srv/data/people/someone/.local/share/specdiff/sessions/20261129T095647Z-ubatch-cd1458d9.html"
+)
 
 
 @pytest.mark.parametrize("width", [20, 40, 60, 79])

@@ -535,14 +535,14 @@ class CompareScreen(Screen[None]):
     def action_next_tie(self) -> None:
         index = self.view.next_tie()
         if index is None:
-            self.note(f"no near tie after this in lane {self.view.cursor_lane}")
+            self.note(self.view.no_tie_note("after"))
             return
         self.move_cursor(self.view.cursor_lane, index)
 
     def action_previous_tie(self) -> None:
         index = self.view.previous_tie()
         if index is None:
-            self.note(f"no near tie before this in lane {self.view.cursor_lane}")
+            self.note(self.view.no_tie_note("before"))
             return
         self.move_cursor(self.view.cursor_lane, index)
 
