@@ -484,7 +484,7 @@ async def test_pause_at_fork_stops_with_the_fork_on_screen(speed, paths) -> None
                 assert len(app.lanes[lane_id].steps) == wanted
                 assert token_in_view(app, lane_id, fork.index)
             status = app.query_one("#status").plain
-            assert status.startswith("paused at the fork: space resumes")
+            assert status.startswith("REPLAY ") and "· paused at the fork: space resumes" in status
             await pilot.press("space")
             await wait_for(pilot, lambda: app.playback.finished, 30)
             assert not app.playback.paused  # it paused once, not at every later step
@@ -773,7 +773,10 @@ async def test_status_lines_lead_with_the_keys(size) -> None:
     app = session_app()
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
-        assert app.query_one("#status").plain.startswith("d jumps to the fork · ")
+        # after what is on screen (a replay, and its file), what to press
+        badge, keys = app.query_one("#status").plain.split(" · ", 1)
+        assert badge.startswith("REPLAY ") and badge.endswith(".jsonl")
+        assert keys.startswith("d jumps to the fork · ")
 
 
 async def test_d_is_offered_only_where_there_is_a_fork(tmp_path) -> None:

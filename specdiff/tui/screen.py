@@ -37,7 +37,7 @@ from specdiff.tui.messages import (
     StepsArrived,
 )
 from specdiff.tui.output import OutputFiles
-from specdiff.tui.replay import Replay
+from specdiff.tui.replay import PAUSE, REPLAY_AGAIN, RESUME, Replay
 from specdiff.tui.view_state import (
     CompareView,
     fitted,
@@ -60,6 +60,7 @@ NARROW_COLUMNS = 100
 """Below this width the input rows fold into a one-line config bar that `c` opens."""
 SHORT_ROWS = 30
 """Below this height the panel and the margin strips are smaller."""
+SPACE_ACTIONS = (PAUSE, RESUME, REPLAY_AGAIN)
 CONFIRM_SECONDS = 5.0
 """How long a first `r` over a replay waits for the second that loads the model."""
 
@@ -84,12 +85,16 @@ class CompareScreen(Screen[None]):
         Binding("escape", "panes", "panes"),
         Binding("r", "run", "run"),
         Binding("x", "stop", "stop"),
+        Binding("x", "stop_replay", "stop", show=False),
         Binding("d", "fork", "fork"),
         Binding("n", "next_tie", "next tie"),
         Binding("p", "previous_tie", "prev tie"),
         Binding("left", "move(-1)", "←", show=False),
         Binding("right", "move(1)", "→", show=False),
+        # space: one of the three at a time (Replay.space_action), named for what it does
         Binding("space", "toggle_pause", "pause"),
+        Binding("space", "resume_replay", "resume"),
+        Binding("space", "replay_again", "replay"),
         Binding("l", "switch_lane", "lane"),
         Binding("a", "toggle_aligned", "aligned"),
         Binding("c", "configure", "config"),
@@ -190,14 +195,16 @@ class CompareScreen(Screen[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # space belongs to replays, escape to inputs, c to narrow screens: each is
         # hidden from the footer where it does nothing
-        if action == "toggle_pause":
-            return self.replay.playback is not None
+        if action in SPACE_ACTIONS:
+            return self.replay.space_action() == action
         if action == "panes":
             return not self.panes_focused or self.has_class("configuring")
         if action == "configure":
             return self.has_class("narrow")
         if action == "stop":
-            return None if self.replaying else True
+            return not self.replaying
+        if action == "stop_replay":
+            return self.replaying
         if action == "fork":
             recorded = self.replay.playback is not None and self.replay.fork_index is not None
             return self.view.fork is not None or recorded
@@ -505,6 +512,16 @@ class CompareScreen(Screen[None]):
 
     def on_session_load_failed(self, message: SessionLoadFailed) -> None:
         self.replay.load_failed(message)
+
+    def action_resume_replay(self) -> None:
+        self.action_toggle_pause()
+
+    def action_replay_again(self) -> None:
+        self.action_toggle_pause()
+
+    def action_stop_replay(self) -> None:
+        """x over a replay: nothing runs to stop; say what does what instead."""
+        self.note("x stops a live run; this is a recording: space pauses it, r runs it live")
 
     def action_toggle_pause(self) -> None:
         if self.replay.playback is None:
