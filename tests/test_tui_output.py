@@ -62,6 +62,7 @@ async def test_e_then_s_saves_the_run_once_and_names_the_file(tmp_path: Path) ->
         await pilot.pause()
         assert list(folder.glob("*.jsonl")) == [saved]
         assert saved.name in status(app) and "already saved" in status(app)
+        assert len(status(app)) <= 80
 
 
 async def test_s_twice_writes_one_file(tmp_path: Path) -> None:
@@ -134,3 +135,15 @@ async def test_n_visits_exactly_the_tokens_shaded_as_near_ties() -> None:
                 visited.append(app.cursor)
             assert visited and set(visited) == shaded(app, lane_id), lane_id
             assert "near ties end there" in status(app)
+
+
+async def test_a_status_line_too_long_for_the_screen_is_cut_not_wrapped() -> None:
+    """A line that ends in a long word (a path) shows its start, then "…": never the
+    first row of the line wrapped, which drops the whole word."""
+    app = finished_app(Path("unused"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        words = "report written: " + "x" * 70 + ".html"
+        app.compare.set_status(words)
+        await pilot.pause()
+        shown = "".join(segment.text for segment in app.query_one("#status").render_line(0))
+        assert shown.startswith("report written: xxxx") and shown.rstrip().endswith("…")

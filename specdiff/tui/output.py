@@ -101,7 +101,7 @@ class OutputFiles:
         except (OSError, SpecdiffError) as error:
             screen.notify(f"could not save the session: {error}", severity="error")
             return
-        said = "saved: " if written else "already saved (not written twice): "
+        said = "saved: " if written else "already saved: "
         screen.set_status(line_with_path(said, path, "", screen.size.width))
 
     def report_shown(self, screen: CompareScreen) -> None:

@@ -20,7 +20,8 @@ def shown_path(path: str | Path) -> str:
 
 def elided_path(path: str | Path, width: int) -> str:
     """`path` in at most `width` columns where it can be: the middle of its folders
-    becomes "…"; the file name is kept whole even when it alone is wider."""
+    becomes "…", or where that leaves no room the folders go; the file name is kept
+    whole even when it alone is wider."""
     text = shown_path(path)
     if len(text) <= width:
         return text
@@ -28,7 +29,7 @@ def elided_path(path: str | Path, width: int) -> str:
     folders = text[: len(text) - len(name)]  # ends with the separator before the name
     room = width - len(name) - len(ELLIPSIS)
     if room < 2:
-        return ELLIPSIS + "/" + name if folders else name
+        return name  # no room for a hint of the folders: the name is what matters
     head = room // 2
     tail = room - head
     return folders[:head] + ELLIPSIS + folders[len(folders) - tail :] + name

@@ -270,10 +270,7 @@ def has_probabilities(a: TokenStep | None, b: TokenStep | None) -> bool:
     return all(step is None or step.logsumexp is not None for step in (a, b))
 
 
-NO_PROBABILITY = (
-    "no p (probability) here: it needs the score of every token in the vocabulary, "
-    "which is kept only at the fork"
-)
+NO_PROBABILITY = "no p (probability) here: only the fork keeps every token's score, which p needs"
 """Under the candidates of a step without its normalizer: why the p column is missing."""
 
 
