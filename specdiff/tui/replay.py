@@ -51,6 +51,7 @@ STATE_ROOM = 40
 PAUSE, RESUME, REPLAY_AGAIN = "toggle_pause", "resume_replay", "replay_again"
 """The screen's actions for space, one offered at a time so the footer says what
 space does now."""
+SPACE_ACTIONS = (PAUSE, RESUME, REPLAY_AGAIN)
 
 
 class Replay:

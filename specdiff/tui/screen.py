@@ -37,7 +37,7 @@ from specdiff.tui.messages import (
     StepsArrived,
 )
 from specdiff.tui.output import OutputFiles
-from specdiff.tui.replay import PAUSE, REPLAY_AGAIN, RESUME, Replay
+from specdiff.tui.replay import SPACE_ACTIONS, Replay
 from specdiff.tui.view_state import (
     CompareView,
     fitted,
@@ -60,7 +60,6 @@ NARROW_COLUMNS = 100
 """Below this width the input rows fold into a one-line config bar that `c` opens."""
 SHORT_ROWS = 30
 """Below this height the panel and the margin strips are smaller."""
-SPACE_ACTIONS = (PAUSE, RESUME, REPLAY_AGAIN)
 CONFIRM_SECONDS = 5.0
 """How long a first `r` over a replay waits for the second that loads the model."""
 
@@ -513,12 +512,6 @@ class CompareScreen(Screen[None]):
     def on_session_load_failed(self, message: SessionLoadFailed) -> None:
         self.replay.load_failed(message)
 
-    def action_resume_replay(self) -> None:
-        self.action_toggle_pause()
-
-    def action_replay_again(self) -> None:
-        self.action_toggle_pause()
-
     def action_stop_replay(self) -> None:
         """x over a replay: nothing runs to stop; say what does what instead."""
         self.note("x stops a live run; this is a recording: space pauses it, r runs it live")
@@ -528,6 +521,9 @@ class CompareScreen(Screen[None]):
             self.note("space pauses a replay (specdiff replay FILE)")
             return
         self.replay.toggle_pause()
+
+    # space's other names in the footer, while paused and at the end
+    action_resume_replay = action_replay_again = action_toggle_pause
 
     # -- navigation
 
