@@ -19,6 +19,7 @@ from specdiff.sessions.playback import (
 )
 from specdiff.sessions.store import load_session
 from specdiff.tui.app import make_app
+from specdiff.tui.paths import shown_path
 from tests.conftest import wait_for
 
 SESSION = Path(__file__).parent / "data" / "ubatch-roman-empire.jsonl"
@@ -125,7 +126,8 @@ async def test_replay_streams_at_the_recorded_pace_and_ends_with_the_fork() -> N
         expected = load_session(SESSION).comparison().fork
         assert app.fork is not None and app.fork.index == expected.index
         status = app.query_one("#status").plain
-        assert status.startswith("replayed: ") and " 120/120 steps " in status
+        assert status.startswith(f"REPLAY {shown_path(SESSION)} · replayed: ")
+        assert " 120/120 steps " in status
 
 
 async def test_space_pauses_and_arrows_step_token_by_token() -> None:

@@ -70,7 +70,11 @@ async def test_live_run_streams_forks_and_navigates(
         # none that way: how many there are depends on the CPU), arrows token by token
         await pilot.press("d")
         assert app.cursor == expected.index
-        ties = [i for i, s in enumerate(app.lanes["a"].steps) if s.margin < app.near_tie]
+        ties = [
+            i
+            for i, s in enumerate(app.lanes["a"].steps[: expected.index])
+            if s.margin < app.near_tie
+        ]
         await pilot.press("n")
         next_tie = min((i for i in ties if i > expected.index), default=expected.index)
         assert app.cursor == next_tie
@@ -541,7 +545,7 @@ async def test_pause_at_fork_stops_with_the_fork_on_screen(speed, paths) -> None
                 assert len(app.lanes[lane_id].steps) == wanted
                 assert token_in_view(app, lane_id, fork.index)
             status = app.query_one("#status").plain
-            assert status.startswith("paused at the fork: space resumes")
+            assert status.startswith("REPLAY ") and "· paused at the fork: space resumes" in status
             await pilot.press("space")
             await wait_for(pilot, lambda: app.playback.finished, 30)
             assert not app.playback.paused  # it paused once, not at every later step
@@ -586,7 +590,7 @@ async def test_e_writes_the_html_report_and_names_it(tmp_path) -> None:
             await pilot.pause()
             written = sorted((tmp_path / "out").glob(f"{path.stem}*.html"))
             assert [p.name for p in written] == [f"{path.stem}-2.html", f"{path.stem}.html"]
-            assert str(written[0]) in app.query_one("#status").plain
+            assert written[0].name in app.query_one("#status").plain
             assert written[1].read_text(encoding="utf-8").lstrip().lower().startswith("<!doctype")
 
 
@@ -614,7 +618,7 @@ async def test_a_screenshot_needs_no_downloads_folder(tmp_path, monkeypatch) -> 
         app.deliver_screenshot()
         await wait_for(pilot, lambda: list(home.rglob("*.svg")), 10)
     (shot,) = home.rglob("*.svg")
-    assert shot.parent.name == "sessions" and not (home / "Downloads").exists()
+    assert shot.parent.name == "screenshots" and not (home / "Downloads").exists()
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -830,7 +834,10 @@ async def test_status_lines_lead_with_the_keys(size) -> None:
     app = session_app()
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
-        assert app.query_one("#status").plain.startswith("d jumps to the fork · ")
+        # after what is on screen (a replay, and its file), what to press
+        badge, keys = app.query_one("#status").plain.split(" · ", 1)
+        assert badge.startswith("REPLAY ") and badge.endswith(".jsonl")
+        assert keys.startswith("d jumps to the fork · ")
 
 
 async def test_d_is_offered_only_where_there_is_a_fork(tmp_path) -> None:

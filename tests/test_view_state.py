@@ -79,6 +79,25 @@ def test_n_and_p_go_through_the_current_lanes_near_ties_only() -> None:
     assert (view.next_tie(), view.previous_tie()) == (1, None)
 
 
+def test_n_and_p_stop_at_the_fork_where_the_shading_stops() -> None:
+    """Near ties after the fork (compared by index, though the contexts differ) are not
+    shaded, so n does not go there either, and says why."""
+    view = view_of(
+        steps("a", [1, 2, 3, 4, 5, 6], [1.0, 0.1, 1.0, 0.2, 0.1, 1.0]),
+        steps("b", [1, 2, 3, 9, 5, 6]),
+    )
+    view.update_comparison()
+    assert view.fork is not None and view.fork.index == 3
+    view.select("a", 0)
+    assert view.near_ties() == (1,) and view.next_tie() == 1
+    view.select("a", 1)
+    assert view.next_tie() is None
+    assert "before the fork (token 3)" in view.no_tie_note("after")
+    view.select("a", 5)
+    assert view.previous_tie() == 1
+    assert view.stats_parts("a", presets()["ubatch"], None)[-1] == "1 near tie"
+
+
 def test_the_arrows_stop_at_either_end_and_start_from_the_near_end() -> None:
     view = view_of(steps("a", [1, 2, 3]), steps("b", [1, 2, 3]))
     # without a cursor → counts from the start, ← from past the end

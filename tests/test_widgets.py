@@ -4,6 +4,7 @@ lines, a theme switch in the middle of a replay and the aligned view."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -299,7 +300,27 @@ def test_past_the_fork_the_panel_warns_that_contexts_differ(index: int) -> None:
     view = PanelView(index, a[index], b[index], fork_at(a, b), None, len(a))
     text = "\n".join(panel_text(view, 120, 12))
     assert ("compared by index" in text) == (index > 1)
-    assert "p: no normalizer recorded" in text  # these steps carry no logsumexp
+
+
+
+@pytest.mark.parametrize("normalized", [True, False])
+def test_the_p_column_is_shown_only_with_a_probability_and_its_absence_is_explained(
+    normalized: bool,
+) -> None:
+    """These steps carry no normalizer (logsumexp) unless given one: without it no p
+    column stands empty, a line says why in plain words."""
+    a, b = forked_steps()
+    if normalized:
+        a = [dataclasses.replace(s, logsumexp=6.0) for s in a]
+        b = [dataclasses.replace(s, logsumexp=6.0) for s in b]
+    view = PanelView(3, a[3], b[3], fork_at(a, b), None, len(a))
+    lines = panel_text(view, 120, 12)
+    table_header = next(line for line in lines if line.startswith("a token"))
+    assert (" p " in f"{table_header} ") == normalized
+    explained = any("no p (probability) here" in line for line in lines)
+    assert explained != normalized
+    if normalized:  # exp(5 - 6): the candidate's probability, to three places
+        assert "0.368" in "\n".join(lines)
 
 
 # -- in the app ------------------------------------------------------------------------

@@ -30,6 +30,8 @@ from specdiff.sessions.store import Session, SessionStream
 from specdiff.tui.controls import RunSettings
 from specdiff.tui.help import HelpScreen
 from specdiff.tui.live import SWITCH_INTERVAL
+from specdiff.tui.output import screenshot_name
+from specdiff.tui.paths import line_with_path
 from specdiff.tui.screen import CompareScreen
 from specdiff.tui.themes import APP_VARIABLES, DEFAULT_THEME, load_themes
 from specdiff.tui.view_state import LaneState
@@ -186,14 +188,18 @@ class SpecdiffApp(App[int]):
         path: str | None = None,
         time_format: str | None = None,
     ) -> str | None:
-        # Textual saves to ~/Downloads by default, which need not exist
+        # Textual saves to ~/Downloads by default, which need not exist; specdiff's go to
+        # a screenshots folder of their own, and the status line names the file
         try:
-            folder = Path(path) if path else self.compare.output.folder()
+            folder = Path(path) if path else self.compare.output.screenshots_folder()
         except OSError as error:
             self.notify(f"no screenshot saved: {error}", severity="error", timeout=8)
             return None
-        key = super().deliver_screenshot(filename, str(folder), time_format)
-        self.compare.set_status(f"screenshot saved in {folder}")
+        name = filename or screenshot_name(folder)
+        key = super().deliver_screenshot(name, str(folder), time_format)
+        self.compare.set_status(
+            line_with_path("screenshot saved: ", folder / name, "", self.size.width)
+        )
         return key
 
     def action_next_theme(self) -> None:

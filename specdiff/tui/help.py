@@ -25,7 +25,7 @@ HELP_ROWS = (
     ("r", "run again; over a replay, press twice (the model loads)"),
     ("x", "stop both lanes"),
     ("d", "jump to the fork (both panes)"),
-    ("n / p", "next / previous near tie in the current lane"),
+    ("n / p", "next / previous near tie (the shaded tokens before the fork), current lane"),
     ("← / →", "previous / next token"),
     ("space (replay)", "pause / resume; at the end, play it again"),
     ("← / → (replay, paused)", "hide / show one token; the panel follows it"),

@@ -171,10 +171,23 @@ class LiveRun:
         except SpecdiffError as error:
             post(RunFailed(str(error), error.lane))
 
+    @property
+    def worker_pid(self) -> int | None:
+        """The process id of the worker holding the loaded lanes, while one lives: the
+        same id from one run to the next means the lanes were not loaded again."""
+        runner = self._runner
+        return runner.process.pid if runner is not None and runner.alive else None
+
+    def holds(self, pair: Pair) -> bool:
+        """Whether `pair`'s lanes are loaded already: a run with another prompt (or max
+        tokens) starts on them; only other lane settings make another pair."""
+        runner = self._runner
+        return runner is not None and runner.pair == pair and runner.alive
+
     def runner_for(self, pair: Pair, status: Callable[[str], None]) -> PairWorker:
         """Reuse loaded lanes while the pair stays the same and their process lives (runs
         in the worker thread); after a crash the next run starts a fresh one."""
-        if self._runner is not None and self._runner.pair == pair and self._runner.alive:
+        if self._runner is not None and self.holds(pair):
             return self._runner
         if self._runner is not None:
             self._runner.close()
@@ -235,7 +248,11 @@ class Streaming:
         screen.render_lanes(follow=True)
         screen.running = True
         screen.live.cancel.clear()
-        screen.set_status(f"loading {pair.name}…")
+        # said as it is: the lanes load only for a pair whose settings changed
+        loaded = screen.live.holds(pair)
+        screen.set_status(
+            f"starting {pair.name} on the loaded lanes…" if loaded else f"loading {pair.name}…"
+        )
         screen.run_worker(
             partial(self.generate, pair, prompt, max_tokens),
             thread=True,
@@ -261,9 +278,10 @@ class Streaming:
         if screen.shutting_down:
             return
         screen.pacer.restart()
+        # the number that says how long it may take first: a narrow line cuts the end
         screen.set_status(
-            f"generating: {message.prompt_tokens}-token prompt, up to "
-            f"{screen.live.max_tokens} tokens per lane"
+            f"generating up to {screen.live.max_tokens} tokens a lane · "
+            f"prompt {counted(message.prompt_tokens, 'token')}"
         )
 
     def arrived(self, message: StepsArrived) -> None:

@@ -1,14 +1,19 @@
 """What the app writes: the run as a session file (`s`), the HTML report of what is on
-screen (`e`), screenshots. All go to the sessions folder, made when missing."""
+screen (`e`), screenshots. Sessions and reports go to the sessions folder, screenshots to
+a `screenshots` folder beside it (an SVG among the sessions would be offered to
+`specdiff replay`); each folder is made when missing. A run is saved once: `e` writes its
+session file for the report, and a later `s` names that file instead of writing another."""
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specdiff.errors import SpecdiffError
 from specdiff.results import PairResult
 from specdiff.sessions.store import Session, load_session, save_result, sessions_dir
+from specdiff.tui.paths import line_with_path
 
 if TYPE_CHECKING:  # the screen whose run or session is written; only its type is needed
     from specdiff.tui.screen import CompareScreen
@@ -42,9 +47,20 @@ class OutputFiles:
         folder.mkdir(parents=True, exist_ok=True)
         return folder
 
-    def save(self, result: PairResult) -> Path:
+    def screenshots_folder(self) -> Path:
+        """Where screenshots go: `screenshots` beside the sessions folder (made when
+        missing)."""
+        folder = sessions_dir(self.sessions_dir).parent / "screenshots"
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    def save(self, result: PairResult) -> tuple[Path, bool]:
+        """The run's session file, and whether it was written just now (False: it was
+        written already, by `s` or for a report, and is not written twice)."""
+        if self.saved is not None:
+            return self.saved, False
         self.saved = save_result(result, self.sessions_dir)
-        return self.saved
+        return self.saved, True
 
     def session_on_screen(self, session: Session | None, result: PairResult | None) -> Session:
         """The recorded session shown, or the finished live run saved as one."""
@@ -56,15 +72,19 @@ class OutputFiles:
             self.saved = save_result(result, self.sessions_dir)
         return load_session(self.saved)
 
-    def report(self, session: Session | None, result: PairResult | None, near_tie: float) -> Path:
-        """Write the HTML report of what is on screen; where it went."""
+    def report(
+        self, session: Session | None, result: PairResult | None, near_tie: float
+    ) -> tuple[Path, bool]:
+        """Write the HTML report of what is on screen; where it went, and whether the
+        live run's session file was written for it just now."""
         # deferred: the report renderer loads only when a report is asked for
         from specdiff.reports.export import export_session, write_report
 
+        saved_before = self.saved
         shown = self.session_on_screen(session, result)
         path = free_path(self.folder(), shown.path.stem, ".html")
         write_report(export_session(shown, "html", near_tie), path)
-        return path
+        return path, session is None and saved_before is None
 
     def save_shown(self, screen: CompareScreen) -> None:
         """`s`: save the finished run on `screen`, and say where (or why not)."""
@@ -77,17 +97,32 @@ class OutputFiles:
             )
             return
         try:
-            screen.set_status(f"saved {self.save(result)}")
+            path, written = self.save(result)
         except (OSError, SpecdiffError) as error:
             screen.notify(f"could not save the session: {error}", severity="error")
+            return
+        said = "saved: " if written else "already saved: "
+        screen.set_status(line_with_path(said, path, "", screen.size.width))
 
     def report_shown(self, screen: CompareScreen) -> None:
         """`e`: write the HTML report of what is on `screen`, and say where (or why not)."""
         try:
             if screen.running:
                 raise SpecdiffError("the run is still going: wait for it or stop it (x), then e")
-            path = self.report(screen.session, screen.view.result, screen.near_tie)
+            path, session_written = self.report(
+                screen.session, screen.view.result, screen.near_tie
+            )
         except (OSError, SpecdiffError) as error:
             screen.notify(f"no report written: {error}", severity="error", timeout=8)
             return
-        screen.set_status(f"report written: {path}")
+        # the report reads a session file: a live run is saved for it (the same name,
+        # .jsonl), and the line says so in few words so the file name keeps its room
+        after = " + .jsonl" if session_written else ""
+        screen.set_status(line_with_path("report written: ", path, after, screen.size.width))
+
+
+def screenshot_name(folder: Path) -> str:
+    """A new screenshot's file name in `folder`: the time it was taken, never one that
+    is there already."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return free_path(folder, f"specdiff-{stamp}", ".svg").name

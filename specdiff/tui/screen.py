@@ -37,7 +37,7 @@ from specdiff.tui.messages import (
     StepsArrived,
 )
 from specdiff.tui.output import OutputFiles
-from specdiff.tui.replay import Replay
+from specdiff.tui.replay import SPACE_ACTIONS, Replay
 from specdiff.tui.view_state import (
     CompareView,
     fitted,
@@ -84,12 +84,16 @@ class CompareScreen(Screen[None]):
         Binding("escape", "panes", "panes"),
         Binding("r", "run", "run"),
         Binding("x", "stop", "stop"),
+        Binding("x", "stop_replay", "stop", show=False),
         Binding("d", "fork", "fork"),
         Binding("n", "next_tie", "next tie"),
         Binding("p", "previous_tie", "prev tie"),
         Binding("left", "move(-1)", "←", show=False),
         Binding("right", "move(1)", "→", show=False),
+        # space: one of the three at a time (Replay.space_action), named for what it does
         Binding("space", "toggle_pause", "pause"),
+        Binding("space", "resume_replay", "resume"),
+        Binding("space", "replay_again", "replay"),
         Binding("l", "switch_lane", "lane"),
         Binding("a", "toggle_aligned", "aligned"),
         Binding("c", "configure", "config"),
@@ -192,14 +196,16 @@ class CompareScreen(Screen[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # space belongs to replays, escape to inputs, c to narrow screens: each is
         # hidden from the footer where it does nothing
-        if action == "toggle_pause":
-            return self.replay.playback is not None
+        if action in SPACE_ACTIONS:
+            return self.replay.space_action() == action
         if action == "panes":
             return not self.panes_focused or self.has_class("configuring")
         if action == "configure":
             return self.has_class("narrow")
         if action == "stop":
-            return None if self.replaying else True
+            return not self.replaying
+        if action == "stop_replay":
+            return self.replaying
         if action == "fork":
             recorded = self.replay.playback is not None and self.replay.fork_index is not None
             return self.view.fork is not None or recorded
@@ -508,11 +514,18 @@ class CompareScreen(Screen[None]):
     def on_session_load_failed(self, message: SessionLoadFailed) -> None:
         self.replay.load_failed(message)
 
+    def action_stop_replay(self) -> None:
+        """x over a replay: nothing runs to stop; say what does what instead."""
+        self.note("x stops a live run; this is a recording: space pauses it, r runs it live")
+
     def action_toggle_pause(self) -> None:
         if self.replay.playback is None:
             self.note("space pauses a replay (specdiff replay FILE)")
             return
         self.replay.toggle_pause()
+
+    # space's other names in the footer, while paused and at the end
+    action_resume_replay = action_replay_again = action_toggle_pause
 
     # -- navigation
 
@@ -537,14 +550,14 @@ class CompareScreen(Screen[None]):
     def action_next_tie(self) -> None:
         index = self.view.next_tie()
         if index is None:
-            self.note(f"no near tie after this in lane {self.view.cursor_lane}")
+            self.note(self.view.no_tie_note("after"))
             return
         self.move_cursor(self.view.cursor_lane, index)
 
     def action_previous_tie(self) -> None:
         index = self.view.previous_tie()
         if index is None:
-            self.note(f"no near tie before this in lane {self.view.cursor_lane}")
+            self.note(self.view.no_tie_note("before"))
             return
         self.move_cursor(self.view.cursor_lane, index)
 

@@ -86,7 +86,10 @@ def lane_differences(pair: Pair) -> tuple[str, ...]:
 def near_ties_before(
     steps: Sequence[TokenStep], threshold: float, fork: Fork | None
 ) -> tuple[tuple[int, float], ...]:
-    """(index, margin) of a lane's near ties before the fork (all of them without one)."""
+    """(index, margin) of a lane's near ties before the fork (all of them without one).
+    The one definition of the near ties the app points at: the panes shade these (after
+    the fork a token's colour says which lane has it), n and p visit these, the panel
+    and the stats line count these."""
     end = fork.index if fork is not None else len(steps)
     return tuple((index, steps[index].margin) for index in near_ties(steps[:end], threshold))
 
@@ -181,8 +184,9 @@ class CompareView:
     # -- the cursor
 
     def near_ties(self) -> tuple[int, ...]:
-        """The current lane's near ties, by index."""
-        return near_ties(self.lanes[self.cursor_lane].steps, self.near_tie)
+        """The current lane's near ties, by index: those shaded, before the fork."""
+        steps = self.lanes[self.cursor_lane].steps
+        return tuple(index for index, _ in near_ties_before(steps, self.near_tie, self.fork))
 
     def next_tie(self) -> int | None:
         """The current lane's first near tie after the cursor (from the start without one)."""
@@ -193,6 +197,14 @@ class CompareView:
         """The current lane's last near tie before the cursor (none without a cursor)."""
         earlier = [i for i in self.near_ties() if self.cursor is not None and i < self.cursor]
         return earlier[-1] if earlier else None
+
+    def no_tie_note(self, where: str) -> str:
+        """What n (`where` "after") or p ("before") says when there is no near tie that
+        way: after the fork it says why n stops there."""
+        note = f"no near tie {where} this in lane {self.cursor_lane}"
+        if self.fork is not None and where == "after":
+            note += f" before the fork (token {self.fork.index}): near ties end there"
+        return note
 
     def moved(self, delta: int) -> int | None:
         """Where ←/→ take the cursor in the current lane: from the start (or the end)
@@ -246,7 +258,7 @@ class CompareView:
             parts.insert(0, f"stopped: lane {self.stopped_by} failed")
         if getattr(pair, lane_id).speculative and state.drafted:
             parts.append(f"{state.accepted / state.drafted:.0%} accepted")
-        ties = sum(1 for step in state.steps if step.margin < self.near_tie)
+        ties = len(near_ties_before(state.steps, self.near_tie, self.fork))
         parts.append(counted(ties, "near tie"))
         if grade is not None:
             parts.insert(1, "PASS" if grade[0] else "FAIL")

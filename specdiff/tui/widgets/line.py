@@ -30,4 +30,12 @@ class Line(Widget):
         return self._text.plain
 
     def render(self) -> Text:
+        # Cut here, at the width: handed a longer line, Textual wraps it at a space and
+        # shows the first row only, so a line ending in a long word (a file's path)
+        # lost that whole word instead of its last few characters.
+        width = self.size.width
+        if width and self._text.cell_len > width:
+            cut = self._text.copy()
+            cut.truncate(width, overflow="ellipsis")
+            return cut
         return self._text

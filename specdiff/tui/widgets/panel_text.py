@@ -155,15 +155,26 @@ def panel_body(view: PanelView, width: int, rows: int) -> RenderableType | None:
     allows; None without a selected step or room."""
     if view.index is None:
         return None
-    table = _candidate_table(view.a, view.b, rows - 1) if rows > 1 else None
-    notes = _side_notes(view, max(0, rows)) if width >= SIDE_NOTES_WIDTH else None
+    table = _candidate_table(view.a, view.b, rows) if rows > 1 else None
+    # without probabilities a line under the table says why: the notes leave it room
+    note_rows = rows if has_probabilities(view.a, view.b) else rows - 1
+    notes = _side_notes(view, max(0, note_rows)) if width >= SIDE_NOTES_WIDTH else None
     if table is not None and notes is not None:
         grid = Table.grid(expand=True, padding=(0, 0, 0, 3))
         grid.add_column(no_wrap=True)
         grid.add_column(ratio=1, overflow="ellipsis")
         grid.add_row(table, notes)
-        return grid
-    return table
+        body: RenderableType = grid
+    elif table is None:
+        return None
+    else:
+        body = table
+    if has_probabilities(view.a, view.b):
+        return body
+    # a line of its own under the table: inside it, its length would set the column's
+    why = Text(NO_PROBABILITY, style=Style(dim=True, italic=True))
+    why.no_wrap, why.overflow = True, "ellipsis"
+    return Group(body, why)
 
 
 def body_key(view: PanelView, width: int, rows: int) -> tuple[object, ...]:
@@ -194,9 +205,8 @@ def _panel_lines(
     if view.index is None:
         keys = "d jumps to the fork, " if fork is not None else ""
         return [_one_line((f"no token selected: {keys}n/p near ties, ←/→ token by token", "dim"))]
-    no_normalizer = any(step is not None and step.logsumexp is None for step in (a, b))
-    p_note = " · p: no normalizer recorded" if no_normalizer else ""
-    p_note += "".join(  # a drafted step's numbers: "rescored by llama-server /completion"
+    # where probabilities are missing the candidates table says why, under itself
+    p_note = "".join(  # a drafted step's numbers: "rescored by llama-server /completion"
         f" · {lane} {visible(step.source)}"
         for lane, step in (("a", a), ("b", b))
         if step and step.source
@@ -280,14 +290,33 @@ def _fork_lines(
     ]
 
 
+def has_probabilities(a: TokenStep | None, b: TokenStep | None) -> bool:
+    """Whether both steps kept their normalizer, which a probability needs."""
+    return all(step is None or step.logsumexp is not None for step in (a, b))
+
+
+NO_PROBABILITY = "no p (probability) here: only the fork keeps every token's score, which p needs"
+"""Under the candidates of a step without its normalizer: why the p column is missing."""
+
+
 def _candidate_table(a: TokenStep | None, b: TokenStep | None, rows: int) -> Table:
+    """Both lanes' candidates in `rows` lines (the header included); the p columns only
+    where both steps kept what a probability needs (else `panel_body` says why under
+    the table, in a line of its own, which `rows` leaves room for)."""
+    with_p = has_probabilities(a, b)
     table = Table(box=None, pad_edge=False, expand=False, show_edge=False)
-    for header in ("a token", "logit", "p", "", "b token", "logit", "p"):
+    lane_headers = ("token", "logit", "p") if with_p else ("token", "logit")
+    for header in (*lane_headers, "", *lane_headers):
         table.add_column(header, no_wrap=True, overflow="ellipsis", max_width=18)
-    rows_a, rows_b = _candidate_rows(a), _candidate_rows(b)
-    for row in range(min(rows, max(len(rows_a), len(rows_b)))):
-        left = rows_a[row] if row < len(rows_a) else ("", "", "")
-        right = rows_b[row] if row < len(rows_b) else ("", "", "")
+    for lane_id, column in (("a", 0), ("b", len(lane_headers) + 1)):
+        table.columns[column].header = f"{lane_id} token"
+    width = len(lane_headers)
+    rows_a = [row[:width] for row in _candidate_rows(a)]
+    rows_b = [row[:width] for row in _candidate_rows(b)]
+    shown = rows - 1 if with_p else rows - 2  # the header; the caption where there is one
+    for row in range(min(shown, max(len(rows_a), len(rows_b)))):
+        left = rows_a[row] if row < len(rows_a) else ("",) * width
+        right = rows_b[row] if row < len(rows_b) else ("",) * width
         table.add_row(*left, "│", *right)
     return table
 

@@ -1,0 +1,39 @@
+"""`r` with a new prompt runs on the lanes already loaded: the worker process that
+loaded them answers again, and says nothing of loading (its own progress messages).
+Only a change to a lane's settings loads the lanes again."""
+
+from __future__ import annotations
+
+import pytest
+
+from specdiff.lanes import presets
+from specdiff.tui.app import make_app
+from tests.conftest import wait_for
+
+
+@pytest.mark.model
+async def test_a_new_prompt_runs_on_the_lanes_already_loaded() -> None:
+    app = make_app(presets(), "ubatch", "The sea", 4, autostart=False)
+    statuses: list[str] = []
+    async with app.run_test(size=(120, 40)) as pilot:
+        compare = app.compare
+        set_status = compare.set_status
+        compare.set_status = lambda text: (statuses.append(text), set_status(text))[1]
+        await pilot.press("r")
+        await wait_for(pilot, lambda: app.result is not None, 300)
+        first = compare.live.worker_pid
+        assert first is not None and any(text.startswith("loading lane") for text in statuses)
+        statuses.clear()
+        app.query_one("#prompt").value = "A cat"
+        await pilot.press("r")
+        await wait_for(pilot, lambda: app.result is not None and app.result.prompt == "A cat", 300)
+        assert compare.live.worker_pid == first
+        assert not [text for text in statuses if text.startswith("loading")], statuses
+        # a lane's settings changed: that is a new pair, loaded in a new worker
+        app.query_one("#lane-b-overrides").value = "threads=1"
+        statuses.clear()
+        await pilot.press("r")
+        await wait_for(pilot, lambda: app.result is not None and not app.running, 200)
+        assert app.result.pair.b.threads == 1, statuses
+        assert any(text.startswith("loading lane") for text in statuses)
+        assert compare.live.worker_pid not in (None, first)
