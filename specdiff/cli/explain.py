@@ -14,7 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
-from specdiff.autopsy import AutopsyError, AutopsyInterrupted
+from specdiff.autopsy import AutopsyError, AutopsyInterrupted, save_beside
 from specdiff.cli import options
 from specdiff.cli.common import Exit, Status, Subcommands, add_command, interrupt_sets
 from specdiff.cli.run import read_chat_request
@@ -64,6 +64,12 @@ def add_parser(commands: Subcommands) -> None:
     explain.add_argument(
         "--svg", metavar="FILE", help="also write the per-layer growth chart as SVG to FILE"
     )
+    explain.add_argument(
+        "--save",
+        action="store_true",
+        help="with a session file: also write the autopsy beside it (NAME.autopsy.json), "
+        "where the TUI's w key finds it in a replay without loading the model",
+    )
     options.add_json_summary(explain)
     options.add_quiet(explain)
     options.add_allow_servers(explain)
@@ -77,6 +83,8 @@ def command_explain(args: argparse.Namespace) -> int:
     from specdiff.engine.worker import call_in_worker
     from specdiff.reports.autopsy import format_autopsy, growth_svg
 
+    if args.save and args.session is None:
+        raise SpecdiffError("--save writes beside a session file: give one, or leave --save out")
     pair, prompt, max_tokens = read_target(args)
     refuse_servers(pair)
     svg = Path(args.svg).expanduser() if args.svg else None
@@ -101,6 +109,10 @@ def command_explain(args: argparse.Namespace) -> int:
     status.done()
     if svg is not None and not autopsy.nothing_to_explain:
         options.write_output_file(svg, growth_svg(autopsy), "--svg")
+    if args.save:
+        saved = save_beside(Path(args.session).expanduser(), autopsy)
+        if not args.quiet:
+            print(f"specdiff: autopsy saved as {visible(str(saved), 160)}", file=sys.stderr)
     if args.json:
         json.dump(autopsy.to_json(), sys.stdout, indent=1, ensure_ascii=True, allow_nan=False)
         sys.stdout.write("\n")
