@@ -114,7 +114,7 @@ class ForkExplainer:
         if saved is not None:
             self.show(target, saved)
             return
-        problem = missing_model(target)
+        problem = refusal(target)
         if problem is not None:
             self.screen.note(problem)
             return
@@ -132,22 +132,13 @@ class ForkExplainer:
     # -- what to explain
 
     def target(self) -> Target | str:
-        """The run on screen as an autopsy target, or the one line saying why not."""
+        """The run on screen as an autopsy target, or the one line saying why there is
+        none yet."""
         screen = self.screen
         if screen.running:
             return "w explains a finished run: wait for it to end (x stops it)"
-        pair = screen.pair
         session = screen.session
         if session is not None:
-            if saved_beside(session.path).is_file():
-                fork = session.comparison().fork
-                return Target(
-                    pair,
-                    session.prompt,
-                    session.header.max_tokens,
-                    fork.index if fork is not None else -1,
-                    session.path,
-                )
             prompt, max_tokens = session.prompt, session.header.max_tokens
             comparison = session.comparison()
         elif screen.view.result is not None:
@@ -155,12 +146,9 @@ class ForkExplainer:
             prompt, max_tokens, comparison = result.prompt, result.max_tokens, result.comparison
         else:
             return "w explains a fork: run the pair first (r)"
-        if pair.a.backend == "server" or pair.b.backend == "server":
-            return SERVER_LANES
-        if comparison.fork is None:
-            return "nothing to explain: the two lanes agree token for token"
+        fork = comparison.fork.index if comparison.fork is not None else -1
         path = session.path if session is not None else None
-        return Target(pair, prompt, max_tokens, comparison.fork.index, path)
+        return Target(screen.pair, prompt, max_tokens, fork, path)
 
     def saved_for(self, target: Target) -> Autopsy | None:
         """The autopsy saved beside the session on screen, if there is one that reads."""
@@ -289,8 +277,13 @@ class ForkExplainer:
         self.cancel.set()
 
 
-def missing_model(target: Target) -> str | None:
-    """The line for a lane whose model file is gone (a session recorded elsewhere)."""
+def refusal(target: Target) -> str | None:
+    """Why the engine cannot explain this run, in one line; None when it can."""
+    pair = target.pair
+    if pair.a.backend == "server" or pair.b.backend == "server":
+        return SERVER_LANES
+    if target.fork < 0:
+        return "nothing to explain: the two lanes agree token for token"
     for lane_id, lane in (("a", target.pair.a), ("b", target.pair.b)):
         if lane.backend == "local" and lane.model != "default":
             path = Path(lane.model).expanduser()
