@@ -68,11 +68,15 @@ class ForkExplainer:
 
     @property
     def panel(self) -> AutopsyPanel:
+        return self.screen.query_one("#autopsy", AutopsyPanel)
+
+    async def mounted_panel(self) -> AutopsyPanel:
+        """The panel, mounted (with its parts) the first time it is wanted."""
         try:
-            return self.screen.query_one("#autopsy", AutopsyPanel)
+            return self.panel
         except NoMatches:
             panel = AutopsyPanel(id="autopsy")
-            self.screen.mount(panel, after="#panel")
+            await self.screen.mount(panel, after="#panel")
             self.screen.set_interval(CHECK_SECONDS, self.check_still_current)
             return panel
 
@@ -95,8 +99,9 @@ class ForkExplainer:
 
     # -- keys
 
-    def toggle(self) -> None:
+    async def toggle(self) -> None:
         """`w`: stop an autopsy being made, close one shown, else make (or show) one."""
+        await self.mounted_panel()
         if self.running is not None:
             self.stop()
             return
@@ -256,13 +261,18 @@ class ForkExplainer:
     def show(self, target: Target, autopsy: Autopsy) -> None:
         self.shown = (target, autopsy)
         self.shown_over = (self.screen.session, self.screen.view.result)
-        self.open_panel().show_autopsy(self.title(target, "why the lanes fork"), autopsy)
+        title = f"why the lanes fork · {visible(target.pair.name, 40)}"
+        if autopsy.fork is not None:
+            title = f"why the lanes fork at token {autopsy.fork} · {visible(target.pair.name, 40)}"
+            if target.fork >= 0 and target.fork != autopsy.fork:
+                # the autopsy ran the pair again, on this machine: rounding may land elsewhere
+                title += f" (the recording forked at {target.fork})"
+        self.open_panel().show_autopsy(title, autopsy)
         self.screen.set_status("the fork autopsy · w or escape closes it")
 
     @staticmethod
     def title(target: Target, doing: str) -> str:
-        where = f" at token {target.fork}" if target.fork >= 0 else ""
-        return f"{doing}{where} · {visible(target.pair.name, 40)}"
+        return f"{doing} the fork at token {target.fork} · {visible(target.pair.name, 40)}"
 
     def check_still_current(self) -> None:
         """A new run or session replaced the one explained: its autopsy is closed."""

@@ -539,9 +539,9 @@ class CompareScreen(Screen[None]):
             return
         self.move_cursor(self.view.cursor_lane, self.view.fork.index, scroll_both=True)
 
-    def action_explain(self) -> None:
+    async def action_explain(self) -> None:
         """Why the lanes fork: the autopsy in the panel's place (w again closes it)."""
-        self.explainer.toggle()
+        await self.explainer.toggle()
 
     def action_explain_escape(self) -> None:
         self.explainer.escape()
