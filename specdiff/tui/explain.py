@@ -61,6 +61,7 @@ class ForkExplainer:
         self.running: Target | None = None
         self.shown: tuple[Target, Autopsy] | None = None
         self.shown_over: tuple[object, object] = (None, None)
+        self.started_over: tuple[object, object] = (None, None)
         """The session and live result on screen when the autopsy was shown."""
         self.progress_done = 0
 
@@ -179,8 +180,13 @@ class ForkExplainer:
 
     # -- making one
 
+    def on_screen(self) -> tuple[object, object]:
+        """What identifies the run on screen: its session, or its live result."""
+        return (self.screen.session, self.screen.view.result)
+
     def start(self, target: Target) -> None:
         self.running = target
+        self.started_over = self.on_screen()
         self.cancel.clear()
         self.progress_done = 0
         self.open_panel().show_progress(
@@ -256,11 +262,16 @@ class ForkExplainer:
             if problem != "autopsy stopped":
                 self.screen.notify(problem, severity="error", timeout=8)
             return
+        if self.on_screen() != self.started_over:
+            # another run replaced the one explained while the autopsy was being made
+            self.close_panel()
+            self.screen.note("the autopsy finished after its run left the screen: not shown")
+            return
         self.show(target, autopsy)
 
     def show(self, target: Target, autopsy: Autopsy) -> None:
         self.shown = (target, autopsy)
-        self.shown_over = (self.screen.session, self.screen.view.result)
+        self.shown_over = self.on_screen()
         title = f"why the lanes fork · {visible(target.pair.name, 40)}"
         if autopsy.fork is not None:
             title = f"why the lanes fork at token {autopsy.fork} · {visible(target.pair.name, 40)}"
@@ -278,8 +289,7 @@ class ForkExplainer:
         """A new run or session replaced the one explained: its autopsy is closed."""
         if self.shown is None or not self.panel_open or self.running is not None:
             return
-        session, result = self.shown_over
-        if self.screen.session is not session or self.screen.view.result is not result:
+        if self.on_screen() != self.shown_over:
             self.close_panel()
 
     def close(self) -> None:
