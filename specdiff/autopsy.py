@@ -13,12 +13,15 @@ The engine side that fills them in is `specdiff.engine.autopsy`.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from specdiff.errors import SpecdiffError
+from specdiff.files import write_text_atomic
 from specdiff.safe_text import visible
 
 SCHEMA = 1
@@ -664,3 +667,40 @@ def _margin_from(record: _Reader) -> ForkMargin:
         shift=record.number("shift"),
         logits_max_abs=record.number("logits_max_abs"),
     )
+
+
+# -- an autopsy saved beside its session -----------------------------------------------
+SAVED_SUFFIX = ".autopsy.json"
+MAX_SAVED_BYTES = 16 * 1024 * 1024
+
+
+def saved_beside(session_path: Path) -> Path:
+    """Where `specdiff explain SESSION --save` writes the autopsy, and where a replay of
+    that session looks for it: run-1.jsonl's is run-1.autopsy.json."""
+    return session_path.with_name(session_path.stem + SAVED_SUFFIX)
+
+
+def save_beside(session_path: Path, autopsy: Autopsy) -> Path:
+    """Write the record beside its session (atomically: a replay may be reading it)."""
+    target = saved_beside(session_path)
+    text = json.dumps(autopsy.to_json(), indent=1, ensure_ascii=True, allow_nan=False)
+    write_text_atomic(target, text + "\n")
+    return target
+
+
+def load_saved(path: Path) -> Autopsy:
+    """A saved record, checked field by field; anything else is one AutopsyError line."""
+    try:
+        with path.open("rb") as file:
+            raw = file.read(MAX_SAVED_BYTES + 1)
+    except OSError as error:
+        raise AutopsyError(f"{visible(path.name)}: cannot read it ({error.strerror})") from None
+    if len(raw) > MAX_SAVED_BYTES:
+        raise AutopsyError(f"{visible(path.name)}: over {MAX_SAVED_BYTES} bytes; not an autopsy")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise AutopsyError(
+            f"{visible(path.name)}: not JSON; write it again with specdiff explain --save"
+        ) from None
+    return Autopsy.from_json(data)

@@ -172,3 +172,9 @@ def test_command_palette_lists_specdiffs_commands(snap_compare, size: str) -> No
 
     app = demo_app()
     assert snap_compare(app, run_before=open_palette, terminal_size=SMALL_AND_LARGE[size])
+
+
+@pytest.mark.parametrize("size", sorted(SMALL_AND_LARGE))
+def test_the_fork_autopsy_in_the_panel(snap_compare, size: str) -> None:
+    """w over a replay whose autopsy was saved beside its session: shown without a model."""
+    assert snap_compare(session_app(), press=["w"], terminal_size=SMALL_AND_LARGE[size])

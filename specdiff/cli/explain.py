@@ -22,7 +22,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from specdiff.autopsy import DRAFT_KEY, Autopsy, AutopsyError, AutopsyInterrupted, SettingTrial
+from specdiff.autopsy import (
+    DRAFT_KEY,
+    Autopsy,
+    AutopsyError,
+    AutopsyInterrupted,
+    SettingTrial,
+    save_beside,
+)
 from specdiff.cli import options
 from specdiff.cli.common import (
     ArgumentError,
@@ -111,6 +118,12 @@ def add_parser(commands: Subcommands) -> None:
     explain.add_argument(
         "--svg", metavar="FILE", help="also write the per-layer growth chart as SVG to FILE"
     )
+    explain.add_argument(
+        "--save",
+        action="store_true",
+        help="with a session file: also write the autopsy beside it (NAME.autopsy.json), "
+        "where the TUI's w key finds it in a replay without loading the model",
+    )
     options.add_json_summary(explain)
     options.add_quiet(explain)
     options.add_allow_servers(explain)
@@ -124,6 +137,8 @@ def command_explain(args: argparse.Namespace) -> int:
     from specdiff.engine.worker import call_in_worker
     from specdiff.reports.autopsy import growth_svg
 
+    if args.save and args.session is None:
+        raise SpecdiffError("--save writes beside a session file: give one, or leave --save out")
     pair, prompt, max_tokens = read_target(args)
     if pair.a.backend == "server" or pair.b.backend == "server":
         return explain_servers(args, pair, prompt, max_tokens, None)
@@ -156,6 +171,10 @@ def command_explain(args: argparse.Namespace) -> int:
     status.done()
     if svg is not None and not autopsy.nothing_to_explain:
         options.write_output_file(svg, growth_svg(autopsy), "--svg")
+    if args.save:
+        saved = save_beside(Path(args.session).expanduser(), autopsy)
+        if not args.quiet:
+            print(f"specdiff: autopsy saved as {visible(str(saved), 160)}", file=sys.stderr)
     show(autopsy, args.json)
     return Exit.SAME
 

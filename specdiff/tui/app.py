@@ -43,6 +43,7 @@ PALETTE_COMMANDS = (
     ("Run", "run the pair on the prompt (over a replay: press r twice)", "run"),
     ("Stop", "stop both lanes", "stop"),
     ("Jump to the fork", "the first token the lanes differ at, in both panes", "fork"),
+    ("Explain the fork", "why the lanes fork: the setting, layer and operation", "explain"),
     ("Next near tie", "in the current lane", "next_tie"),
     ("Previous near tie", "in the current lane", "previous_tie"),
     ("Switch lane", "move the cursor to the other lane", "switch_lane"),

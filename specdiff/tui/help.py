@@ -25,6 +25,7 @@ HELP_ROWS = (
     ("r", "run again; over a replay, press twice (the model loads)"),
     ("x", "stop both lanes"),
     ("d", "jump to the fork (both panes)"),
+    ("w", "why? the fork autopsy: setting, layer, operation (w or escape stops, closes)"),
     ("n / p", "next / previous near tie (the shaded tokens before the fork), current lane"),
     ("← / →", "previous / next token"),
     ("space (replay)", "pause / resume; at the end, play it again"),

@@ -27,6 +27,7 @@ from specdiff.forecast import model_for
 from specdiff.lanes import Pair, headline
 from specdiff.sessions.store import Session, SessionStream
 from specdiff.tui.controls import Controls
+from specdiff.tui.explain import ForkExplainer
 from specdiff.tui.live import FramePacer, LiveRun, Streaming
 from specdiff.tui.messages import (
     RunFailed,
@@ -86,6 +87,9 @@ class CompareScreen(Screen[None]):
         Binding("x", "stop", "stop"),
         Binding("x", "stop_replay", "stop", show=False),
         Binding("d", "fork", "fork"),
+        Binding("w", "explain", "why?"),
+        # tried when escape has no input to leave: it stops or closes the fork autopsy
+        Binding("escape", "explain_escape", "close autopsy", show=False),
         Binding("n", "next_tie", "next tie"),
         Binding("p", "previous_tie", "prev tie"),
         Binding("left", "move(-1)", "←", show=False),
@@ -139,6 +143,7 @@ class CompareScreen(Screen[None]):
         self.controls = Controls(
             pairs, pair_name, prompt, max_tokens, overrides, refused_pairs, id="run-controls"
         )
+        self.explainer = ForkExplainer(self)
         self._confirm_timer: Timer | None = None
         self._status = ""
         """The status line's text without the note shown before it."""
@@ -547,6 +552,13 @@ class CompareScreen(Screen[None]):
             return
         self.move_cursor(self.view.cursor_lane, self.view.fork.index, scroll_both=True)
 
+    async def action_explain(self) -> None:
+        """Why the lanes fork: the autopsy in the panel's place (w again closes it)."""
+        await self.explainer.toggle()
+
+    def action_explain_escape(self) -> None:
+        self.explainer.escape()
+
     def action_next_tie(self) -> None:
         index = self.view.next_tie()
         if index is None:
@@ -607,3 +619,4 @@ class CompareScreen(Screen[None]):
         would restyle fields that are gone)."""
         self.replay.stop()
         self.live.close()
+        self.explainer.close()
