@@ -57,3 +57,30 @@ def test_every_property_is_printed_with_its_verdict_and_evidence(capsys) -> None
 
 def entry(data: dict[str, Any], name: str) -> dict[str, Any]:
     return next(found for found in data["properties"] if found["name"] == name)
+
+
+def test_ctrl_c_stops_the_battery_with_exit_130() -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    process = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "specdiff", "certify", "--property", "run-to-run"),
+            *("-n", "50", "--max-tokens", "200", *ONE_THREAD),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stderr is not None
+    # the interrupt comes once the battery has started, however long the start took
+    started = process.stderr.readline()
+    assert started.startswith("certify: run-to-run on the in-process engine"), started
+    time.sleep(1)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert "specdiff: interrupted" in stderr
+    assert "Traceback" not in stderr and "worker failed" not in stderr

@@ -26,6 +26,7 @@ from specdiff.cli.common import (
     known_pairs,
     resolve_pair,
 )
+from specdiff.errors import SpecdiffError
 from specdiff.lanes import Lane, Pair, check_endpoints, without_credentials
 from specdiff.safe_text import terminal_text, visible
 
@@ -153,16 +154,25 @@ def command_certify(args: argparse.Namespace) -> int:
         # a URL's user:password is masked, as certify's JSON and repeat do
         else visible(without_credentials(lane.endpoint))
     )
-    status.message(f"certify: {len(properties)} properties on {where}")
+    checked = properties[0] if len(properties) == 1 else f"{len(properties)} properties"
+    status.message(f"certify: {checked} on {where}")
     cancel = threading.Event()
-    with interrupt_sets(cancel):
-        data = call_in_worker(
-            certify,
-            (lane, settings, other, control),
-            {"progress": status.message},
-            cancel,
-            doing="running the certify battery",
-        )
+    try:
+        with interrupt_sets(cancel):
+            data = call_in_worker(
+                certify,
+                (lane, settings, other, control),
+                {"progress": status.message},
+                cancel,
+                doing="running the certify battery",
+            )
+    except SpecdiffError:
+        if not cancel.is_set():
+            raise
+        # Ctrl+C reached the battery as a cancel, which the worker reports as its error
+        status.done()
+        print("specdiff: interrupted", file=sys.stderr)
+        return Exit.INTERRUPTED
     if args.mode_flag:
         data["subject"]["mode_flag"] = args.mode_flag
     return report(args, data)

@@ -174,7 +174,7 @@ def add_max_tokens(
         "--max-tokens",
         type=token_budget,
         default=default,
-        help=f"tokens per lane (default {DEFAULT_MAX_TOKENS})",
+        help=f"tokens per lane (default {DEFAULT_MAX_TOKENS if default is None else default})",
     )
 
 
