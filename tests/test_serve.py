@@ -41,6 +41,7 @@ from specdiff.cli.serve import (
 from specdiff.tui.browser import (
     BrowserServer,
     OfflineTemplates,
+    OneLine,
     ServeError,
     allowed_origins,
     listen,
@@ -589,3 +590,19 @@ async def drive_the_page(url: str, page_socket: str) -> None:
         await tools.wait_for_text(lambda text: "specdiff keys" in text, "the help screen")
         errors = [e for e in tools.events if e.get("method") == "Runtime.exceptionThrown"]
         assert errors == [], errors
+
+
+def test_a_logged_error_is_one_escaped_line_without_its_traceback() -> None:
+    import logging
+    import sys
+
+    try:
+        raise ValueError("bad Origin \x1b[2J")
+    except ValueError:
+        record = logging.LogRecord(
+            "aiohttp.server", logging.ERROR, __file__, 1, "Error handling request", None,
+            sys.exc_info(),
+        )
+    line = OneLine().format(record)
+    assert line == "specdiff serve: Error handling request: ValueError: bad Origin \\x1b[2J"
+    assert "\n" not in line and "Traceback" not in line

@@ -75,6 +75,18 @@ class OfflineTemplates(jinja2.FileSystemLoader):
         return _REMOTE_FONT.sub(_BUNDLED_FONT, source), filename, uptodate
 
 
+class OneLine(logging.Formatter):
+    """A log record as one escaped line: its message, then its exception's type and
+    text, never the traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            error = record.exc_info[1]
+            line = f"{line}: {type(error).__name__}: {error}"
+        return f"specdiff serve: {visible(line, 300)}"
+
+
 def origin_of(url: str) -> str:
     """scheme://host[:port] as a browser writes it in an Origin header: lower case, the
     scheme's default port left out."""
@@ -157,8 +169,10 @@ class BrowserServer(Server):
         # textual-serve's own lines (an app that failed to start) as plain lines on
         # stderr, without its colour and local-variable tracebacks
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("specdiff serve: %(message)s"))
-        for name in ("textual-serve", log.name):
+        handler.setFormatter(OneLine())
+        # aiohttp's server logs a malformed request (anyone who reaches the port can send
+        # one) with a full traceback: on a presenter's terminal that is one line too
+        for name in ("textual-serve", log.name, "aiohttp.server", "aiohttp.web"):
             logger = logging.getLogger(name)
             logger.handlers[:] = [handler]
             logger.setLevel(logging.WARNING)
