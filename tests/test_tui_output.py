@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specdiff.lanes import presets
-from specdiff.sessions.format import LaneOutcome, PairResult
+from specdiff.results import LaneOutcome, PairResult
 from specdiff.sessions.store import load_session
 from specdiff.tui.app import SpecdiffApp, make_app
 from specdiff.tui.messages import RunFinished
