@@ -129,7 +129,7 @@ async def wait_for(pilot: Pilot, condition: Callable[[], object], timeout: float
 # the run includes the fuzz tier (the full suite, `-m fuzz`). No deadline in either: a
 # deadline is a timed assert, and fails a property on a busy machine, not a broken one.
 settings.register_profile("fast", max_examples=40, deadline=None)
-settings.register_profile("deep", max_examples=300, deadline=None)
+settings.register_profile("deep", max_examples=100, deadline=None)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -173,11 +173,9 @@ def serve(descriptor: int, due_path: str) -> None:
             with lane_failure(lane_id):
                 refuse_unsupported_offload(((lane_id, lane),))
         # before any lane decodes: a kernel that crashes on this CPU is found by a probe
-        # in a further child, not by the run (each lane's own, so a model that is not
-        # there is that lane's failure)
-        for lane_id, lane in (("a", pair.a), ("b", pair.b)):
-            with lane_failure(lane_id):
-                trust_lanes((lane,), progress)
+        # in a further child, not by the run (a model that is not there is that lane's
+        # failure; a fallback both lanes take is said once)
+        trust_lanes((("a", pair.a), ("b", pair.b)), progress)
         return PairRun(pair, progress, cancel)
 
     run = _reporting(conn, open_lanes)

@@ -35,7 +35,7 @@ from typing import Any
 
 from specdiff.engine.faults import Fault
 from specdiff.engine.models import base_model_path, cache_dir, resolve_model, sha256_file
-from specdiff.errors import LaneConfigError, SpecdiffError, printable
+from specdiff.errors import LaneConfigError, SpecdiffError, lane_failure, printable
 from specdiff.files import write_text_atomic
 from specdiff.lanes import REPACK_WORDS, Lane, Pair, default_threads
 
@@ -341,13 +341,14 @@ def _both_crash(name: str, where: str, combo: dict[str, Any]) -> str:
 
 def trust_kernels(pair: Pair, progress: Progress) -> None:
     """Probe both lanes of a pair before they load: see trust_lanes."""
-    trust_lanes((pair.a, pair.b), progress)
+    trust_lanes((("a", pair.a), ("b", pair.b)), progress)
 
 
-def trust_lanes(lanes: Iterable[Lane], progress: Progress) -> None:
+def trust_lanes(lanes: Iterable[tuple[str, Lane]], progress: Progress) -> None:
     """Probe each local lane's combination (cached after the first time) and record what
-    its model runs with; a fallback is said once, a lane that must not run raises
-    ProbeFailed. SPECDIFF_PROBE=off skips it. Call it in the process that then opens
+    its model runs with; a fallback is said once for all the lanes, a lane that must not
+    run raises ProbeFailed, and any failure names the lane it belongs to (a missing model
+    is that lane's). SPECDIFF_PROBE=off skips it. Call it in the process that then opens
     the lanes, before it does."""
     if os.environ.get(PROBE_ENV) == "off":
         return
@@ -356,13 +357,14 @@ def trust_lanes(lanes: Iterable[Lane], progress: Progress) -> None:
 
     prober = Prober(progress)
     said: set[str] = set()
-    for lane in lanes:
+    for lane_id, lane in lanes:
         if lane.backend != "local":
             continue  # a server lane's model only tokenizes; its server decodes
-        path = resolve_model(lane.model, lane.quant, lane.threads, progress)
-        found = prober.verdict(path, lane.repack, lane.n_ubatch, lane.threads)
-        if not found.chosen_repack:
-            raise ProbeFailed(found.message)
+        with lane_failure(lane_id):
+            path = resolve_model(lane.model, lane.quant, lane.threads, progress)
+            found = prober.verdict(path, lane.repack, lane.n_ubatch, lane.threads)
+            if not found.chosen_repack:
+                raise ProbeFailed(found.message)
         if found.signal and found.message not in said:
             said.add(found.message)
             progress(found.message)

@@ -62,6 +62,11 @@ class TokenView(LineDrawn, ScrollView, can_focus=False):
         self.trailer_lines: list[str] = []
         """The trailer wrapped to the view's width: a crash message is longer than a pane."""
         self.waiting: tuple[LaneState, TokenMarks] | None = None
+        self.following = False
+        """Last scrolled to the end: a resize (the panel growing at the fork) keeps the
+        end in view instead of the rows above it."""
+        self.anchor: int | None = None
+        """The token last scrolled to, kept in view the same way."""
         """What was asked to be shown while the view had no width."""
 
     def set_tokens(self, state: LaneState, marks: TokenMarks) -> None:
@@ -167,6 +172,7 @@ class TokenView(LineDrawn, ScrollView, can_focus=False):
 
     def follow_end(self) -> None:
         """Scroll so the last line of text sits at the bottom of the view."""
+        self.following, self.anchor = True, None
         self.scroll_to(y=max(0, self.text_height - self.size.height), animate=False)
 
     def _place(self, index: int, text: str, width: int) -> None:
@@ -246,9 +252,15 @@ class TokenView(LineDrawn, ScrollView, can_focus=False):
             self.post_message(self.Selected(self.lane_id, index))
 
     def scroll_to_token(self, index: int) -> None:
+        self.following, self.anchor = False, index
         if 0 <= index < len(self.token_lines):
-            line = self.token_lines[index]
-            self.scroll_to(y=max(0, line - self.size.height // 3), animate=False)
+            y = max(0, self.token_lines[index] - self.size.height // 3)
+            if y > self.max_scroll_y:
+                # lines laid out just now: the scrollable height grows on the next
+                # refresh, and a scroll past today's end would stop short of the token
+                self.call_after_refresh(self.scroll_to, y=y, animate=False)
+            else:
+                self.scroll_to(y=y, animate=False)
 
     def on_resize(self) -> None:
         # a new width lays the lines out again, at once: no update may come (a finished
@@ -257,3 +269,7 @@ class TokenView(LineDrawn, ScrollView, can_focus=False):
         shown = self.waiting or ((self.state, self.marks) if self.marks is not None else None)
         if shown is not None:
             self.set_tokens(*shown)
+        if self.following:
+            self.follow_end()
+        elif self.anchor is not None:
+            self.scroll_to_token(self.anchor)
