@@ -192,8 +192,11 @@ def test_the_json_is_plain_json() -> None:
     ("arguments", "said"),
     [
         (["--property", "nope"], "no property named 'nope'"),
-        (["-n", "0"], "-n must be at least 1"),
-        (["--batch-size", "1"], "--batch-size must be at least 2"),
+        # the ranges the options state are the ones they check: -1 and 0 read alike
+        (["-n", "0"], "must be from 1 to 1000, got 0"),
+        (["-n", "-1"], "must be from 1 to 1000, got -1"),
+        (["--batch-size", "1"], "must be from 2 to 64, got 1"),
+        (["--fillers", "0"], "must be from 1 to 127, got 0"),
         (["--endpoint", "a", "--endpoint", "b", "--endpoint", "c"], "--endpoint given 3 times"),
     ],
 )

@@ -772,3 +772,35 @@ def test_a_pipe_or_dash_still_gets_the_report_on_stdout(
     )
     assert piped.returncode == 0 and json.loads(piped.stdout)["pair"] == "ubatch"
     assert [path.name for path in tmp_path.iterdir()] == [UBATCH.name]
+
+
+def test_an_autopsy_saved_beside_a_session_is_in_every_format(tmp_path: Path) -> None:
+    import shutil
+
+    from specdiff.autopsy import load_saved
+    from specdiff.reports.export import AUTOPSY_HEADING
+
+    data = ROOT / "tests" / "data"
+    session_path = tmp_path / "ubatch-roman-empire.jsonl"
+    shutil.copy(data / session_path.name, session_path)
+    alone = load_session(session_path)
+    assert AUTOPSY_HEADING not in export_session(alone, "md")
+    assert "autopsy" not in json.loads(export_session(alone, "json"))
+
+    saved = tmp_path / "ubatch-roman-empire.autopsy.json"
+    shutil.copy(data / saved.name, saved)
+    autopsy = load_saved(saved)
+    session = load_session(session_path)
+    markdown = export_session(session, "md")
+    assert AUTOPSY_HEADING in markdown and autopsy.cause() in " ".join(markdown.split())
+    html = export_session(session, "html")
+    assert AUTOPSY_HEADING.removeprefix("## ") in html and "<svg" in html
+    assert json.loads(export_session(session, "json"))["autopsy"] == json.loads(
+        saved.read_text()
+    )
+
+    # an autopsy of another pair beside the file is not this session's
+    other = json.loads(saved.read_text())
+    other["pair"] = "spec-vs-plain"
+    saved.write_text(json.dumps(other))
+    assert AUTOPSY_HEADING not in export_session(load_session(session_path), "md")

@@ -65,19 +65,19 @@ def add_parser(commands: Subcommands) -> None:
     parser.add_argument(
         "-n",
         "--runs",
-        type=options.whole_number(0, 1000),
+        type=options.whole_number(1, 1000),
         default=4,
         help="run to run: how often the same request is sent (default 4)",
     )
     parser.add_argument(
         "--batch-size",
-        type=options.whole_number(0, 64),
+        type=options.whole_number(2, 64),
         default=4,
         help="batch size N: prompts sent together (default 4)",
     )
     parser.add_argument(
         "--fillers",
-        type=options.whole_number(0, 127),
+        type=options.whole_number(1, 127),
         default=8,
         help="needle: filler prompts of mixed lengths sent with it (default 8)",
     )

@@ -53,9 +53,10 @@ def add_parser(commands: Subcommands) -> None:
     # the words the run's text uses, defined where --help is the first place one looks
     run.formatter_class = argparse.RawDescriptionHelpFormatter
     run.epilog = (
-        "Output: on a terminal, wrapped to its width and coloured (NO_COLOR=1 turns colour "
-        "off, FORCE_COLOR=1 on);\nin a pipe or file, plain and wrapped at 100 columns. "
-        "Exit 0 identical, 1 forked, 2 a lane failed.\n\nterms:\n" + glossary_text(78)
+        "Output: on a terminal, wrapped to its width and coloured (NO_COLOR=1 turns\n"
+        "colour off, FORCE_COLOR=1 on); in a pipe or file, plain: texts wrapped at 100\n"
+        "columns, a sentence a line. Exit 0 identical, 1 forked, 2 a lane failed.\n\n"
+        "terms:\n" + glossary_text(78)
     )
     options.add_request_options(run)
     options.add_chat_options(run)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from specdiff import __version__
+from specdiff.autopsy import Autopsy, load_saved, saved_beside
 from specdiff.chat import Conversation
 from specdiff.compare import (
     DEFAULT_NEAR_TIE,
@@ -44,6 +45,7 @@ from specdiff.reports._markup import (
     without_surrogates,
     xml_text,
 )
+from specdiff.reports.autopsy import format_autopsy, growth_svg
 from specdiff.reports.svg import margin_plot
 from specdiff.reports.text import (
     determinism_note,
@@ -90,6 +92,10 @@ def report_format(requested: str | None, output: str | None) -> str:
     return "md"
 
 
+AUTOPSY_HEADING = "## Why it forked, traced (specdiff explain)"
+"""The section an export gains when the session's autopsy was saved beside it."""
+
+
 # --- what every format shows -----------------------------------------------------
 
 
@@ -105,6 +111,9 @@ class _Report:
     """The fork's class (in a teacher-forced session, the first flip's)."""
     why: str | None
     """Why the lanes forked: probabilities first, then logits; None without a fork."""
+    autopsy: Autopsy | None = None
+    """The fork traced to a setting and a layer (`specdiff explain SESSION --save` writes
+    it beside the session), None where there is none."""
 
     @property
     def fork(self) -> Fork | None:
@@ -163,7 +172,18 @@ def _report(session: Session, near_tie: float) -> _Report:
         run_fork_account(
             session.steps["a"], session.steps["b"], session.header.teacher_forced, near_tie
         ),
+        _saved_autopsy(session),
     )
+
+
+def _saved_autopsy(session: Session) -> Autopsy | None:
+    """The autopsy saved beside the session, when it is of this session's pair; a
+    damaged one is one line naming it (AutopsyError), not an export without it."""
+    path = saved_beside(session.path)
+    if not path.is_file():
+        return None
+    autopsy = load_saved(path)
+    return autopsy if autopsy.pair == session.pair.name else None
 
 
 def verdict(session: Session, comparison: Comparison) -> str:
@@ -400,7 +420,7 @@ def _marked_text(report: _Report, lane_id: str) -> str:
 
 
 def _markdown(report: _Report) -> str:
-    sections = (_md_opening, _md_fork, _md_margins, _md_texts, _md_configuration)
+    sections = (_md_opening, _md_fork, _md_autopsy, _md_margins, _md_texts, _md_configuration)
     return "\n".join(line for section in sections for line in section(report)) + "\n"
 
 
@@ -435,6 +455,12 @@ def _prompt_parts(session: Session) -> list[tuple[str, str]]:
         count = len(lane_prompt.get("token_ids", ()))
         parts.append((f"{whose} ({count} tokens)", str(lane_prompt.get("text", ""))))
     return parts
+
+
+def _md_autopsy(report: _Report) -> list[str]:
+    if report.autopsy is None:
+        return []
+    return [AUTOPSY_HEADING, "", md_block(format_autopsy(report.autopsy)), ""]
 
 
 def _md_fork(report: _Report) -> list[str]:
@@ -595,7 +621,14 @@ def _fork_tooltip(fork: Fork, lane_id: str) -> str:
 
 
 def _html(report: _Report) -> str:
-    sections = (_html_opening, _html_fork, _html_margins, _html_texts, _html_configuration)
+    sections = (
+        _html_opening,
+        _html_fork,
+        _html_autopsy,
+        _html_margins,
+        _html_texts,
+        _html_configuration,
+    )
     body = [line for section in sections for line in section(report)]
     body.append(
         f"<footer>{xml_text(report.session.path.name)} · exported by specdiff "
@@ -627,6 +660,17 @@ def _html_opening(report: _Report) -> list[str]:
             + f'<pre class="prompt">{xml_text(pictured(text))}</pre>'
             for title, text in _prompt_parts(session)
         ),
+    ]
+
+
+def _html_autopsy(report: _Report) -> list[str]:
+    autopsy = report.autopsy
+    if autopsy is None:
+        return []
+    return [
+        f"<h2>{xml_text(AUTOPSY_HEADING.removeprefix('## '))}</h2>",
+        f'<pre class="prompt">{xml_text(format_autopsy(autopsy))}</pre>',
+        *([] if not autopsy.layers else [growth_svg(autopsy)]),
     ]
 
 
@@ -721,6 +765,7 @@ def _json(report: _Report) -> str:
         },
         "summary": _json_summary(report),
         "lanes": {lane_id: _json_lane(report, lane_id) for lane_id in LANE_IDS},
+        **({} if report.autopsy is None else {"autopsy": report.autopsy.to_json()}),
     }
     text = json.dumps(finite(document), indent=2, ensure_ascii=False, allow_nan=False)
     return json_text(text) + "\n"
