@@ -65,7 +65,7 @@ class TokenView(LineDrawn, ScrollView, can_focus=False):
         self.following = False
         """Last scrolled to the end: a resize (the panel growing at the fork) keeps the
         end in view instead of the rows above it."""
-        self.anchor: int | None = None
+        self.kept_token: int | None = None
         """The token last scrolled to, kept in view the same way."""
         """What was asked to be shown while the view had no width."""
 
@@ -172,7 +172,7 @@ class TokenView(LineDrawn, ScrollView, can_focus=False):
 
     def follow_end(self) -> None:
         """Scroll so the last line of text sits at the bottom of the view."""
-        self.following, self.anchor = True, None
+        self.following, self.kept_token = True, None
         self.scroll_to(y=max(0, self.text_height - self.size.height), animate=False)
 
     def _place(self, index: int, text: str, width: int) -> None:
@@ -252,7 +252,7 @@ class TokenView(LineDrawn, ScrollView, can_focus=False):
             self.post_message(self.Selected(self.lane_id, index))
 
     def scroll_to_token(self, index: int) -> None:
-        self.following, self.anchor = False, index
+        self.following, self.kept_token = False, index
         if 0 <= index < len(self.token_lines):
             y = max(0, self.token_lines[index] - self.size.height // 3)
             if y > self.max_scroll_y:
@@ -271,5 +271,5 @@ class TokenView(LineDrawn, ScrollView, can_focus=False):
             self.set_tokens(*shown)
         if self.following:
             self.follow_end()
-        elif self.anchor is not None:
-            self.scroll_to_token(self.anchor)
+        elif self.kept_token is not None:
+            self.scroll_to_token(self.kept_token)
