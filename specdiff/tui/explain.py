@@ -26,6 +26,7 @@ from specdiff.autopsy import Autopsy, AutopsyError, AutopsyInterrupted, load_sav
 from specdiff.errors import SpecdiffError
 from specdiff.lanes import Pair
 from specdiff.safe_text import visible
+from specdiff.tui.paths import elided_path
 from specdiff.tui.widgets.autopsy_panel import AutopsyPanel
 
 if TYPE_CHECKING:
@@ -309,7 +310,8 @@ def refusal(target: Target) -> str | None:
             path = Path(lane.model).expanduser()
             if not path.is_file():
                 return (
-                    f"lane {lane_id}'s model file {visible(str(path), 80)} is missing: put it "
+                    f"lane {lane_id}'s model file {visible(elided_path(path, 80))} is missing: "
+                    "put it "
                     "back to explain this fork, or save an autopsy beside the session "
                     "(specdiff explain SESSION --save)"
                 )
