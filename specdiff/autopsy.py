@@ -22,6 +22,7 @@ from typing import Any
 
 from specdiff.errors import SpecdiffError
 from specdiff.files import write_text_atomic
+from specdiff.lanes import Pair
 from specdiff.safe_text import visible
 
 SCHEMA = 1
@@ -672,6 +673,17 @@ def _margin_from(record: _Reader) -> ForkMargin:
 # -- an autopsy saved beside its session -----------------------------------------------
 SAVED_SUFFIX = ".autopsy.json"
 MAX_SAVED_BYTES = 16 * 1024 * 1024
+
+
+def missing_model(pair: Pair) -> tuple[str, Path] | None:
+    """The first in-process lane whose own model file is gone, and that file's path:
+    the autopsy re-runs both lanes, which a missing file makes impossible."""
+    for lane_id, lane in (("a", pair.a), ("b", pair.b)):
+        if lane.backend == "local" and lane.model != "default":
+            path = Path(lane.model).expanduser()
+            if not path.is_file():
+                return lane_id, path
+    return None
 
 
 def saved_beside(session_path: Path) -> Path:

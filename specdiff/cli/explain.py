@@ -28,6 +28,7 @@ from specdiff.autopsy import (
     AutopsyError,
     AutopsyInterrupted,
     SettingTrial,
+    missing_model,
     save_beside,
 )
 from specdiff.cli import options
@@ -308,15 +309,14 @@ def read_target(args: argparse.Namespace) -> tuple[Pair, str, int]:
     unsafe = pair.servers_named(session.path.name)
     if unsafe and not args.allow_servers:
         raise SpecdiffError(unsafe)
-    for lane_id, lane in (("a", pair.a), ("b", pair.b)):
-        if lane.backend == "local" and lane.model != "default":
-            path = Path(lane.model).expanduser()
-            if not path.is_file():
-                raise ModelError(
-                    f"{visible(session.path.name)}: lane {lane_id}'s model file "
-                    f"{visible(str(path), 160)} is missing; put it back there, or run "
-                    "explain with --pair and --model"
-                )
+    missing = missing_model(pair)
+    if missing is not None:
+        lane_id, path = missing
+        raise ModelError(
+            f"{visible(session.path.name)}: lane {lane_id}'s model file "
+            f"{visible(str(path), 160)} is missing; put it back there, or run "
+            "explain with --pair and --model"
+        )
     if session.header.teacher_forced:
         raise SpecdiffError(
             f"{visible(session.path.name)} is teacher-forced (lane b was fed lane a's "

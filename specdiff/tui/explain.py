@@ -22,7 +22,14 @@ from typing import TYPE_CHECKING
 from textual.actions import SkipAction
 from textual.css.query import NoMatches
 
-from specdiff.autopsy import Autopsy, AutopsyError, AutopsyInterrupted, load_saved, saved_beside
+from specdiff.autopsy import (
+    Autopsy,
+    AutopsyError,
+    AutopsyInterrupted,
+    load_saved,
+    missing_model,
+    saved_beside,
+)
 from specdiff.errors import SpecdiffError
 from specdiff.lanes import Pair
 from specdiff.safe_text import visible
@@ -305,14 +312,12 @@ def refusal(target: Target) -> str | None:
         return SERVER_LANES
     if target.fork < 0:
         return "nothing to explain: the two lanes agree token for token"
-    for lane_id, lane in (("a", target.pair.a), ("b", target.pair.b)):
-        if lane.backend == "local" and lane.model != "default":
-            path = Path(lane.model).expanduser()
-            if not path.is_file():
-                return (
-                    f"lane {lane_id}'s model file {visible(elided_path(path, 80))} is missing: "
-                    "put it "
-                    "back to explain this fork, or save an autopsy beside the session "
-                    "(specdiff explain SESSION --save)"
-                )
+    missing = missing_model(pair)
+    if missing is not None:
+        lane_id, path = missing
+        return (
+            f"lane {lane_id}'s model file {visible(elided_path(path, 80))} is missing: put it "
+            "back to explain this fork, or save an autopsy beside the session "
+            "(specdiff explain SESSION --save)"
+        )
     return None
