@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -84,15 +85,22 @@ def demo_app(session: Session) -> object:
 
 
 async def screenshot(keys: tuple[str, ...]) -> str:
-    """The SVG of the demo session's screen after `keys`."""
+    """The SVG of the demo session's screen after `keys`, taken from the checkout's root:
+    the status line names the session by its path from the current folder, so the
+    pictures read the same wherever the checkout lies."""
     app = demo_app(load_session(DEMO_SESSION))
-    async with app.run_test(size=SCREEN_SIZE) as pilot:  # type: ignore[attr-defined]
-        await pilot.pause()
-        for key in keys:
-            await pilot.press(key)
-        await pilot.wait_for_scheduled_animations()
-        await pilot.pause()
-        return app.export_screenshot(title="specdiff")  # type: ignore[attr-defined]
+    was = Path.cwd()
+    os.chdir(ROOT)
+    try:
+        async with app.run_test(size=SCREEN_SIZE) as pilot:  # type: ignore[attr-defined]
+            await pilot.pause()
+            for key in keys:
+                await pilot.press(key)
+            await pilot.wait_for_scheduled_animations()
+            await pilot.pause()
+            return app.export_screenshot(title="specdiff")  # type: ignore[attr-defined]
+    finally:
+        os.chdir(was)
 
 
 def write_screens(out: Path) -> list[Path]:

@@ -32,6 +32,13 @@ SIZES = {"80x24": (80, 24), "120x40": (120, 40)}
 SMALL_AND_LARGE = {"80x24": (80, 24), "200x50": (200, 50)}
 
 
+@pytest.fixture(autouse=True)
+def from_the_checkout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The status line names the session by its path from the current folder, so the
+    pictures read the same wherever the checkout lies."""
+    monkeypatch.chdir(DEMO.parent)
+
+
 def demo_app(speed: float | None = None) -> SpecdiffApp:
     """The bundled demo session (spec-vs-plain, forks at token 46): shown at once, or
     replayed at `speed`."""

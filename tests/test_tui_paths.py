@@ -34,8 +34,30 @@ def test_a_path_that_fits_is_shown_whole() -> None:
 
 def test_the_home_folder_is_written_as_a_tilde(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", "/home/ada")
+    monkeypatch.chdir("/")  # every path is inside /, yet / is no folder to be relative to
     assert shown_path("/home/ada/sessions/a.jsonl") == "~/sessions/a.jsonl"
     assert shown_path("/home/adam/a.jsonl") == "/home/adam/a.jsonl"
+
+
+def test_a_path_inside_the_current_folder_is_shown_relative_to_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a session shown from a checkout reads the same wherever the checkout lies
+    inside = tmp_path / "sessions" / "a.jsonl"
+    monkeypatch.chdir(tmp_path)
+    assert shown_path(inside) == "sessions/a.jsonl"
+    assert shown_path(str(tmp_path)) == str(tmp_path)  # the folder itself: no empty name
+    monkeypatch.chdir(tmp_path / "..")
+    assert shown_path(inside) == f"{tmp_path.name}/sessions/a.jsonl"
+
+
+def test_a_path_outside_the_current_folder_stays_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    monkeypatch.setenv("HOME", "/home/ada")
+    assert shown_path(tmp_path / "there" / "a.jsonl") == str(tmp_path / "there" / "a.jsonl")
 
 
 def test_a_status_line_with_a_path_fits_its_width() -> None:

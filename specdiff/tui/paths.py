@@ -10,8 +10,17 @@ ELLIPSIS = "…"
 
 
 def shown_path(path: str | Path) -> str:
-    """`path` with the home folder written as ~ (shorter, and the same on every line)."""
+    """`path` as the reader would type it: relative to the current folder when it lies
+    inside it (what `specdiff replay sessions/x.jsonl` was given), else with the home
+    folder written as ~ (shorter, and the same on every line)."""
     text = str(path)
+    try:
+        here = Path.cwd().resolve()
+        inside = Path(text).resolve().relative_to(here) if here.parent != here else None
+    except (OSError, ValueError):
+        inside = None  # outside the current folder, or the folder is gone
+    if inside is not None and inside.parts:
+        return str(inside)
     home = str(Path.home())
     if home not in ("", "/") and (text == home or text.startswith(home + "/")):
         return "~" + text[len(home) :]
