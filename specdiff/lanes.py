@@ -418,6 +418,11 @@ _ANY_USER_INFO = re.compile(r"(://).*@", re.DOTALL)
 for a URL parser, so the strict mask would show it."""
 
 
+_PORT = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://[^/?#@]*:(\d+)(?:[/?#]|$)")
+"""The port of a URL with no user info (the caller masks and explains those first)."""
+MAX_PORT = 65535
+
+
 def _not_a_url(url: str) -> str:
     """Why `url` cannot be an endpoint, with anything that may be a password masked."""
     shown = _ANY_USER_INFO.sub(rf"\1{MASKED_CREDENTIALS}@", url, count=1)
@@ -432,6 +437,12 @@ def _not_a_url(url: str) -> str:
         return (
             f"lane key 'endpoint': {shown!r:.120} is not a URL; percent-encode / ? # in a "
             "user name or password (%2F %3F %23)"
+        )
+    port = _PORT.search(url)
+    if port is not None and int(port.group(1)) > MAX_PORT:
+        return (
+            f"lane key 'endpoint': {shown!r:.120} names port {int(port.group(1))}; "
+            f"a port is 1 to {MAX_PORT}"
         )
     return f"lane key 'endpoint': {shown!r:.120} is not a URL; a server lane needs {ENDPOINT_FORM}"
 

@@ -140,6 +140,8 @@ def test_an_endpoint_list_keeps_one_string_and_masks_each_credential(endpoint: s
         ("http://u:secret-password/1@h:1,http://b:2", "is not a URL"),
         ("http://u:secret-password?1@h:1", "is not a URL"),
         ("http://u:secret-password@h:99999", "is not a URL"),
+        ("http://localhost:99999/v1", "names port 99999; a port is 1 to 65535"),
+        ("http://a:1,http://[::1]:70000", "names port 70000"),
         ("http://u:secret-password\t@h:1", "control character"),
         ("http://h:1/\x1b]52;c;aGk=\x07", "control character"),
         ("http://h:1/\x1b[31mred", "control character"),
