@@ -48,13 +48,6 @@ class RunFailed(Message, bubble=False):
 
 
 @dataclass
-class Status(Message, bubble=False):
-    """A progress line from loading (model assembly, variants, ...)."""
-
-    text: str
-
-
-@dataclass
 class SessionLoaded(Message, bubble=False):
     """More steps of a session being replayed were read from its file."""
 
