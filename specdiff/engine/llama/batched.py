@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specdiff.engine.llama.context import Context, ModelPool, Offload, Row, repack_choice
+from specdiff.engine.llama.context import Context, ModelPool, Offload, Row
+from specdiff.engine.llama.probe import trusted_repack
 from specdiff.engine.models import Progress, resolve_model
 from specdiff.engine.topk import TopK
 from specdiff.errors import PromptError
@@ -107,7 +108,8 @@ class BatchedLane:
         self._own_pool = pool is None
         self.pool = pool or ModelPool()
         path = resolve_model(lane.model, lane.quant, lane.threads, progress)
-        self.model = self.pool.get(path, repack_choice(lane, path).on, Offload.of(lane))
+        repack = trusted_repack("a", lane, path, progress)
+        self.model = self.pool.get(path, repack.on, Offload.of(lane))
         # one KV memory for all sequences, as a server's shared cache: where a sequence's
         # cells land depends on its neighbours
         try:

@@ -87,6 +87,11 @@ def decide_repack(path: Path, lane: Lane, choice: RepackChoice) -> None:
     _DECIDED[(path.resolve(), lane.repack, lane.n_ubatch)] = choice
 
 
+def repack_decided(lane: Lane, path: Path) -> bool:
+    """Whether a kernel probe in this process has decided for lanes like `lane`."""
+    return (path.resolve(), lane.repack, lane.n_ubatch) in _DECIDED
+
+
 def repack_choice(lane: Lane, path: Path) -> RepackChoice:
     """What the lane's model at `path` runs with: a probe's decision if one was made,
     else what the lane asks for (auto meaning llama.cpp's default, on)."""

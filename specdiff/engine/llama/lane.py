@@ -27,8 +27,9 @@ from typing import Any
 
 from specdiff.chat import messages_of
 from specdiff.engine.base import Generation, Prompt, Steps
-from specdiff.engine.llama.context import Context, ModelPool, Offload, repack_choice
+from specdiff.engine.llama.context import Context, ModelPool, Offload
 from specdiff.engine.llama.drafts import Verification, make_drafter
+from specdiff.engine.llama.probe import trusted_repack
 from specdiff.engine.llama.templates import ChatTemplate
 from specdiff.engine.models import Progress, resolve_model, sha256_file
 from specdiff.engine.topk import TopK, logsumexp, rank_of
@@ -75,7 +76,7 @@ class LocalLane:
         self._own_pool = pool is None
         self.pool = pool or ModelPool()
         self.model_path = resolve_model(lane.model, lane.quant, lane.threads, progress)
-        self.repack = repack_choice(lane, self.model_path)
+        self.repack = trusted_repack(lane_id, lane, self.model_path, progress)
         self.model = self.pool.get(self.model_path, self.repack.on, Offload.of(lane))
         self.chat = ChatTemplate(self.model.pointer, lane.chat, lane_id) if lane.chat else None
         self.chat_prompt: dict[str, Any] | None = None

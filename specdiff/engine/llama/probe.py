@@ -31,13 +31,16 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specdiff.engine.faults import Fault
 from specdiff.engine.models import base_model_path, cache_dir, resolve_model, sha256_file
 from specdiff.errors import LaneConfigError, SpecdiffError, lane_failure, printable
 from specdiff.files import write_text_atomic
 from specdiff.lanes import REPACK_WORDS, Lane, Pair, default_threads
+
+if TYPE_CHECKING:
+    from specdiff.engine.llama.context import RepackChoice
 
 Progress = Callable[[str], None]
 
@@ -369,6 +372,20 @@ def trust_lanes(lanes: Iterable[tuple[str, Lane]], progress: Progress) -> None:
             said.add(found.message)
             progress(found.message)
         decide_repack(path, lane, RepackChoice(found.chosen_repack == "on", found.note))
+
+
+def trusted_repack(lane_id: str, lane: Lane, path: Path, progress: Progress) -> RepackChoice:
+    """The repack choice a local lane's model at `path` loads with, probing its
+    combination first when no probe has decided it in this process. Every way into the
+    decode loop comes through here, so a library caller or a test that opens a lane
+    without the front end's probe meets a kernel that crashes on this CPU in the
+    probe's child process, not in its own."""
+    # deferred: the choice lives beside the model loader, which loads llama.cpp
+    from specdiff.engine.llama.context import repack_choice, repack_decided
+
+    if not repack_decided(lane, path):
+        trust_lanes(((lane_id, lane),), progress)
+    return repack_choice(lane, path)
 
 
 # --- the probe's child ---------------------------------------------------------------

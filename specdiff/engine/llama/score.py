@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from specdiff.engine.base import Cancelled
-from specdiff.engine.llama.context import Context, LoadedModel, ModelPool, Offload, repack_choice
+from specdiff.engine.llama.context import Context, LoadedModel, ModelPool, Offload
+from specdiff.engine.llama.probe import trusted_repack
 from specdiff.engine.models import resolve_model
 from specdiff.engine.runtime import llama
 from specdiff.errors import PromptError
@@ -55,7 +56,8 @@ class ScoringLane:
         self.cancel = cancel
         path = resolve_model(lane.model, lane.quant, lane.threads, progress)
         # as the probe decided for the lane as given (its own n_ubatch, not the capped one)
-        self.model: LoadedModel = pool.get(path, repack_choice(lane, path).on, Offload.of(lane))
+        repack = trusted_repack(lane_id, lane, path, progress)
+        self.model: LoadedModel = pool.get(path, repack.on, Offload.of(lane))
         self._context: Context | None = None
 
     def fit(self, longest: int) -> Context:
