@@ -22,6 +22,7 @@ from typing import Any
 
 from specdiff.errors import SpecdiffError
 from specdiff.files import write_text_atomic
+from specdiff.json_numbers import finite_or_null
 from specdiff.lanes import Pair
 from specdiff.safe_text import visible
 
@@ -326,7 +327,7 @@ class Autopsy:
             "first_difference": None if first is None else _tensor_json(first),
             "layers": [
                 # rel_l2 is inf where lane a's tensor is all zeros: JSON holds it as null
-                {"layer": g.layer, "max_abs": g.max_abs, "rel_l2": _number(g.rel_l2)}
+                {"layer": g.layer, "max_abs": g.max_abs, "rel_l2": finite_or_null(g.rel_l2)}
                 for g in self.layers
             ],
             "margin": None if self.margin is None else _margin_json(self.margin),
@@ -488,11 +489,6 @@ def _relative_speed(trial: SettingTrial, baseline: SettingTrial | None) -> str:
 # -- JSON, written and read back --------------------------------------------------------
 
 
-def _number(value: float) -> float | None:
-    """JSON has no inf or nan: they are written as null."""
-    return value if math.isfinite(value) else None
-
-
 def _trial_json(trial: SettingTrial) -> dict[str, Any]:
     return {
         "setting": trial.setting,
@@ -519,8 +515,8 @@ def _tensor_json(tensor: TensorDifference) -> dict[str, Any]:
         "shape_a": list(tensor.shape_a),
         "shape_b": list(tensor.shape_b),
         "identical": tensor.identical,
-        "max_abs": _number(tensor.max_abs),
-        "rel_l2": _number(tensor.rel_l2),
+        "max_abs": finite_or_null(tensor.max_abs),
+        "rel_l2": finite_or_null(tensor.rel_l2),
     }
 
 
@@ -534,7 +530,7 @@ def _margin_json(margin: ForkMargin) -> dict[str, Any]:
         "probability_b": list(margin.probability_b),
         "margin": margin.margin,
         "shift": margin.shift,
-        "margin_used": _number(margin.margin_used),
+        "margin_used": finite_or_null(margin.margin_used),
         "logits_max_abs": margin.logits_max_abs,
     }
 

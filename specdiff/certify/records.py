@@ -10,12 +10,12 @@ a difference is "broken" whatever else is known, since it is itself the evidence
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from specdiff.errors import SpecdiffError
+from specdiff.json_numbers import finite_or_null
 from specdiff.steps import TokenStep
 
 RUN_TO_RUN = "run-to-run"
@@ -123,8 +123,8 @@ def fork_record(pair: Compared) -> dict[str, Any] | None:
             "index": fork.index,
             "reference_pick": _piece(reference),
             "other_pick": _piece(other),
-            "reference_margin": _finite(reference.margin),
-            "other_margin": _finite(other.margin),
+            "reference_margin": finite_or_null(reference.margin),
+            "other_margin": finite_or_null(other.margin),
             "reference_logit_of_other_pick": fork.a.other.logit,
             "other_logit_of_reference_pick": fork.b.other.logit,
         }
@@ -145,12 +145,6 @@ def fork_record(pair: Compared) -> dict[str, Any] | None:
 
 def _piece_at(steps: Sequence[TokenStep], index: int) -> str:
     return _piece(steps[index]) if index < len(steps) else "(ended)"
-
-
-def _finite(value: float) -> float | None:
-    """A margin as JSON holds it: a step with one candidate has none (inf), and JSON
-    has no nan or -inf either."""
-    return value if math.isfinite(value) else None
 
 
 def largest_difference(pair: Compared) -> tuple[float | None, bool]:

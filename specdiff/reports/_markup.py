@@ -4,10 +4,8 @@ HTML and XML, tables in both, the page head and base stylesheet, and JSON-safe n
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
 
 from specdiff.safe_text import pictured
 
@@ -19,18 +17,6 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 def without_surrogates(text: str) -> str:
     """Lone surrogates (JSON can carry them, no encoder writes them) as U+FFFD."""
     return _SURROGATE.sub("\ufffd", text)
-
-
-def finite(value: Any) -> Any:
-    """JSON has no infinity or NaN (a one-candidate step has an infinite margin): null,
-    in any nesting of dicts, lists and tuples."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {key: finite(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite(item) for item in value]
-    return value
 
 
 # --- XML and HTML ---------------------------------------------------------------------

@@ -33,9 +33,9 @@ from specdiff.compare import (
 from specdiff.control import control_sentence
 from specdiff.errors import SpecdiffError, did_you_mean
 from specdiff.files import lost_output, write_text_atomic
+from specdiff.json_numbers import finite_everywhere
 from specdiff.lanes import differences, headline
 from specdiff.reports._markup import (
-    finite,
     html_table,
     md_block,
     md_code,
@@ -767,7 +767,7 @@ def _json(report: _Report) -> str:
         "lanes": {lane_id: _json_lane(report, lane_id) for lane_id in LANE_IDS},
         **({} if report.autopsy is None else {"autopsy": report.autopsy.to_json()}),
     }
-    text = json.dumps(finite(document), indent=2, ensure_ascii=False, allow_nan=False)
+    text = json.dumps(finite_everywhere(document), indent=2, ensure_ascii=False, allow_nan=False)
     return json_text(text) + "\n"
 
 

@@ -26,7 +26,8 @@ from specdiff.compare import (
     UNSCORED,
 )
 from specdiff.files import write_chunks_atomic
-from specdiff.reports._markup import finite, html_table, md_table, md_table_lines, page_head
+from specdiff.json_numbers import finite_everywhere
+from specdiff.reports._markup import html_table, md_table, md_table_lines, page_head
 from specdiff.reports.suite_kld import KLD_PROMPT_HEADER, kld_line, kld_prompt_rows
 from specdiff.reports.suite_lengths import (
     LENGTH_HEADER,
@@ -117,7 +118,7 @@ def report_json_chunks(data: dict[str, Any]) -> Iterator[str]:
 
 def _report_json_text(data: dict[str, Any]) -> Iterator[str]:
     encoder = json.JSONEncoder(indent=1, ensure_ascii=False)
-    head = encoder.iterencode(finite({k: v for k, v in data.items() if k != "prompts"}))
+    head = encoder.iterencode(finite_everywhere({k: v for k, v in data.items() if k != "prompts"}))
     # the encoder's pieces are a few characters each: written in blocks, the last few
     # characters held back, for the head's closing "\n}" gives way to the prompts
     block = ""
@@ -131,7 +132,7 @@ def _report_json_text(data: dict[str, Any]) -> Iterator[str]:
     for record in data["prompts"]:
         # JSON escapes every newline inside a string, so each "\n" starts a line; not
         # splitlines, which also breaks at U+2028 and U+0085, left raw in strings
-        text = json.dumps(finite(record), indent=1, ensure_ascii=False)
+        text = json.dumps(finite_everywhere(record), indent=1, ensure_ascii=False)
         yield separator + "  " + text.replace("\n", "\n  ")
         separator = ",\n"
     yield "]\n}\n" if separator == "\n" else "\n ]\n}\n"

@@ -23,6 +23,7 @@ from specdiff.compare import (
     run_fork_index,
     run_fork_verdict,
 )
+from specdiff.json_numbers import finite_or_null
 from specdiff.lanes import Pair, lane_from_dict
 from specdiff.sessions.checks import (
     GRADERS,
@@ -187,10 +188,6 @@ def _executed(value: object) -> dict[str, dict[str, Any]]:
 
 def _build(value: object) -> dict[str, Any]:
     return _checked_table(value, "build", dict.fromkeys(BUILD_FIELDS, _text_or_none))
-
-
-def _finite_or_none(value: float) -> float | None:
-    return value if math.isfinite(value) else None
 
 
 # --- header ---------------------------------------------------------------------------
@@ -434,7 +431,7 @@ class ControlRun:
             "fork_index": self.fork_index,
             "fork_margins": None
             if self.fork_margins is None
-            else [_finite_or_none(m) for m in self.fork_margins],
+            else [finite_or_null(m) for m in self.fork_margins],
             "generated": self.generated,
             "output_sha256": self.output_sha256,
             "stop_reason": self.stop_reason,
@@ -564,7 +561,7 @@ class RunSummary:
             "fork_index": self.fork_index,
             "fork_margins": None
             if self.fork_margins is None
-            else [_finite_or_none(m) for m in self.fork_margins],
+            else [finite_or_null(m) for m in self.fork_margins],
             "generated": list(self.generated),
             "tokens_per_second": list(self.tokens_per_second),
             "output_sha256": list(self.output_sha256),
