@@ -467,3 +467,24 @@ def test_run_colours_its_verdict_into_a_pipe_only_when_forced() -> None:
     assert set(SGR_PATTERN.findall(out)) <= set(SEQUENCES)
     assert "\x1b" not in SGR_PATTERN.sub("", out)
     assert "\nterms (all of them: specdiff run --help):\n" in out
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["explain", "--svg", "/nonexistent-folder/growth.svg"],
+        ["certify", "--html", "/nonexistent-folder/certificate.html"],
+    ],
+)
+def test_an_endpoint_on_an_in_process_lane_is_named_as_unread(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the note comes before the output file is checked, whose refusal ends the command
+    code = main([*command, "--lane-a", "endpoint=http://127.0.0.1:9", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and "/nonexistent-folder" in err
+    notes = [line for line in err.splitlines() if line.startswith("specdiff: note:")]
+    assert notes == [
+        "specdiff: note: lane a runs in-process, where endpoint is not read "
+        "(server lanes only: backend=server)"
+    ]

@@ -24,6 +24,7 @@ from specdiff.cli.common import (
     add_command,
     interrupt_sets,
     known_pairs,
+    note_unread_keys,
     resolve_pair,
 )
 from specdiff.errors import SpecdiffError
@@ -142,6 +143,7 @@ def command_certify(args: argparse.Namespace) -> int:
     lane, other = lanes_of(args)
     if lane.backend == "server" and other is not None and other.backend != "server":
         raise ArgumentError("the lane to compare with must be a server too")
+    note_unread_keys((("a", lane), ("b", other)))
     if args.html is not None:
         options.check_output_file(Path(args.html), "--html")
     control = bool(args.mode_flag) and other is not None

@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from enum import IntEnum
 from pathlib import Path
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, TextIO, TypeAlias
 from specdiff.config import config_value
 from specdiff.errors import LaneConfigError, PromptError, SpecdiffError, did_you_mean
 from specdiff.lanes import (
+    Lane,
     Pair,
     PairSet,
     apply_overrides,
@@ -27,6 +28,7 @@ from specdiff.lanes import (
     parse_overrides,
     presets,
     unknown_pair,
+    unread_keys,
 )
 from specdiff.prompts import DEFAULT_PROMPT
 from specdiff.safe_text import ELLIPSIS, unguarded, visible
@@ -74,9 +76,7 @@ class CommandParser(argparse.ArgumentParser):
             (file or sys.stderr).write(message)
 
 
-_INVALID_CHOICE = re.compile(
-    r"invalid choice: '(?P<value>[^']*)' \(choose from (?P<choices>.*)\)$"
-)
+_INVALID_CHOICE = re.compile(r"invalid choice: '(?P<value>[^']*)' \(choose from (?P<choices>.*)\)$")
 
 
 def with_suggestion(message: str) -> str:
@@ -218,6 +218,20 @@ def command_parser(add_parser: Callable[[Subcommands], None]) -> argparse.Argume
     add_parser(commands)
     (parser,) = commands.choices.values()
     return parser
+
+
+def note_unread_keys(lanes: Iterable[tuple[str, Lane | None]]) -> None:
+    """Say, one note a lane, which server keys an in-process lane was given: nothing
+    reads them there, and a user who set endpoint= meant a server (backend=server)."""
+    for lane_id, lane in lanes:
+        unread = [] if lane is None else unread_keys(lane)
+        if unread:
+            verb = "is" if len(unread) == 1 else "are"
+            print(
+                f"specdiff: note: lane {lane_id} runs in-process, where {', '.join(unread)} "
+                f"{verb} not read (server lanes only: backend=server)",
+                file=sys.stderr,
+            )
 
 
 def check_limits(max_tokens: int | None, near_tie: float) -> None:

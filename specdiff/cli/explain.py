@@ -40,6 +40,7 @@ from specdiff.cli.common import (
     add_command,
     command_parser,
     interrupt_sets,
+    note_unread_keys,
 )
 from specdiff.cli.run import read_chat_request
 from specdiff.compare import DEFAULT_NEAR_TIE
@@ -141,6 +142,7 @@ def command_explain(args: argparse.Namespace) -> int:
     if args.save and args.session is None:
         raise SpecdiffError("--save writes beside a session file: give one, or leave --save out")
     pair, prompt, max_tokens = read_target(args)
+    note_unread_keys((("a", pair.a), ("b", pair.b)))
     if pair.a.backend == "server" or pair.b.backend == "server":
         return explain_servers(args, pair, prompt, max_tokens, None)
     if args.draft_lengths is not None:

@@ -26,6 +26,7 @@ from specdiff.cli.common import (
     Subcommands,
     add_command,
     interrupt_sets,
+    note_unread_keys,
     read_request,
     terminal_columns,
     wants_colour,
@@ -35,7 +36,7 @@ from specdiff.control import refuse_uncontrollable
 from specdiff.errors import SpecdiffError
 from specdiff.files import read_limited
 from specdiff.glossary import glossary_text
-from specdiff.lanes import Pair, unread_keys
+from specdiff.lanes import Pair
 from specdiff.safe_text import styled_terminal_text, unguarded, visible
 from specdiff.steps import TokenStep
 
@@ -89,16 +90,10 @@ def command_run(args: argparse.Namespace) -> int:
     if args.control:
         refuse_uncontrollable(pair)
     notes = [mixed_note(pair.a, pair.b), unformatted_note(prompt, pair.a, pair.b)]
-    for lane_id, lane in (("a", pair.a), ("b", pair.b)):
-        unread = unread_keys(lane)
-        if unread:
-            notes.append(
-                f"lane {lane_id} runs in-process, where {', '.join(unread)} "
-                f"{'is' if len(unread) == 1 else 'are'} not read (server lanes only)"
-            )
     for note in notes:
         if note is not None:
             print(f"specdiff: note: {note}", file=sys.stderr)
+    note_unread_keys((("a", pair.a), ("b", pair.b)))
     status = Status(sys.stderr, not args.quiet)
     cancel = threading.Event()
     counts = {"a": 0, "b": 0}
