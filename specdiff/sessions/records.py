@@ -190,6 +190,18 @@ def _build(value: object) -> dict[str, Any]:
     return _checked_table(value, "build", dict.fromkeys(BUILD_FIELDS, _text_or_none))
 
 
+def _repack_as_meant(lane: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A lane recorded when repack was a bool: true was llama.cpp's default, which
+    repack=auto now names (on, unless a probe finds the repacked kernels crash on this
+    CPU), so it reads as auto; false was a choice, and stays off. Read as "on", such a
+    session (the bundled ones among them) could not be verified or re-run on a CPU
+    whose repacked kernels crash. What ran stays in the executed record."""
+    repack = lane.get("repack")
+    if not isinstance(repack, bool):
+        return lane
+    return {**lane, "repack": "auto" if repack else "off"}
+
+
 # --- header ---------------------------------------------------------------------------
 
 
@@ -262,8 +274,8 @@ class SessionHeader:
         lanes = lanes_of(record["lanes"], "lanes")
         pair = Pair(
             check_text(record["pair"], "the pair"),
-            lane_from_dict(lanes["a"]),
-            lane_from_dict(lanes["b"]),
+            lane_from_dict(_repack_as_meant(lanes["a"])),
+            lane_from_dict(_repack_as_meant(lanes["b"])),
             check_text(record.get("description", ""), "the description"),
         )
         tokens = check_list(record.get("prompt_token_ids", []), "prompt_token_ids")
