@@ -15,9 +15,11 @@ and loading llama_cpp while the test runs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
+import os
 import sys
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -109,6 +111,29 @@ def forking_prompt(model_path: Path) -> Callable[[str, int], ForkingPrompt]:
     return find
 
 
+@contextlib.contextmanager
+def repacked(on: bool) -> Iterator[None]:
+    """llama-cpp-python's `Llama`, made inside, loads its model with llama.cpp's repacked
+    CPU kernels on or off. `Llama` has no such argument; it reads the model's default
+    parameters, which this sets for the while. A reference must run the kernels of the
+    lane it checks, and on a CPU where repacked kernels crash (AMX Xeons) the probe
+    turned them off."""
+    import llama_cpp.llama_cpp as low  # deferred: the fast tier never loads llama.cpp
+
+    default = low.llama_model_default_params
+
+    def params() -> Any:
+        made = default()
+        made.use_extra_bufts = on
+        return made
+
+    low.llama_model_default_params = params
+    try:
+        yield
+    finally:
+        low.llama_model_default_params = default
+
+
 def pyproject() -> dict[str, Any]:
     """The repo's pyproject.toml, for tests that hold other files to its settings."""
     return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
@@ -136,6 +161,32 @@ def pytest_configure(config: pytest.Config) -> None:
     # before the test modules are imported: each @settings reads the profile as it is made
     leaves_out_fuzz = "not fuzz" in (config.getoption("markexpr") or "")
     settings.load_profile("fast" if leaves_out_fuzz else "deep")
+    pin_this_worker()
+
+
+def worker_cores(cores: list[int], worker: int, workers: int) -> list[int]:
+    """The cores of xdist worker `worker` of `workers`: an equal share of `cores`, or one
+    core (shared round-robin) when there are more workers than cores."""
+    if workers <= len(cores):
+        return cores[worker::workers]
+    return [cores[worker % len(cores)]]
+
+
+def pin_this_worker() -> None:
+    """Under pytest-xdist, each worker keeps to its own share of the cores. A lane
+    decodes on every core its process may use (lanes.default_threads), so unpinned
+    workers would each start a thread per core, and llama.cpp's threads, which spin
+    while they wait for each other, would fight over the same cores."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not (name.startswith("gw") and name[2:].isdigit() and count.isdigit()):
+        return  # one process: it keeps every core
+    if not hasattr(os, "sched_setaffinity"):  # pragma: no cover - not Linux
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    workers = max(1, int(count))
+    # a worker that replaces a crashed one takes a number past the count
+    os.sched_setaffinity(0, worker_cores(cores, int(name[2:]) % workers, workers))
 
 
 SNAPSHOT_FIXTURES = {"snap_compare"}

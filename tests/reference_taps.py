@@ -7,7 +7,10 @@ that token alone with llama.cpp's eval callback on, and prints, as JSON, the exa
 step specdiff's plain lane computes as its step 1. One token wide, a tensor *is* the
 token's column, so no layout knowledge is shared with specdiff.
 
-    python3 tests/reference_taps.py MODEL THREADS PROMPT NAME...
+    python3 tests/reference_taps.py MODEL REPACK THREADS PROMPT NAME...
+
+REPACK (on or off) is whether llama.cpp's repacked CPU kernels load: the lane's choice,
+which a CPU whose repacked kernels crash (AMX Xeons) turns off.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import llama_cpp.llama_cpp as lib
 
 
 def main() -> None:
-    model_path, threads, prompt, *names = sys.argv[1:]
+    model_path, repack, threads, prompt, *names = sys.argv[1:]
     wanted = set(names)
     base = Path(llama_cpp.__file__).parent / "lib"
     ggml = ctypes.CDLL(str(sorted(base.glob("libggml-base.*"))[0]))
@@ -55,7 +58,9 @@ def main() -> None:
 
     callback = lib.ggml_backend_sched_eval_callback(on_node)
     lib.llama_backend_init()
-    model = lib.llama_model_load_from_file(model_path.encode(), lib.llama_model_default_params())
+    model_params = lib.llama_model_default_params()
+    model_params.use_extra_bufts = repack == "on"
+    model = lib.llama_model_load_from_file(model_path.encode(), model_params)
     params = lib.llama_context_default_params()
     params.n_ctx, params.n_batch, params.n_ubatch = 4096, 512, 512
     params.n_threads = params.n_threads_batch = int(threads)

@@ -58,15 +58,43 @@ def wait_until_up(url: str, process: subprocess.Popen, seconds: float = 120.0) -
     raise RuntimeError(f"{url} did not come up in {seconds} s")
 
 
+REPACKED_SERVER = (
+    # llama_cpp.server has no flag for llama.cpp's repacked kernels: the model's default
+    # parameters are set before its main() reads them
+    "import sys; sys.path.pop(0); import llama_cpp.llama_cpp as low\n"
+    "repack = sys.argv.pop(1) == 'on'\n"
+    "default = low.llama_model_default_params\n"
+    "def params():\n"
+    "    made = default()\n"
+    "    made.use_extra_bufts = repack\n"
+    "    return made\n"
+    "low.llama_model_default_params = params\n"
+    "from llama_cpp.server.__main__ import main\n"
+    "main()\n"
+)
+
+
+def probed_repack(model: Path) -> bool:
+    """Whether the in-process lanes run `model` with repacked kernels here: the kernel
+    probe's verdict (off on a CPU where they crash, as AMX Xeons do), so a reference
+    built apart from specdiff runs the kernels the lane it checks ran."""
+    # deferred: the probe loads llama.cpp in a child process only
+    from specdiff.engine.llama.probe import verdict
+
+    return verdict(model).chosen_repack == "on"
+
+
 @contextlib.contextmanager
 def llama_cpp_server(model: Path, *extra: str) -> Iterator[tuple[str, subprocess.Popen]]:
-    """`python -m llama_cpp.server` on a free loopback port; yields (base URL, process)."""
+    """`python -m llama_cpp.server` on a free loopback port, with the kernels the probe
+    chose for in-process lanes; yields (base URL, process)."""
     port = free_port()
     process = subprocess.Popen(
         [
             sys.executable,
-            "-m",
-            "llama_cpp.server",
+            "-c",
+            REPACKED_SERVER,
+            "on" if probed_repack(model) else "off",
             "--model",
             str(model),
             "--host",

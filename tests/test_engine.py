@@ -11,7 +11,7 @@ from specdiff.engine.llama.lane import LocalLane
 from specdiff.errors import ModelError, PromptError
 from specdiff.lanes import Lane
 from specdiff.steps import text_of
-from tests.conftest import load_prompts
+from tests.conftest import load_prompts, repacked
 
 if TYPE_CHECKING:
     from llama_cpp import Llama
@@ -48,15 +48,16 @@ def assert_lane_equals_llama(local: LocalLane, model_path: Path, prompts: list[s
     from llama_cpp import Llama
 
     lane = local.lane
-    llm = Llama(
-        str(model_path),
-        n_ctx=lane.n_ctx,
-        n_batch=lane.n_batch,
-        n_ubatch=lane.n_ubatch,
-        n_threads=lane.threads,
-        n_threads_batch=lane.threads_batch or lane.threads,
-        verbose=False,
-    )
+    with repacked(local.model.repack):  # the kernels the lane ran (the probe's choice)
+        llm = Llama(
+            str(model_path),
+            n_ctx=lane.n_ctx,
+            n_batch=lane.n_batch,
+            n_ubatch=lane.n_ubatch,
+            n_threads=lane.threads,
+            n_threads_batch=lane.threads_batch or lane.threads,
+            verbose=False,
+        )
     try:
         for prompt in prompts:
             tokens = local.tokenize(prompt)

@@ -14,6 +14,7 @@ import pytest
 
 from specdiff.cli import main
 from specdiff.lanes import Lane, presets
+from tests.servers import probed_repack
 
 pytestmark = pytest.mark.model
 
@@ -87,7 +88,11 @@ def test_an_independent_reference_sums_the_same_tensors_alike(model_path: Path) 
         "result_output",
     ]
     completed = subprocess.run(
-        [sys.executable, str(REFERENCE), str(model_path), str(lane.threads), PROMPT, *names],
+        [
+            *(sys.executable, str(REFERENCE), str(model_path)),
+            "on" if probed_repack(model_path) else "off",  # the kernels the lane ran
+            *(str(lane.threads), PROMPT, *names),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
