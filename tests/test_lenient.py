@@ -101,17 +101,6 @@ def test_the_lenient_preset_differs_from_plain_only_in_speculation() -> None:
 # --- on the bundled model -------------------------------------------------------------
 
 MAX_TOKENS = 32
-PROMPTS = 6
-
-
-def _run(lane: Lane, prompts: list[str], pool: object) -> list[list[TokenStep]]:
-    from specdiff.engine.llama.lane import LocalLane
-
-    local = LocalLane(lane, "a", pool)  # type: ignore[arg-type]
-    try:
-        return [list(local.generate(local.tokenize(p), MAX_TOKENS)) for p in prompts]
-    finally:
-        local.close()
 
 
 def _forks(runs: list[list[TokenStep]], plain: list[list[TokenStep]]) -> list[str]:
@@ -130,23 +119,56 @@ def _forks(runs: list[list[TokenStep]], plain: list[list[TokenStep]]) -> list[st
     return found
 
 
+SEARCH_SETS = ("repetitive", "divergence", "open")
+"""Where the lenient lane's split is looked for, in order: repetitive text drafts the
+most, so it is likeliest to accept a draft that is not the model's best."""
+
+
 @pytest.mark.model
 def test_a_lenient_lane_splits_where_the_exact_lane_does_not() -> None:
+    """Prompt by prompt until the lenient lane forks from plain decoding with a split
+    (a token that was not its own best pick): where that happens depends on this CPU's
+    rounding, so it is searched for, never assumed. The exact lane, run on the same
+    prompts, must not split on any of them."""
     from specdiff.engine.llama.context import ModelPool
+    from specdiff.engine.llama.lane import LocalLane
 
-    prompts = [entry["prompt"] for entry in load_prompts("repetitive")][:PROMPTS]
     pairs = presets()
-    lenient = pairs["lenient-vs-plain"].a
+    lanes = {
+        "plain": pairs["spec-vs-plain"].b,
+        "exact": pairs["spec-vs-plain"].a,
+        "lenient": pairs["lenient-vs-plain"].a,
+    }
+    prompts = [entry["prompt"] for name in SEARCH_SETS for entry in load_prompts(name)]
     pool = ModelPool()
+    opened = {name: LocalLane(lane, "a", pool) for name, lane in lanes.items()}  # type: ignore[arg-type]
+    exact_forks: list[str] = []
+    lenient_forks: list[str] = []
     try:
-        plain = _run(pairs["spec-vs-plain"].b, prompts, pool)
-        exact_forks = _forks(_run(pairs["spec-vs-plain"].a, prompts, pool), plain)
-        lenient_forks = _forks(_run(lenient, prompts, pool), plain)
+        for prompt in prompts:
+            runs = {
+                name: [list(local.generate(local.tokenize(prompt), MAX_TOKENS))]
+                for name, local in opened.items()
+            }
+            exact_forks += _forks(runs["exact"], runs["plain"])
+            lenient_forks += _forks(runs["lenient"], runs["plain"])
+            if any(_lenient_split(line) for line in lenient_forks):
+                break
     finally:
+        for local in opened.values():
+            local.close()
         pool.close()
-    print(f"\nexact spec vs plain: {exact_forks}\n{lenient.spec_accept} vs plain: {lenient_forks}")
-    assert any(line.startswith(LARGE_MARGIN_SPLIT) for line in lenient_forks), lenient_forks
+    print(f"\nexact spec vs plain: {exact_forks}\n{lanes['lenient'].spec_accept}: {lenient_forks}")
+    assert any(_lenient_split(line) for line in lenient_forks), (
+        f"the lenient lane never split in {len(prompts)} prompts: {lenient_forks}"
+    )
     assert not any(line.startswith(LARGE_MARGIN_SPLIT) for line in exact_forks), exact_forks
+
+
+def _lenient_split(fork: str) -> bool:
+    """A fork (as _forks writes it) that is a split where the lane took a token that was
+    not its own best pick: what only accepting drafts within a tolerance does."""
+    return fork.startswith(LARGE_MARGIN_SPLIT) and fork.endswith("a took its argmax: False")
 
 
 def _specdiff(*args: str) -> subprocess.CompletedProcess:

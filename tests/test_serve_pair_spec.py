@@ -6,6 +6,7 @@ with a draft model, whose accepted drafts come back rescored."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -120,6 +121,12 @@ def test_every_listed_type_is_in_the_real_binarys_help() -> None:
     assert usable_option(binary, "--spec-draft-n-max", "--draft-max") is not None
 
 
+RESTARTED = re.compile(
+    r"specdiff: llama-server on port \d+ was killed by SIG[A-Z]+ at start; starting it again "
+    r"with --no-repack \(llama\.cpp's repacked CPU kernels crash on some CPUs\)$"
+)
+
+
 @pytest.mark.server
 @pytest.mark.parametrize(
     ("args", "names"),
@@ -164,7 +171,9 @@ def test_bad_serve_pair_input_is_one_line_and_exit_2(
     not_gguf.write_text("not a model\n", encoding="utf-8")
     args = [str(not_gguf) if arg == "NOT_GGUF" else arg for arg in args]
     done = specdiff("serve-pair", *args, "--threads", "1", "run", "--max-tokens", "4", "--quiet")
-    lines = done.stderr.strip().splitlines()
+    # on a CPU whose repacked kernels crash llama-server at start (AMX Xeons), the one
+    # note that it was started again with --no-repack comes first: a fact, not progress
+    lines = [line for line in done.stderr.strip().splitlines() if not RESTARTED.match(line)]
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     assert len(lines) == 1 and names in lines[0] and lines[0].isprintable(), lines
