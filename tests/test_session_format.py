@@ -200,7 +200,7 @@ DEMOS = sorted((Path(__file__).parent.parent / "sessions").glob("*.jsonl"))
 
 @pytest.mark.parametrize("path", DEMOS, ids=lambda path: path.name)
 def test_the_export_summary_is_the_footer_and_more(path: Path) -> None:
-    from specdiff.reports._markup import finite
+    from specdiff.json_numbers import finite_everywhere
     from specdiff.reports.export import export_session
 
     session = load_session(path)
@@ -208,7 +208,7 @@ def test_the_export_summary_is_the_footer_and_more(path: Path) -> None:
     footer = session.footer.to_json()
     del footer["type"]
     summary = json.loads(export_session(session, "json"))["summary"]
-    assert {key: summary[key] for key in footer} == finite(footer)
+    assert {key: summary[key] for key in footer} == finite_everywhere(footer)
     assert set(summary) > set(footer)
 
 

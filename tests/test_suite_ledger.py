@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 
-from specdiff.reports._markup import finite
+from specdiff.json_numbers import finite_everywhere
 from specdiff.reports.suite import report_json_chunks, write_reports
 from specdiff.safe_text import json_text
 from specdiff.sessions.records import Serving
@@ -91,7 +91,7 @@ def test_report_json_written_a_record_at_a_time_is_the_whole_json(count):
     data = suite_data(runs, ids)
     streamed = "".join(report_json_chunks(data))
     whole = {**data, "prompts": list(data["prompts"])}
-    text = json.dumps(finite(whole), indent=1, ensure_ascii=False) + "\n"
+    text = json.dumps(finite_everywhere(whole), indent=1, ensure_ascii=False) + "\n"
     assert streamed == json_text(text)
     assert [r["prompt_id"] for r in json.loads(streamed)["prompts"]] == ids
     # the controls JSON leaves raw (C1, line separators, bidi marks) are escaped
