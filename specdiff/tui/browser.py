@@ -24,6 +24,7 @@ import re
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
@@ -41,6 +42,9 @@ LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 SHUTDOWN_SECONDS = 3.0
 """How long open connections get to finish once the server is stopped; then each one's
 app is told to quit."""
+REAP_SECONDS = 5.0
+"""How long a stopped server waits for its apps' processes to be reaped once they were
+told to quit."""
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 _REMOTE_FONT = re.compile(r"<link\b[^>]*\bhref=\"https?://fonts\.googleapis\.com[^>]*>", re.S)
@@ -197,6 +201,7 @@ class BrowserServer(Server):
             return await handler(request)
 
         app.middlewares.append(same_origin)
+        app.on_cleanup.append(_reap_apps)
         return app
 
     def refusal(self, host: str, origin: str | None) -> str | None:
@@ -241,3 +246,17 @@ class BrowserServer(Server):
         finally:
             asyncio.set_event_loop(None)
         return stopped_by[0] if stopped_by else 0
+
+
+async def _reap_apps(app: web.Application) -> None:
+    """Keep the loop open until each app's process, told to quit, has been reaped: a
+    thread of asyncio's child watcher waits for each one and hands its exit to the loop,
+    and a loop closed first makes asyncio log "Loop ... that handles pid ... is closed"
+    across the stopped server's last line."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + REAP_SECONDS
+    while loop.time() < deadline and any(
+        "waitpid-" in thread.name and thread.is_alive()  # asyncio-waitpid-N from 3.12
+        for thread in threading.enumerate()
+    ):
+        await asyncio.sleep(0.05)
