@@ -23,6 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from specdiff.engine.llama.probe import verdict
 from specdiff.engine.models import bundled_model_path, resolve_model
 from specdiff.lanes import Lane
 from specdiff.prompts import load
@@ -50,6 +51,13 @@ def sample_text(tokens: int, prompt_set: str = "humaneval") -> str:
     return text
 
 
+def repacked(model: Path) -> bool:
+    """Whether specdiff's lanes run `model` with llama.cpp's repacked CPU kernels here
+    (the kernel probe's verdict: off on a CPU where they crash, as AMX Xeons do), so
+    llama-perplexity runs the same kernels, and runs at all."""
+    return verdict(model).chosen_repack == "on"
+
+
 def perplexity_figures(
     base: Path, model: Path, text: Path, n_ctx: int, threads: int, folder: Path
 ) -> dict[str, float]:
@@ -58,8 +66,9 @@ def perplexity_figures(
     common += ["-fa", "off", "--kl-divergence-base", str(folder / "base.kld")]
     binary = str(llama_perplexity())
     for arguments in (["-m", str(base)], ["-m", str(model), "--kl-divergence"]):
+        kernels = [] if repacked(Path(arguments[1])) else ["--no-repack"]
         done = subprocess.run(
-            [binary, *arguments, *common], capture_output=True, text=True, check=False
+            [binary, *arguments, *kernels, *common], capture_output=True, text=True, check=False
         )
         if done.returncode != 0:
             sys.exit(f"llama-perplexity failed: {done.stderr.strip().splitlines()[-1:]}")
