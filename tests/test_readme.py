@@ -9,8 +9,11 @@ from tests.conftest import ROOT, pyproject
 
 TEST_COMMAND = (
     "python3 -m pip install -e '.[test]' && python3 -m ruff check . && lint-imports"
-    " && python3 -m pytest"
+    " && python3 -m pytest -n auto --dist loadfile"
 )
+# The full suite on every core too, a test file to a worker (--dist loadfile), so a
+# module's server or loaded model is set up once; tests/conftest.py gives each worker
+# its own cores, as llama.cpp's threads spin while they wait.
 # -n auto: pytest-xdist, one worker per core. The fast tier is ~80 s of CPU (collection
 # ~8 s of it, per worker), spread over ~2,350 tests: on 2 cores it takes under a minute
 # only when both work.
