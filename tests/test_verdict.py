@@ -341,3 +341,23 @@ def test_a_teacher_forced_run_counts_in_words(kept: int, flip: bool) -> None:
     head = next(line for line in lines if line.startswith("FLIPPED at token "))
     noun = "flip" if len(flips) == 1 else "flips"
     assert f"; {len(flips)} {noun} in all (" in head and "(s)" not in head
+
+
+@pytest.mark.parametrize("path", DEMOS, ids=lambda p: p.name.split("-", 1)[1])
+def test_an_identical_run_says_where_to_look_for_a_fork(path: Path) -> None:
+    """Lane b given lane a's own steps: the run is identical, and the text says how to
+    see how often the pair forks (a suite) and how to look further in this text."""
+    result = result_of(path)
+    same = [dataclasses.replace(step, lane="b") for step in result.a.steps]
+    identical = dataclasses.replace(
+        result,
+        b=dataclasses.replace(result.b, steps=same),
+        comparison=compare(result.a.steps, same),
+    )
+    lines = format_result(identical).splitlines()
+    assert any(line.startswith("IDENTICAL: ") for line in lines)
+    (hint,) = [line for line in lines if line.startswith("no fork: ")]
+    assert f"specdiff suite open --pair {result.pair.name};" in hint
+    assert hint.endswith(f"--max-tokens {2 * result.max_tokens}")
+    # a run that forked has no such line
+    assert not any(line.startswith("no fork: ") for line in format_result(result).splitlines())

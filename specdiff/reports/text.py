@@ -246,7 +246,20 @@ def _no_fork_lines(result: PairResult, layout: Layout) -> list[str]:
             f"b after {comparison.length_b} ({visible(str(a.stop_reason or a.error))} / "
             f"{visible(str(b.stop_reason or b.error))})."
         )
-    return [verdict, *_capped(text_of(a.steps), layout), _near_ties(comparison)]
+    lines = [verdict, *_capped(text_of(a.steps), layout), _near_ties(comparison)]
+    if comparison.identical and not result.crashed and not result.teacher_forced:
+        lines.append(_where_forks_are(result))
+    return lines
+
+
+def _where_forks_are(result: PairResult) -> str:
+    """What to try after an identical run: a fork needs a near tie that the lanes'
+    arithmetic flips, and where that happens depends on the prompt and the CPU."""
+    return (
+        "no fork: no near tie flipped on this prompt here. How often this pair forks "
+        f"over a prompt set: specdiff suite open --pair {visible(result.pair.name)}; further on "
+        f"in this text: --max-tokens {2 * max(result.max_tokens, 1)}"
+    )
 
 
 def _near_ties(comparison: Comparison) -> str:
