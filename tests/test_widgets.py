@@ -40,7 +40,7 @@ from specdiff.tui.widgets import (
     strip_columns,
     strip_height,
 )
-from tests.test_snapshots import session_app
+from tests.test_snapshots import demo_app, session_app
 
 THEMES_DIR = Path(__file__).resolve().parent.parent / "themes"
 THEMES = load_themes([THEMES_DIR]).themes
@@ -364,6 +364,12 @@ async def test_a_theme_switch_mid_replay_restyles_every_drawn_token(start: str, 
         assert_drawn_in(app, start, after)
 
 
+def rendered_lines(app: SpecdiffApp) -> list[str]:
+    """The screen's rows as text, as the terminal shows them."""
+    strips = app.screen._compositor.render_strips()
+    return ["".join(segment.text for segment in strip) for strip in strips]
+
+
 def assert_drawn_in(app: SpecdiffApp, theme: str, old: str) -> None:
     drawn = drawn_colours(app)
     assert drawn and drawn <= palette_colours(palette_of(theme))
@@ -391,6 +397,22 @@ async def test_aligned_view_collapses_the_prefix_and_stacks_the_branches(size) -
         assert not aligned.display and app.query_one("#lanes").display
         await pilot.press("a", "a")
         assert not aligned.display
+
+
+async def test_both_branches_start_on_screen_when_the_shared_context_has_line_breaks() -> None:
+    """The demo session's last shared tokens hold two newlines ('.␤␤The Roman Empire was
+    a vast'): on one row, so at 80x24 under the fork panel lane a's branch still starts
+    in its half of the view, above lane b's."""
+    app = demo_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.press("d", "a")
+        await pilot.pause()
+        shown = [line.strip() for line in rendered_lines(app)]
+        assert any(line.startswith(".␤␤The Roman Empire was a vast") for line in shown), shown
+        a_row = next(row for row, line in enumerate(shown) if line.startswith("a ▸ "))
+        b_row = next(row for row, line in enumerate(shown) if line.startswith("b ▸ "))
+        assert a_row < b_row
 
 
 @pytest.mark.parametrize("lengths", [(5, 10, 3, 7), (0, 4, 4, 1), (12, 0, 6, 12)])

@@ -11,7 +11,7 @@ from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Static
 
-from specdiff.safe_text import terminal_text
+from specdiff.safe_text import on_one_line, terminal_text
 from specdiff.tui.view_state import LaneState
 from specdiff.tui.widgets.styles import TokenMarks, TokenStyles
 from specdiff.tui.widgets.token_view import TAB
@@ -45,7 +45,9 @@ def aligned_parts(
         text.append(f"  … {start} shared token{'s' if start != 1 else ''} …", "dim italic")
     text.append("\n")
     styles = TokenStyles()
-    _append_tokens(text, a, marks["a"], styles, range(start, shared_end))
+    # the shared context on one row (a newline as ␤), so lane a's branch starts on the
+    # third row even in a short view: it is what the view is for
+    _append_tokens(text, a, marks["a"], styles, range(start, shared_end), one_line=fork is not None)
     if fork is None:
         longer = a if len(a.steps) >= len(b.steps) else b
         _append_tokens(
@@ -55,17 +57,23 @@ def aligned_parts(
         return text, None
     branches = [text, Text()]
     for state, branch in zip((a, b), branches):
-        gap = "\n\n" if branch.plain else ""  # lane b's part begins its own view
+        gap = "\n" if branch.plain else ""  # lane b's part begins its own view
         branch.append(f"{gap}{state.lane_id} ▸ ", "bold")
         _append_tokens(branch, state, marks[state.lane_id], styles, range(fork, len(state.steps)))
     return branches[0], branches[1]
 
 
 def _append_tokens(
-    text: Text, state: LaneState, marks: TokenMarks, styles: TokenStyles, indices: range
+    text: Text,
+    state: LaneState,
+    marks: TokenMarks,
+    styles: TokenStyles,
+    indices: range,
+    one_line: bool = False,
 ) -> None:
     for index in indices:
-        piece = terminal_text(state.texts[index] or "\u2205", tab=TAB)
+        raw = state.texts[index] or "\u2205"
+        piece = on_one_line(raw) if one_line else terminal_text(raw, tab=TAB)
         text.append(piece, styles.style(state.lane_id, index, state.steps[index], marks))
 
 
