@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from specdiff.certify.battery import Settings, _cache_proof
+from specdiff.certify.server_side import cache_proof
+from specdiff.certify.sides import Settings
 from specdiff.certify.evidence import (
     CACHE_HITS,
     RUNNING,
@@ -105,12 +106,12 @@ def test_nothing_compared_is_not_tested() -> None:
 
 
 def test_a_cache_hit_is_believed_only_from_an_honest_counter() -> None:
-    assert _cache_proof("counter", 0, 30, 40, "after a reset").shown
-    liar = _cache_proof("counter", 40, 40, 40, "after a reset")
+    assert cache_proof("counter", 0, 30, 40, "after a reset").shown
+    liar = cache_proof("counter", 40, 40, 40, "after a reset")
     assert not liar.shown and "cannot have made" in liar.how
-    assert not _cache_proof("counter", 0, 400, 40, "after a reset").shown
-    assert not _cache_proof("counter", 0, 0, 40, "after a reset").shown
-    assert not _cache_proof("counter", None, 30, 40, "after a reset").shown
+    assert not cache_proof("counter", 0, 400, 40, "after a reset").shown
+    assert not cache_proof("counter", 0, 0, 40, "after a reset").shown
+    assert not cache_proof("counter", None, 30, 40, "after a reset").shown
 
 
 def test_metrics_are_read_by_name_summed_over_labels() -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from specdiff.certify.records import PROPERTIES, check_properties
+from specdiff.certify.sides import Settings
 from specdiff.cli import options
 from specdiff.cli.common import (
     ArgumentError,
@@ -43,6 +44,14 @@ def add_parser(commands: Subcommands) -> None:
         "decode vs prefill, speculation",
         command_certify,
     )
+    _add_subject_options(parser)
+    _add_battery_options(parser)
+    _add_output_options(parser)
+
+
+def _add_subject_options(parser: argparse.ArgumentParser) -> None:
+    """What is certified: a server (and one to compare it with), a pair, or the
+    in-process engine with lane settings."""
     parser.add_argument(
         "--endpoint",
         action="append",
@@ -56,6 +65,17 @@ def add_parser(commands: Subcommands) -> None:
         "--pair", default=None, help="a pair preset whose lane a is certified, lane b compared"
     )
     options.add_lane_options(parser, one_pair=False)
+    parser.add_argument(
+        "--mode-flag",
+        metavar="FLAG",
+        help="the deterministic switch the certified server runs with (e.g. "
+        "VLLM_BATCH_INVARIANT=1); with a second endpoint without it, the certificate also "
+        "says what broke there",
+    )
+
+
+def _add_battery_options(parser: argparse.ArgumentParser) -> None:
+    """Which properties run, and how many requests each sends."""
     parser.add_argument(
         "--property",
         action="append",
@@ -84,13 +104,9 @@ def add_parser(commands: Subcommands) -> None:
     )
     options.add_max_tokens(parser, default=48)
     parser.add_argument("--seed", type=int, default=0, help="where the needle goes (default 0)")
-    parser.add_argument(
-        "--mode-flag",
-        metavar="FLAG",
-        help="the deterministic switch the certified server runs with (e.g. "
-        "VLLM_BATCH_INVARIANT=1); with a second endpoint without it, the certificate also "
-        "says what broke there",
-    )
+
+
+def _add_output_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--html", metavar="FILE", help="also write the certificate as HTML")
     options.add_json_summary(parser)
     options.add_quiet(parser)
@@ -126,20 +142,7 @@ def lanes_of(args: argparse.Namespace) -> tuple[Lane, Lane | None]:
 
 
 def command_certify(args: argparse.Namespace) -> int:
-    # deferred: the engine and the report load only for the command that runs
-    from specdiff.certify.battery import Settings, certify
-    from specdiff.engine.worker import call_in_worker
-
-    properties = check_properties(args.property)
-    settings = Settings(
-        runs=args.runs,
-        batch=args.batch_size,
-        fillers=args.fillers,
-        max_tokens=args.max_tokens,
-        seed=args.seed,
-        properties=properties,
-    )
-    settings.check()
+    settings = settings_of(args)
     lane, other = lanes_of(args)
     if lane.backend == "server" and other is not None and other.backend != "server":
         raise ArgumentError("the lane to compare with must be a server too")
@@ -156,14 +159,46 @@ def command_certify(args: argparse.Namespace) -> int:
         # a URL's user:password is masked, as certify's JSON and repeat do
         else visible(without_credentials(lane.endpoint))
     )
+    properties = settings.properties
     checked = properties[0] if len(properties) == 1 else f"{len(properties)} properties"
     status.message(f"certify: {checked} on {where}")
+    data = _run_in_worker(status, (lane, settings, other, control))
+    if data is None:
+        return Exit.INTERRUPTED
+    if args.mode_flag:
+        data["subject"]["mode_flag"] = args.mode_flag
+    return report(args, data)
+
+
+def settings_of(args: argparse.Namespace) -> Settings:
+    """The battery's settings from the command line, checked."""
+    settings = Settings(
+        runs=args.runs,
+        batch=args.batch_size,
+        fillers=args.fillers,
+        max_tokens=args.max_tokens,
+        seed=args.seed,
+        properties=check_properties(args.property),
+    )
+    settings.check()
+    return settings
+
+
+def _run_in_worker(
+    status: Status, arguments: tuple[Lane, Settings, Lane | None, bool]
+) -> dict[str, Any] | None:
+    """The certificate the battery gave in a worker process; None where Ctrl+C stopped
+    it (said on stderr)."""
+    # deferred: the engine and the battery load only for the command that runs
+    from specdiff.certify.battery import certify
+    from specdiff.engine.worker import call_in_worker
+
     cancel = threading.Event()
     try:
         with interrupt_sets(cancel):
-            data = call_in_worker(
+            data: dict[str, Any] = call_in_worker(
                 certify,
-                (lane, settings, other, control),
+                arguments,
                 {"progress": status.message},
                 cancel,
                 doing="running the certify battery",
@@ -174,10 +209,8 @@ def command_certify(args: argparse.Namespace) -> int:
         # Ctrl+C reached the battery as a cancel, which the worker reports as its error
         status.done()
         print("specdiff: interrupted", file=sys.stderr)
-        return Exit.INTERRUPTED
-    if args.mode_flag:
-        data["subject"]["mode_flag"] = args.mode_flag
-    return report(args, data)
+        return None
+    return data
 
 
 def _with_flag(lane: Lane, flag: str) -> Lane:
