@@ -85,8 +85,13 @@ def run_battery(side: Side, settings: Settings, progress: Progress = quiet) -> C
         result.seconds = time.perf_counter() - start
         results.append(result)
     cost = _cost(side, time.perf_counter() - began)
-    cost.update(side.against_bare_client(settings.max_tokens).as_cost())
-    return Certificate(side.describe(), settings.as_dict(), results, cost)
+    bare = side.against_bare_client(settings.max_tokens)
+    cost.update(bare.as_cost())
+    certificate = Certificate(side.describe(), settings.as_dict(), results, cost)
+    if bare.fault:
+        # said where the timing would have been read, so no one takes it for one
+        certificate.notes.append(f"no bare-client timing: {bare.fault}")
+    return certificate
 
 
 def _cost(side: Side, wall: float) -> dict[str, Any]:
@@ -201,8 +206,6 @@ def _speculation(side: Side, settings: Settings) -> PropertyResult:
         return not_tested(SPECULATION, outcome)
     pairs, proof = outcome
     return judge(SPECULATION, pairs, proof)
-
-
 
 
 PROCEDURES: dict[str, Callable[[Side, Settings], PropertyResult]] = {

@@ -10,6 +10,7 @@ its imports are deferred.
 
 from __future__ import annotations
 
+import json
 import secrets
 import threading
 import time
@@ -22,9 +23,12 @@ from typing import TYPE_CHECKING, Any
 from specdiff.certify.evidence import (
     CACHE_HITS,
     RUNNING,
-    first_of,
-    metric_values,
+    Reading,
+    counter_readings,
+    draft_proof,
+    metric_reading,
     overlap,
+    running_proof,
     slots_processing,
 )
 from specdiff.certify.records import Compared, Proof
@@ -45,15 +49,20 @@ if TYPE_CHECKING:
 
 POLL_SECONDS = 0.05
 """How often a server's /slots and /metrics are read while requests run together."""
+IDLE_READINGS = 5
+"""How often the running-request count is read before requests are sent together, until
+it reads zero: a request that just ended may still be counted for a moment."""
+OWN_API = "give --both api=llama-server"
+"""How a llama-server reached through its OpenAI API is reached through its own."""
 
 
 class Watch:
     """Reads what the server says it runs, every POLL_SECONDS, while requests are in
     flight (a `with` block); the readings it got are in `seen`."""
 
-    def __init__(self, read: Callable[[], tuple[str, int] | None]) -> None:
+    def __init__(self, read: Callable[[], Reading | str | None]) -> None:
         self.read = read
-        self.seen: list[tuple[str, int]] = []
+        self.seen: list[Reading | str] = []
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._watch, name="certify-probe", daemon=True)
 
@@ -74,28 +83,6 @@ class Watch:
             if reading is not None:
                 self.seen.append(reading)
             self.done.wait(POLL_SECONDS)
-
-
-def _running_proof(seen: Sequence[tuple[str, int]], reached: int) -> Proof:
-    """Whether the server showed two of the requests sent together running at once."""
-    facts: dict[str, Any] = {"in_flight_from_client": reached}
-    if not seen:
-        how = (
-            f"the server shows no running-request count (/slots or /metrics), so that the "
-            f"{reached} requests in flight shared a batch cannot be shown"
-        )
-        return Proof(False, how, facts)
-    source = seen[0][0]
-    most = max(count for _, count in seen)
-    facts.update(server_running_most=most, source=source)
-    shown = most >= 2
-    how = (
-        f"{source} showed {most} requests running at once ({reached} in flight from here)"
-        if shown
-        else f"{source} never showed two requests running at once ({reached} in flight "
-        "from here)"
-    )
-    return Proof(shown, how, facts)
 
 
 class ServerSide:
@@ -162,31 +149,90 @@ class ServerSide:
         }
 
     def _metrics_text(self) -> str:
+        return self._metrics()[0]
+
+    def _metrics(self) -> tuple[str, str]:
+        """The server's /metrics text ("" where it has none), and why it is no reading
+        where it was cut short: past the bytes read, or within a line (Prometheus text
+        ends every line, the last one too)."""
         from specdiff.engine.server.client import MAX_IDENTITY_BYTES  # deferred, as above
 
         answer = self.probe.request("GET", "/metrics", MAX_IDENTITY_BYTES)
-        return answer.body.decode("utf-8", "replace") if answer.status == 200 else ""
+        if answer.status != 200:
+            return "", ""
+        text = answer.body.decode("utf-8", "replace")
+        if len(answer.body) >= MAX_IDENTITY_BYTES:
+            return text, f"its /metrics ran past {MAX_IDENTITY_BYTES >> 20} MiB and was cut short"
+        if text and not text.endswith("\n"):
+            return text, "its /metrics answer ended within a line (cut short)"
+        return text, ""
 
-    def _running(self) -> tuple[str, int] | None:
-        """How many requests the server says it runs now, and where it says so."""
+    def _metric(self, names: Sequence[str]) -> tuple[str, float] | str | None:
+        """The first of `names` in /metrics with its value; None where none is there;
+        why not, where the answer is no reading."""
+        text, cut = self._metrics()
+        found = metric_reading(text, names)
+        return cut if cut and found is not None else found
+
+    def _running(self) -> Reading | str | None:
+        """How many requests the server says it runs now, and where it says so; why its
+        answer is no reading; None where it does not say."""
         if self.flavor == "llama-server":
             answer = self.probe.request("GET", "/slots")
             if answer.status == 200:
                 busy = slots_processing(answer.json())
                 if busy is not None:
                     return "/slots", busy
-        found = first_of(metric_values(self._metrics_text(), RUNNING), RUNNING)
-        return (f"/metrics {found[0]}", int(found[1])) if found else None
+        found = self._metric(RUNNING)
+        if found is None or isinstance(found, str):
+            return found
+        name, value = found
+        if value < 0 or value != int(value):
+            return f"its /metrics {name} read {value:g}, which is no count of requests"
+        return f"/metrics {name}", int(value)
 
-    def _hits(self) -> float | None:
-        found = first_of(metric_values(self._metrics_text(), CACHE_HITS), CACHE_HITS)
-        return found[1] if found else None
+    def _idle(self) -> list[Reading | str]:
+        """The running-request count before requests are sent together: read until it is
+        zero, IDLE_READINGS times at most."""
+        readings: list[Reading | str] = []
+        for _ in range(IDLE_READINGS):
+            try:
+                reading = self._running()
+            except Exception:  # as while they run: a probe that fails shows nothing
+                reading = None
+            if reading is None:
+                break
+            readings.append(reading)
+            if isinstance(reading, str) or reading[1] == 0:
+                break
+            time.sleep(POLL_SECONDS)
+        return readings
+
+    def _hits(self) -> float | str | None:
+        found = self._metric(CACHE_HITS)
+        return found if found is None or isinstance(found, str) else found[1]
 
     def _generate(self, lane: ServerLane, prompt: str, max_tokens: int) -> list[TokenStep]:
+        from specdiff.engine.server.client import ServerError  # deferred, as in __init__
+        from specdiff.engine.server.dialects import NO_LOGPROBS
+
         with self.timeline.request() as counted:
-            steps = list(lane.generate(prompt, max_tokens))
+            try:
+                steps = list(lane.generate(prompt, max_tokens))
+            except ServerError as error:
+                if NO_LOGPROBS in str(error) and self._llama_server_off_its_api():
+                    # the hint for llama-cpp-python's server would send the user astray
+                    raise lane.client.fail(
+                        "llama-server sent tokens without log-probabilities on its OpenAI "
+                        f"API; it reports them on its own: {OWN_API}"
+                    ) from None
+                raise
             counted[0] = len(steps)
         return steps
+
+    def _llama_server_off_its_api(self) -> bool:
+        """Whether this is llama-server reached through an API other than its own."""
+        return self.flavor == "llama-server" and self.lane.api != "llama-server"
 
     def alone(self, prompt: str, max_tokens: int) -> list[TokenStep]:
         return self._generate(self.lanes[0], prompt, max_tokens)
@@ -194,12 +240,14 @@ class ServerSide:
     def together(
         self, prompts: Sequence[str], max_tokens: int, wanted: Sequence[int]
     ) -> tuple[dict[int, list[TokenStep]], Proof]:
-        results, reached, seen = self._sent_together(prompts, max_tokens)
-        return {p: results[p] for p in wanted}, _running_proof(seen, reached)
+        before = self._idle()
+        results, reached, during = self._sent_together(prompts, max_tokens)
+        proof = running_proof(before, during, len(prompts), reached)
+        return {p: results[p] for p in wanted}, proof
 
     def _sent_together(
         self, prompts: Sequence[str], max_tokens: int
-    ) -> tuple[list[list[TokenStep]], int, list[tuple[str, int]]]:
+    ) -> tuple[list[list[TokenStep]], int, list[Reading | str]]:
         """Each prompt's steps, all sent at once (one lane each); how many this client
         had in flight at most; and what the server said it ran meanwhile."""
         start = threading.Barrier(len(prompts))
@@ -213,24 +261,25 @@ class ServerSide:
             finally:
                 spans.append((began, time.perf_counter()))
 
-        with Watch(self._running) as watch:
-            with ThreadPoolExecutor(max_workers=len(prompts)) as executor:
-                futures = [executor.submit(send, place) for place in range(len(prompts))]
-                results = [future.result() for future in futures]
+        with Watch(self._running) as watch, ThreadPoolExecutor(len(prompts)) as executor:
+            futures = [executor.submit(send, place) for place in range(len(prompts))]
+            results = [future.result() for future in futures]
         return results, overlap(spans), watch.seen
 
-    def cold_and_warm(
-        self, question: str, max_tokens: int
-    ) -> CacheOutcome | str:
+    def cold_and_warm(self, question: str, max_tokens: int) -> CacheOutcome | str:
         if self.flavor == "llama-server":
             return self._llama_cache(question, max_tokens)
         return self._counted_cache(question, max_tokens)
 
-    def _llama_cache(
-        self, question: str, max_tokens: int
-    ) -> CacheOutcome | str:
+    def _llama_cache(self, question: str, max_tokens: int) -> CacheOutcome | str:
         """llama-server: cold with cache_prompt off; warm after a priming request in the
-        same slot; its timings' cache_n says how many prompt tokens came from the cache."""
+        same slot; its timings' cache_n says how many prompt tokens came from the cache.
+        Both the priming request and the timings are llama-server's own API's."""
+        if self.lane.api != "llama-server":
+            return (
+                "llama-server's prompt cache is primed, and its hits counted "
+                f"(timings.cache_n), through its own API only: {OWN_API}"
+            )
         prompt = SHARED_PREFIX + question
         cold_lane = self.lanes[0]
         cold = self._generate(cold_lane, prompt, max_tokens)
@@ -243,13 +292,11 @@ class ServerSide:
             "sent with cache_prompt off",
         )  # fmt: skip
 
-    def _counted_cache(
-        self, question: str, max_tokens: int
-    ) -> CacheOutcome | str:
+    def _counted_cache(self, question: str, max_tokens: int) -> CacheOutcome | str:
         """vLLM, SGLang and others: empty the cache where the server has a way (else a
         prompt it has never seen), then prime the prefix; the hit counter of /metrics
         says what came from the cache, and must say nothing for the cold request."""
-        if self._hits() is None:
+        if self._hits() is None:  # a reading that is none still shows a counter there
             return (
                 "the server exports no prefix-cache hit counter (/metrics "
                 f"{' or '.join(CACHE_HITS)}), so a cache hit cannot be shown"
@@ -264,10 +311,11 @@ class ServerSide:
         primed = self._hits()
         warm = self._generate(self.lanes[0], prompt, max_tokens)
         after_warm = self._hits()
-        if None in (before, after_cold, primed, after_warm):
-            return "the hit counter stopped answering during the test"
-        assert before is not None and after_cold is not None
-        assert primed is not None and after_warm is not None
+        readings = (before, after_cold, primed, after_warm)
+        counted = counter_readings(readings)
+        if isinstance(counted, str):
+            return cold, warm, Proof(False, counted, {"source": "/metrics hit counter"})
+        before, after_cold, primed, after_warm = counted
         how = f"after {emptied}" if emptied else "on a prompt it was never sent (a fresh nonce)"
         return cold, warm, cache_proof(
             "/metrics hit counter", after_cold - before, after_warm - primed,
@@ -290,7 +338,7 @@ class ServerSide:
         if self.flavor != "llama-server" or self.lane.api != "llama-server":
             return (
                 "scoring forced tokens needs llama-server's /completion with token ids "
-                "(--lane api=llama-server); this server offers no such request"
+                "(--both api=llama-server); this server offers no such request"
             )
         from specdiff.engine.server.dialects import LlamaServer
         from specdiff.engine.server.rescore import Rescorer
@@ -327,44 +375,48 @@ class ServerSide:
     def speculation(
         self, prompts: Sequence[str], max_tokens: int
     ) -> tuple[list[Compared], Proof] | str:
-        speculating = [self.lanes[0]]
+        speculating = self.lanes[0]
         if self.other is None:
             return (
                 "no second endpoint to compare with: give the same model without speculation "
                 "as --endpoint (serve-pair starts both)"
             )
         plain_lane = self._open(replace(self.other, prefix="fresh"))
-        pairs, drafted, accepted = [], 0, 0
+        pairs: list[Compared] = []
+        counts: list[tuple[int, int, int]] = []
         for number, prompt in enumerate(prompts, 1):
-            spec = self._generate(speculating[0], prompt, max_tokens)
-            drafted += speculating[0].generation.drafted
-            accepted += speculating[0].generation.accepted
+            spec = self._generate(speculating, prompt, max_tokens)
+            generation = speculating.generation
+            counts.append((generation.drafted, generation.accepted, len(spec)))
             plain = self._generate(plain_lane, prompt, max_tokens)
             if plain_lane.generation.accepted:
                 return "the second endpoint speculates too: it is no plain reference"
             pairs.append(Compared(f"prompt {number} plain vs speculative", plain, spec))
-        proof = Proof(
-            accepted > 0,
-            f"the server accepted {accepted} of {drafted} drafted tokens"
-            if accepted
-            else "the server accepted no drafted token (its timings show none): it did not "
-            "speculate on these prompts",
-            {"drafted": drafted, "accepted": accepted},
-        )
-        return pairs, proof
+        return pairs, draft_proof(counts, self._draft_limit())
+
+    def _draft_limit(self) -> int | None:
+        """The most tokens the server drafts at a time, where its /props says."""
+        speculative = self.lanes[0].identity.get("speculative")
+        limit = speculative.get("speculative.n_max") if isinstance(speculative, dict) else None
+        return limit if type(limit) is int and limit > 0 else None
 
     def against_bare_client(self, max_tokens: int) -> BareClient:
-        from specdiff.engine.server.dialects import dialect_for, request_body  # deferred
+        from specdiff.engine.server.client import ServerError  # deferred, as in __init__
+        from specdiff.engine.server.dialects import dialect_for, request_body
 
         lane = self.lanes[0]
         dialect = dialect_for(self.lane.api, lane.vocab.piece)
         body = request_body(self.lane, dialect, DEFAULT_PROMPT, max_tokens, [], lane.extra)
         body["stream"] = False
         began = time.perf_counter()
-        answer = self.probe.request("POST", dialect.path, 1 << 22, json=body)
+        try:
+            answer = self.probe.request("POST", dialect.path, BARE_ANSWER_BYTES, json=body)
+        except ServerError as error:
+            return BareClient(fault=f"the request without streaming failed: {error}")
         bare = time.perf_counter() - began
-        if answer.status != 200:
-            return BareClient()
+        fault = bare_answer_fault(answer.status, answer.body, bare, self.lane.timeout, max_tokens)
+        if fault:
+            return BareClient(fault=fault)
         began = time.perf_counter()
         steps = list(lane.generate(DEFAULT_PROMPT, max_tokens))
         through = time.perf_counter() - began
@@ -373,6 +425,44 @@ class ServerSide:
     def close(self) -> None:
         self.stack.close()
         self.pool.close()
+
+
+BARE_ANSWER_BYTES = 1 << 22
+"""The most of a bare client's answer read: a completion of --max-tokens tokens is far
+shorter, so an answer this long is a server that ignored the budget."""
+
+
+def bare_answer_fault(
+    status: int, body: bytes, seconds: float, timeout: float, max_tokens: int
+) -> str:
+    """Why a bare client's answer to one request of `max_tokens` tokens, without
+    streaming, is no measurement of the server's speed ("" where it is one): an error,
+    an answer that ran past the bytes or the time read, or one that is not a single
+    completion within the budget."""
+    asked = f"one {max_tokens}-token request without streaming"
+    if status != 200:
+        return f"the server answered {asked} with HTTP {status}"
+    if len(body) >= BARE_ANSWER_BYTES:
+        return (
+            f"the server sent over {BARE_ANSWER_BYTES >> 20} MiB for {asked}: it ignores "
+            "max_tokens or the request not to stream"
+        )
+    if seconds >= timeout:
+        return (
+            f"the server was still sending its answer to {asked} after {timeout:g} s (the "
+            "lane's timeout): it ignores max_tokens or the request not to stream"
+        )
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        data = None
+    if not isinstance(data, dict):
+        return f"the server's answer to {asked} is not one JSON object (it may have streamed)"
+    usage = data.get("usage")
+    counted = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    if type(counted) is int and counted > max_tokens:
+        return f"the server generated {counted} tokens for {asked}: it ignores max_tokens"
+    return ""
 
 
 def cache_proof(
@@ -384,6 +474,8 @@ def cache_proof(
     facts = {"source": source, "cold_hits": cold, "warm_hits": warm, "prompt_tokens": prompt_tokens}
     if cold is None or warm is None:
         return Proof(False, f"the server reported no cache hits ({source} absent)", facts)
+    if cold < 0 or warm < 0:
+        return Proof(False, f"the server counted fewer than no cached tokens ({source})", facts)
     if cold > 0:
         return Proof(
             False,
@@ -399,4 +491,4 @@ def cache_proof(
         )
     if warm <= 0:
         return Proof(False, "the warm request reused no cached token", facts)
-    return Proof(True, f"{source}: 0 cached tokens cold, {warm:g} warm", facts)
+    return Proof(True, f"{source}: {cold:g} cached tokens cold, {warm:g} warm", facts)

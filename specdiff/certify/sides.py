@@ -101,14 +101,18 @@ CacheOutcome = tuple[list[TokenStep], list[TokenStep], Proof]
 @dataclass(frozen=True)
 class BareClient:
     """One request sent by a bare HTTP client and the same through a lane, timed; no
-    seconds where there is no bare client (in-process) or its request failed."""
+    seconds where there is no bare client (in-process); where the server's answer to
+    the bare client was no measurement, what was wrong with it instead."""
 
     seconds: float | None = None
     through_specdiff_seconds: float | None = None
     tokens: int = 0
+    fault: str = ""
 
     def as_cost(self) -> dict[str, Any]:
-        """The certificate's cost fields."""
+        """The certificate's cost fields: the timing, or the fault in its place."""
+        if self.fault:
+            return {"bare_client_fault": self.fault}
         if self.seconds is None:
             return {}
         return {

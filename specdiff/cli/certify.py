@@ -1,6 +1,7 @@
 """`specdiff certify`: check a deployment's claim that greedy decoding repeats, one
 property at a time, and print a certificate with the evidence; exit 0 when every tested
-property holds, 1 when one is broken, 2 on bad input.
+property holds, 1 when one is broken, 2 on bad input, 3 when a property asked for
+(--property, --require) could not be tested: a CI gate must not read that as a pass.
 
 The battery runs in a worker process, which alone loads llama.cpp (the bundled model
 in-process, or a server lane's tokenizer)."""
@@ -34,6 +35,10 @@ from specdiff.safe_text import terminal_text, visible
 
 MAX_ENDPOINTS = 2
 """The certified endpoint, and the one to compare it with (without the switch, or plain)."""
+NOT_TESTED_EXIT = 3
+"""The exit code where no property is broken but one asked for was not tested."""
+EVERY_PROPERTY = "all"
+"""--require's name for every property."""
 
 
 def add_parser(commands: Subcommands) -> None:
@@ -81,7 +86,17 @@ def _add_battery_options(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME",
-        help=f"run only this property (repeatable): {', '.join(PROPERTIES)}",
+        help=f"run only this property (repeatable): {', '.join(PROPERTIES)}; one that "
+        f"cannot be tested exits {NOT_TESTED_EXIT}",
+    )
+    parser.add_argument(
+        "--require",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help=f"exit {NOT_TESTED_EXIT} unless this property is tested (repeatable; "
+        f"'{EVERY_PROPERTY}' for every one run); without --property the default set runs "
+        "and one that cannot be tested is reported, not failed",
     )
     parser.add_argument(
         "-n",
@@ -123,8 +138,11 @@ def lanes_of(args: argparse.Namespace) -> tuple[Lane, Lane | None]:
         raise ArgumentError("--pair names the lanes itself; drop --endpoint or --pair")
     for endpoint in args.endpoint:
         check_endpoints(endpoint)
+    # --pairs FILE is read (and refused where it is missing or bad) even without --pair,
+    # as run and explain do: a file given and silently ignored would certify other lanes
+    known = known_pairs(args)
     if args.pair is not None:
-        pair = resolve_pair(args, known_pairs(args), args.pair)
+        pair = resolve_pair(args, known, args.pair)
         return pair.a, pair.b
     if args.endpoint:
         first = args.endpoint[0]
@@ -172,16 +190,27 @@ def command_certify(args: argparse.Namespace) -> int:
 
 def settings_of(args: argparse.Namespace) -> Settings:
     """The battery's settings from the command line, checked."""
+    required = required_properties(args)
     settings = Settings(
         runs=args.runs,
         batch=args.batch_size,
         fillers=args.fillers,
         max_tokens=args.max_tokens,
         seed=args.seed,
-        properties=check_properties(args.property),
+        # a required property runs even where --property names only others
+        properties=check_properties([*args.property, *required] if args.property else []),
     )
     settings.check()
     return settings
+
+
+def required_properties(args: argparse.Namespace) -> tuple[str, ...]:
+    """The properties that must be tested for exit 0: each --property, each --require
+    (all of them for --require all)."""
+    required = [name for name in args.require if name != EVERY_PROPERTY]
+    if EVERY_PROPERTY in args.require:
+        required += args.property or PROPERTIES
+    return check_properties([*args.property, *required]) if args.property or required else ()
 
 
 def _run_in_worker(
@@ -235,5 +264,23 @@ def report(args: argparse.Namespace, data: dict[str, Any]) -> int:
         options.write_output_file(Path(args.html), certificate_html(data), "--html")
         if not args.quiet:
             print(f"certificate: {visible(args.html)}", file=sys.stderr)
-    broken = any(p["verdict"] == "broken" for p in data["properties"])
-    return Exit.DIFFERENT if broken else Exit.SAME
+    return exit_code(args, data)
+
+
+def exit_code(args: argparse.Namespace, data: dict[str, Any]) -> int:
+    """1 where a property is broken; else NOT_TESTED_EXIT where one that was asked for
+    (required_properties) was not tested, said on stderr; else 0."""
+    if any(p["verdict"] == "broken" for p in data["properties"]):
+        return Exit.DIFFERENT
+    required = set(required_properties(args))
+    untested = [
+        p["name"] for p in data["properties"] if p["name"] in required and p["verdict"] != "holds"
+    ]
+    if not untested:
+        return Exit.SAME
+    print(
+        f"specdiff certify: asked for but not tested: {', '.join(untested)} (exit "
+        f"{NOT_TESTED_EXIT}; the certificate says why)",
+        file=sys.stderr,
+    )
+    return NOT_TESTED_EXIT
