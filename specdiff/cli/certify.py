@@ -70,13 +70,6 @@ def _add_subject_options(parser: argparse.ArgumentParser) -> None:
         "--pair", default=None, help="a pair preset whose lane a is certified, lane b compared"
     )
     options.add_lane_options(parser, one_pair=False)
-    parser.add_argument(
-        "--mode-flag",
-        metavar="FLAG",
-        help="the deterministic switch the certified server runs with (e.g. "
-        "VLLM_BATCH_INVARIANT=1); with a second endpoint without it, the certificate also "
-        "says what broke there",
-    )
 
 
 def _add_battery_options(parser: argparse.ArgumentParser) -> None:
@@ -122,6 +115,14 @@ def _add_battery_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_output_options(parser: argparse.ArgumentParser) -> None:
+    """What the certificate names beside its verdicts, and where it goes."""
+    parser.add_argument(
+        "--mode-flag",
+        metavar="FLAG",
+        help="the deterministic switch the certified server runs with (e.g. "
+        "VLLM_BATCH_INVARIANT=1); with a second endpoint without it, the certificate also "
+        "says what broke there",
+    )
     parser.add_argument("--html", metavar="FILE", help="also write the certificate as HTML")
     options.add_json_summary(parser)
     options.add_quiet(parser)
