@@ -296,7 +296,7 @@ class ServerSide:
         """vLLM, SGLang and others: empty the cache where the server has a way (else a
         prompt it has never seen), then prime the prefix; the hit counter of /metrics
         says what came from the cache, and must say nothing for the cold request."""
-        if self._hits() is None:  # a reading that is none still shows a counter there
+        if self._hits() is None:  # an answer that is no reading still shows a counter
             return (
                 "the server exports no prefix-cache hit counter (/metrics "
                 f"{' or '.join(CACHE_HITS)}), so a cache hit cannot be shown"
@@ -311,16 +311,14 @@ class ServerSide:
         primed = self._hits()
         warm = self._generate(self.lanes[0], prompt, max_tokens)
         after_warm = self._hits()
-        readings = (before, after_cold, primed, after_warm)
-        counted = counter_readings(readings)
+        counted = counter_readings((before, after_cold, primed, after_warm))
         if isinstance(counted, str):
             return cold, warm, Proof(False, counted, {"source": "/metrics hit counter"})
-        before, after_cold, primed, after_warm = counted
+        cold_hits, warm_hits = counted[1] - counted[0], counted[3] - counted[2]
         how = f"after {emptied}" if emptied else "on a prompt it was never sent (a fresh nonce)"
-        return cold, warm, cache_proof(
-            "/metrics hit counter", after_cold - before, after_warm - primed,
-            len(self.lanes[0].tokenize(prompt)), how,
-        )  # fmt: skip
+        tokens = len(self.lanes[0].tokenize(prompt))
+        proof = cache_proof("/metrics hit counter", cold_hits, warm_hits, tokens, how)
+        return cold, warm, proof
 
     def _empty_cache(self) -> str:
         """Empty the prefix cache where the engine has a way; what was done, or ""."""
