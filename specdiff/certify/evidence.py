@@ -137,8 +137,11 @@ def running_proof(
     facts: dict[str, Any] = {"in_flight_from_client": reached}
     doubts = [reading for reading in (*before, *during) if isinstance(reading, str)]
     if doubts:
-        how = f"{doubts[0]}, so its counts are not evidence that the {reached} requests in "
-        return Proof(False, how + "flight shared a batch", facts)
+        how = (
+            f"{doubts[0]}, so its counts are not evidence that the {reached} requests in "
+            "flight shared a batch"
+        )
+        return Proof(False, how, facts)
     counts = [reading for reading in during if not isinstance(reading, str)]
     if not counts:
         how = (
@@ -169,8 +172,10 @@ def running_proof(
         )
         return Proof(False, how, facts)
     besides = f", {baseline} of them before the batch was sent" if baseline else ""
-    how = f"{source} showed {most} requests running at once{besides} ({reached} in flight "
-    return Proof(True, how + "from here)", facts)
+    how = (
+        f"{source} showed {most} requests running at once{besides} ({reached} in flight from here)"
+    )
+    return Proof(True, how, facts)
 
 
 def counter_readings(readings: Sequence[float | str | None]) -> list[float] | str:
