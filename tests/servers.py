@@ -1,8 +1,9 @@
 """Real servers on loopback for the server-lane tests: llama-cpp-python's OpenAI server,
 and a small HTTP server that misbehaves on purpose: errors, broken streams, slowness, and
 the hostile answers a server the user does not control may give (endless streams, NaN,
-an echoed key, escape sequences, redirects, giant events); and deployment servers that
-speak vLLM's and SGLang's metrics and cache resets, honestly or not."""
+an echoed key, escape sequences, redirects, giant events); deployment servers that speak
+vLLM's and SGLang's metrics and cache resets, honestly or not; and servers that answer as
+llama-server does, honestly or not."""
 
 from __future__ import annotations
 
@@ -159,6 +160,8 @@ DRIFT_WORDS = (" today", " here", " now", " there")
 """The drift mode's third word, one per request in turn: none is steady's " again"."""
 ENDLESS_CAP = 200_000
 """Tokens an endless stream sends at most before it gives up on a client that never left."""
+UNBOUNDED_SECONDS = 0.05
+"""The unbounded mode's time per token: too slow to fill a bare client's byte limit."""
 
 
 def _event(
@@ -233,7 +236,9 @@ class _Faulty(BaseHTTPRequestHandler):
     with PASSWORD, HTTP 401 for any other; echo-escaped: the secret in JSON \\u escapes
     inside an event of the wrong shape; echo-finish: the secret as the finish reason;
     echo-basic: an HTTP 500 quoting the Authorization header (basic auth: base64);
-    trickle: an event line that grows by a byte every half second; redirect-control: a
+    trickle: an event line that grows by a byte every half second; unbounded: a token
+    every UNBOUNDED_SECONDS until the client leaves, whatever max_tokens and stream say
+    (a server that ignores the budget, at a model's pace); redirect-control: a
     307 whose Location holds an escape sequence; drift: steady, but the third word differs
     from one request to the next (DRIFT_WORDS); props-*: a /props and /slots whose every
     field holds the wrong value WRONG_PROPS names."""
@@ -390,6 +395,11 @@ class _Faulty(BaseHTTPRequestHandler):
             for _ in range(ENDLESS_CAP):
                 write(_event(" Hello"))
                 self.wfile.flush()
+        elif self.mode == "unbounded":
+            for _ in range(int(600 / UNBOUNDED_SECONDS)):
+                write(_event(" Hello"))
+                self.wfile.flush()
+                time.sleep(UNBOUNDED_SECONDS)
         elif self.mode in ("nan", "inf"):
             write(_event(" Hello"))
             if self.mode == "nan":
@@ -434,13 +444,35 @@ class _Faulty(BaseHTTPRequestHandler):
         write(b"data: [DONE]\n\n")
 
 
-DEPLOYMENT_MODES = ("vllm", "vllm-variant", "vllm-liar", "sglang", "sglang-liar", "bare")
+DEPLOYMENT_MODES = (
+    "vllm",
+    "vllm-variant",
+    "vllm-liar",
+    "sglang",
+    "sglang-liar",
+    "bare",
+    "vllm-restart",
+    "vllm-endless-metrics",
+    "vllm-doubled",
+    "vllm-busy",
+    "vllm-serial",
+)
 """Modes of `deployment_server`: an OpenAI-compatible server that batches (its running
 requests counted in /metrics as vLLM or SGLang name them) and keeps a prefix cache (its hit
 counter there too, emptied by vLLM's POST /reset_prefix_cache or SGLang's /flush_cache).
 vllm and sglang answer alike whatever the load; vllm-variant's log-probabilities, and from
 token 5 its words, change while another request runs (a batch-variant server); the -liar
-modes count every prompt token of every request as a cache hit; bare has no /metrics."""
+modes count every prompt token of every request as a cache hit; bare has no /metrics.
+The rest answer as vllm does but report what cannot be taken as evidence:
+vllm-restart's hit counter stands at RESTART_HITS, drops to 0 on the first completion
+(a restart) and counts RESTART_STEP for each later one; vllm-endless-metrics streams
+"vllm:num_requests_running 3" lines until the client leaves; vllm-doubled gives its
+running-request series twice; vllm-busy always reports BUSY_RUNNING requests running;
+vllm-serial runs one completion at a time (as llama-server --parallel 1 does), and
+reports so honestly."""
+RESTART_HITS = 1000.0
+RESTART_STEP = 20
+BUSY_RUNNING = 4
 DEPLOYMENT_WORDS = (" the", " cat", " sat", " on", " a", " mat", " and", " then", " it", " ran")
 TOKEN_SECONDS = 0.01
 """A deployment server's time per token: long enough that requests sent together overlap."""
@@ -455,8 +487,10 @@ class _Deployment(BaseHTTPRequestHandler):
     mode = "vllm"
     running = 0
     hits = 0.0
+    completions = 0
     cached: list[list[str]] = []
     guard = threading.Lock()
+    serial = threading.Lock()
 
     def log_message(self, *_: object) -> None:
         return None
@@ -472,11 +506,14 @@ class _Deployment(BaseHTTPRequestHandler):
     def _metrics(self) -> str:
         engine = self.mode.partition("-")[0]
         running, hits = _Deployment.running, _Deployment.hits
+        if self.mode == "vllm-busy":
+            running = BUSY_RUNNING
         if engine == "vllm":
+            series = f'vllm:num_requests_running{{model_name="fake"}} {running}\n'
             return (
                 "# TYPE vllm:num_requests_running gauge\n"
-                f'vllm:num_requests_running{{model_name="fake"}} {running}\n'
-                "# TYPE vllm:prefix_cache_hits_total counter\n"
+                + series * (2 if self.mode == "vllm-doubled" else 1)
+                + "# TYPE vllm:prefix_cache_hits_total counter\n"
                 f'vllm:prefix_cache_hits_total{{model_name="fake"}} {hits}\n'
             )
         return (
@@ -487,6 +524,8 @@ class _Deployment(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         if self.path == "/v1/models":
             self._json(200, {"data": [{"id": f"fake-{self.mode}"}]})
+        elif self.path == "/metrics" and self.mode == "vllm-endless-metrics":
+            self._endless_metrics()
         elif self.path == "/metrics" and self.mode != "bare":
             body = self._metrics().encode()
             self.send_response(200)
@@ -498,6 +537,32 @@ class _Deployment(BaseHTTPRequestHandler):
             self._json(200, {"hits": _Deployment.hits, "running": _Deployment.running})
         else:
             self._json(404, {"error": "not found"})
+
+    def _endless_metrics(self) -> None:
+        """Prometheus text that never ends: the same gauge line again and again."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.end_headers()
+        chunk = b"vllm:num_requests_running 3\n" * 2048
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self.wfile.write(b"# TYPE vllm:num_requests_running gauge\n")
+            for _ in range(4096):  # 224 MiB at most, for a client that never leaves
+                self.wfile.write(chunk)
+        self.close_connection = True
+
+    def _count_hits(self, words: list[str]) -> None:
+        """The hit counter after a completion of `words` (under the guard)."""
+        _Deployment.completions += 1
+        if self.mode == "vllm-restart":
+            # the first completion finds a restarted server; later ones count a fixed step
+            first = _Deployment.completions == 1
+            _Deployment.hits = 0.0 if first else _Deployment.hits + RESTART_STEP
+        elif self.mode.endswith("-liar"):
+            _Deployment.hits += len(words)  # a hit claimed whatever the cache holds
+        else:
+            _Deployment.hits += max(
+                (_common(words, seen) for seen in _Deployment.cached), default=0
+            )
 
     def do_POST(self) -> None:  # noqa: N802
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
@@ -512,24 +577,21 @@ class _Deployment(BaseHTTPRequestHandler):
             self._json(404, {"error": "not found"})
             return
         words = str(body.get("prompt", "")).split(" ")
-        with _Deployment.guard:
-            if self.mode.endswith("-liar"):
-                _Deployment.hits += len(words)  # a hit claimed whatever the cache holds
-            else:
-                _Deployment.hits += max(
-                    (_common(words, seen) for seen in _Deployment.cached), default=0
-                )
-            _Deployment.cached.append(words)
-            _Deployment.running += 1
-        try:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.end_headers()
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                self._complete(words, int(body.get("max_tokens", 16)))
-        finally:
+        serial = self.mode == "vllm-serial"
+        with _Deployment.serial if serial else contextlib.nullcontext():
             with _Deployment.guard:
-                _Deployment.running -= 1
+                self._count_hits(words)
+                _Deployment.cached.append(words)
+                _Deployment.running += 1
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self._complete(words, int(body.get("max_tokens", 16)))
+            finally:
+                with _Deployment.guard:
+                    _Deployment.running -= 1
 
     def _complete(self, words: list[str], max_tokens: int) -> None:
         seed = sum(" ".join(words).encode())
@@ -554,10 +616,107 @@ def _common(words: list[str], seen: list[str]) -> int:
     return count
 
 
+LLAMA_MODES = ("llama-drafts", "llama-plain", "llama-openai", "llama-nologprobs")
+"""Modes of `llama_like_server`: a server that says it is llama-server (/props with its
+build_info, /slots) and answers greedily with LLAMA_TOKENS, whatever the prompt.
+llama-drafts and llama-plain stream llama-server's own /completion, every token with its
+probabilities, and end with timings: llama-drafts claims DRAFT_CLAIM drafted and
+DRAFT_CLAIM accepted tokens however few it generated, llama-plain none. llama-openai
+streams OpenAI's /v1/completions with log-probabilities; llama-nologprobs streams it
+without them (a llama-server reached through the OpenAI API, asked for log-probabilities
+it does not give there)."""
+LLAMA_TOKENS = ((9259, " x"), (236764, " y"), (1902, " z"), (506, " w"))
+"""Token ids of the bundled Gemma 3 vocabulary, and the words the OpenAI modes send."""
+DRAFT_CLAIM = 100
+
+
+def llama_like_server(mode: str) -> contextlib.AbstractContextManager[str]:
+    """This file run as a server that says it is llama-server, in `mode` (LLAMA_MODES)."""
+    return script_server(__file__, mode)
+
+
+def _llama_entry(token_id: int, logprob: float) -> dict:
+    """A completion_probabilities entry as llama-server sends it (n_probs 2)."""
+    other = LLAMA_TOKENS[0][0] if token_id != LLAMA_TOKENS[0][0] else LLAMA_TOKENS[1][0]
+    top = [
+        {"id": token_id, "token": "x", "logprob": logprob},
+        {"id": other, "token": "y", "logprob": logprob - 1.0},
+    ]
+    return {"id": token_id, "token": "x", "logprob": logprob, "top_logprobs": top}
+
+
+class _LlamaLike(BaseHTTPRequestHandler):
+    mode = "llama-plain"
+
+    def log_message(self, *_: object) -> None:
+        return None
+
+    def _json(self, status: int, data: object) -> None:
+        body = json.dumps(data).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        if self.path == "/props":
+            self._json(200, {"build_info": "b1-fake", "total_slots": 4})
+        elif self.path == "/slots":
+            self._json(200, [{"id": 0, "n_ctx": 1024, "is_processing": False}])
+        elif self.path == "/v1/models":
+            self._json(200, {"data": [{"id": f"fake-{self.mode}"}]})
+        else:
+            self._json(404, {"error": {"code": 404, "message": "File Not Found"}})
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        native = self.mode in ("llama-drafts", "llama-plain")
+        if self.path != ("/completion" if native else "/v1/completions"):
+            self._json(404, {"error": {"code": 404, "message": "File Not Found"}})
+            return
+        count = int(body.get("n_predict" if native else "max_tokens", 16))
+        tokens = [LLAMA_TOKENS[i % len(LLAMA_TOKENS)] for i in range(count)]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            for event in self._native(tokens) if native else self._openai(tokens):
+                self.wfile.write(event)
+                self.wfile.flush()
+
+    def _native(self, tokens: list[tuple[int, str]]) -> list[bytes]:
+        """llama-server's stream: each token with its probabilities, then the stop event
+        with the timings (and the draft counts) of the request."""
+        events: list[dict] = [
+            {
+                "content": "x",
+                "tokens": [token_id],
+                "completion_probabilities": [_llama_entry(token_id, -0.25)],
+            }
+            for token_id, _ in tokens
+        ]
+        claim = DRAFT_CLAIM if self.mode == "llama-drafts" else 0
+        timings = {"draft_n": claim, "draft_n_accepted": claim, "predicted_per_second": 50.0}
+        events.append(
+            {"content": "", "tokens": [], "stop": True, "stop_type": "limit", "timings": timings}
+        )
+        return [f"data: {json.dumps(event)}\n\n".encode() for event in events]
+
+    def _openai(self, tokens: list[tuple[int, str]]) -> list[bytes]:
+        logprobs = self.mode == "llama-openai"
+        events = [_event(word, logprobs=logprobs, logprob=-0.25) for _, word in tokens]
+        return [*events, _event("", logprobs=False, finish="length"), b"data: [DONE]\n\n"]
+
+
 if __name__ == "__main__":
     if sys.argv[1] in DEPLOYMENT_MODES:
         _Deployment.mode = sys.argv[1]
+        _Deployment.hits = RESTART_HITS if sys.argv[1] == "vllm-restart" else 0.0
         ThreadingHTTPServer(("127.0.0.1", int(sys.argv[2])), _Deployment).serve_forever()
+    if sys.argv[1] in LLAMA_MODES:
+        _LlamaLike.mode = sys.argv[1]
+        ThreadingHTTPServer(("127.0.0.1", int(sys.argv[2])), _LlamaLike).serve_forever()
     _Faulty.mode = sys.argv[1]
     if _Faulty.mode.partition(":")[0] in BUSY_MODES:
         _Faulty.protocol_version = "HTTP/1.1"  # keep-alive: every answer has its length

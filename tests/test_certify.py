@@ -7,14 +7,17 @@ import json
 
 import pytest
 
-from specdiff.certify.battery import Settings, _cache_proof
 from specdiff.certify.evidence import (
     CACHE_HITS,
     RUNNING,
     busy_time,
+    counter_readings,
+    draft_proof,
     first_of,
+    metric_reading,
     metric_values,
     overlap,
+    running_proof,
     slots_processing,
 )
 from specdiff.certify.records import (
@@ -32,6 +35,8 @@ from specdiff.certify.records import (
     judge,
     not_tested,
 )
+from specdiff.certify.server_side import BARE_ANSWER_BYTES, bare_answer_fault, cache_proof
+from specdiff.certify.sides import Settings
 from specdiff.cli import main
 from specdiff.errors import PromptError
 from specdiff.reports.certificate import certificate_html, certificate_text
@@ -105,12 +110,73 @@ def test_nothing_compared_is_not_tested() -> None:
 
 
 def test_a_cache_hit_is_believed_only_from_an_honest_counter() -> None:
-    assert _cache_proof("counter", 0, 30, 40, "after a reset").shown
-    liar = _cache_proof("counter", 40, 40, 40, "after a reset")
+    assert cache_proof("counter", 0, 30, 40, "after a reset").shown
+    liar = cache_proof("counter", 40, 40, 40, "after a reset")
     assert not liar.shown and "cannot have made" in liar.how
-    assert not _cache_proof("counter", 0, 400, 40, "after a reset").shown
-    assert not _cache_proof("counter", 0, 0, 40, "after a reset").shown
-    assert not _cache_proof("counter", None, 30, 40, "after a reset").shown
+    assert not cache_proof("counter", 0, 400, 40, "after a reset").shown
+    assert not cache_proof("counter", 0, 0, 40, "after a reset").shown
+    assert not cache_proof("counter", None, 30, 40, "after a reset").shown
+    assert not cache_proof("counter", -1000, 20, 40, "after a reset").shown
+
+
+def test_a_counter_is_evidence_only_while_it_counts_forwards() -> None:
+    assert counter_readings([1000.0, 1000.0, 1030.0, 1060.0]) == [1000.0, 1000.0, 1030.0, 1060.0]
+    restarted = counter_readings([1000.0, 0.0, 20.0, 40.0])
+    assert isinstance(restarted, str) and "went backwards (1000 to 0)" in restarted
+    assert counter_readings([1.0, None, 2.0, 3.0]) == (
+        "the hit counter stopped answering during the test"
+    )
+    assert counter_readings([1.0, "cut short", 2.0]) == "cut short"
+
+
+def test_a_metrics_answer_that_repeats_a_series_is_no_reading() -> None:
+    once = (
+        'vllm:num_requests_running{model_name="a"} 3\nvllm:num_requests_running{model_name="b"} 1\n'
+    )
+    assert metric_reading(once, RUNNING) == ("vllm:num_requests_running", 4.0)
+    twice = "# TYPE vllm:num_requests_running gauge\n" + "vllm:num_requests_running 3\n" * 5
+    reading = metric_reading(twice, RUNNING)
+    assert isinstance(reading, str) and "more than once" in reading
+    assert metric_reading("other_metric 1\n", RUNNING) is None
+
+
+def test_a_batch_is_shown_by_the_rise_over_the_idle_count_and_no_more() -> None:
+    slots = "/slots"
+    held = running_proof([(slots, 0)], [(slots, 1), (slots, 3)], 3, 3)
+    assert held.shown and held.facts["server_running_before"] == 0
+    # another client's request running throughout: two more of ours still show a batch
+    assert running_proof([(slots, 1)], [(slots, 3)], 3, 3).shown
+    always = running_proof([(slots, 4)], [(slots, 4), (slots, 4)], 3, 3)
+    assert not always.shown and "beyond the 4 running before" in always.how
+    beyond = running_proof([(slots, 0)], [(slots, 449388)], 2, 2)
+    assert not beyond.shown and "more than the 2 sent from here" in beyond.how
+    cut = running_proof([(slots, 0)], [(slots, 3), "its /metrics was cut short"], 3, 3)
+    assert not cut.shown and cut.how.startswith("its /metrics was cut short")
+    assert not running_proof([], [(slots, 3)], 3, 3).shown  # no idle count to rise over
+    assert "no running-request count" in running_proof([], [], 3, 3).how
+
+
+def test_draft_counts_are_bounded_by_the_tokens_generated() -> None:
+    assert draft_proof([(8, 5, 12), (4, 3, 12)], None).how == (
+        "the server accepted 8 of 12 drafted tokens"
+    )
+    claimed = draft_proof([(100, 100, 6), (100, 100, 6)], None)
+    assert not claimed.shown and "100 of 100 drafted tokens accepted for a 6-token" in claimed.how
+    assert not draft_proof([(200, 5, 6)], 16).shown  # 16 drafts a step at most: 96 for 6
+    assert draft_proof([(90, 5, 6)], 16).shown
+    assert not draft_proof([(0, 0, 6)], None).shown
+
+
+def test_a_bare_client_answer_is_a_timing_only_when_it_is_one_completion() -> None:
+    answer = json.dumps({"choices": [{"text": " Hi"}], "usage": {"completion_tokens": 6}})
+    assert bare_answer_fault(200, answer.encode(), 0.3, 60, 6) == ""
+    slow = bare_answer_fault(200, b'data: {"choices": []}\n\n' * 10, 60.31, 60, 6)
+    assert "still sending its answer to one 6-token request" in slow
+    assert "4 MiB" in bare_answer_fault(200, b"x" * BARE_ANSWER_BYTES, 0.5, 60, 6)
+    assert "not one JSON object" in bare_answer_fault(200, b"data: {}\n\n", 0.5, 60, 6)
+    over = json.dumps({"choices": [], "usage": {"completion_tokens": 600}}).encode()
+    assert "generated 600 tokens" in bare_answer_fault(200, over, 0.5, 60, 6)
+    assert "HTTP 500" in bare_answer_fault(500, b"{}", 0.5, 60, 6)
 
 
 def test_metrics_are_read_by_name_summed_over_labels() -> None:
@@ -198,10 +264,26 @@ def test_the_json_is_plain_json() -> None:
         (["--batch-size", "1"], "must be from 2 to 64, got 1"),
         (["--fillers", "0"], "must be from 1 to 127, got 0"),
         (["--endpoint", "a", "--endpoint", "b", "--endpoint", "c"], "--endpoint given 3 times"),
+        (["--require", "nope"], "no property named 'nope'"),
+        # a pairs file given without --pair is still read, as run and explain read it
+        (
+            ["--pairs", "/nonexistent/pairs.toml", "--endpoint", "http://127.0.0.1:9"],
+            "pairs file not found: /nonexistent/pairs.toml",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(arguments: list[str], said: str, capsys) -> None:
     assert main(["certify", *arguments]) == 2
     captured = capsys.readouterr()
     assert said in captured.err
+    assert captured.err.count("\n") == 1 and captured.out == ""
+
+
+def test_a_malformed_pairs_file_is_refused_without_pair(tmp_path, capsys) -> None:
+    pairs = tmp_path / "pairs.toml"
+    pairs.write_text("[pairs.broken\n", encoding="utf-8")
+    arguments = ["certify", "--pairs", str(pairs), "--endpoint", "http://127.0.0.1:9"]
+    assert main(arguments) == 2
+    captured = capsys.readouterr()
+    assert str(pairs) in captured.err and "cannot connect" not in captured.err
     assert captured.err.count("\n") == 1 and captured.out == ""

@@ -46,12 +46,17 @@ def test_every_property_is_printed_with_its_verdict_and_evidence(capsys) -> None
         assert found["compared"] > 0 and found["why"]
     assert entry(data, "batch-invariance")["proof"]["facts"]["rows_per_decode_call"] >= 2
     assert entry(data, "prefix-cache")["proof"]["facts"]["prefix_tokens"] > 0
-    # a batch of two rows runs other kernels than one row: bs1 vs bsN is not bitwise here
-    assert entry(data, "batch-invariance")["verdict"] == "broken"
+    # whether a batch of rows runs other kernels than one row depends on the CPU: the
+    # verdict expected is read from the certificate's own evidence, never assumed
+    batch = entry(data, "batch-invariance")
+    gap = batch["largest_difference"]
+    differs = batch["identical"] < batch["compared"] or gap is None or gap > 0.0
+    assert batch["verdict"] == ("broken" if differs else "holds"), batch["why"]
     speculation = entry(data, "speculation")
     forked = speculation["identical"] < speculation["compared"]
     assert speculation["verdict"] == ("broken" if forked else "holds")
-    assert code == 1
+    broken = any(found["verdict"] == "broken" for found in data["properties"])
+    assert code == (1 if broken else 0)
     assert data["cost"]["overhead"] is not None and data["cost"]["tokens"] > 0
 
 

@@ -1,6 +1,7 @@
 """`specdiff certify`: check a deployment's claim that greedy decoding repeats, one
 property at a time, and print a certificate with the evidence; exit 0 when every tested
-property holds, 1 when one is broken, 2 on bad input.
+property holds, 1 when one is broken, 2 on bad input, 3 when a property asked for
+(--property, --require) could not be tested: a CI gate must not read that as a pass.
 
 The battery runs in a worker process, which alone loads llama.cpp (the bundled model
 in-process, or a server lane's tokenizer)."""
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from specdiff.certify.records import PROPERTIES, check_properties
+from specdiff.certify.sides import Settings
 from specdiff.cli import options
 from specdiff.cli.common import (
     ArgumentError,
@@ -33,6 +35,10 @@ from specdiff.safe_text import terminal_text, visible
 
 MAX_ENDPOINTS = 2
 """The certified endpoint, and the one to compare it with (without the switch, or plain)."""
+NOT_TESTED_EXIT = 3
+"""The exit code where no property is broken but one asked for was not tested."""
+EVERY_PROPERTY = "all"
+"""--require's name for every property."""
 
 
 def add_parser(commands: Subcommands) -> None:
@@ -43,6 +49,14 @@ def add_parser(commands: Subcommands) -> None:
         "decode vs prefill, speculation",
         command_certify,
     )
+    _add_subject_options(parser)
+    _add_battery_options(parser)
+    _add_output_options(parser)
+
+
+def _add_subject_options(parser: argparse.ArgumentParser) -> None:
+    """What is certified: a server (and one to compare it with), a pair, or the
+    in-process engine with lane settings."""
     parser.add_argument(
         "--endpoint",
         action="append",
@@ -56,12 +70,26 @@ def add_parser(commands: Subcommands) -> None:
         "--pair", default=None, help="a pair preset whose lane a is certified, lane b compared"
     )
     options.add_lane_options(parser, one_pair=False)
+
+
+def _add_battery_options(parser: argparse.ArgumentParser) -> None:
+    """Which properties run, and how many requests each sends."""
     parser.add_argument(
         "--property",
         action="append",
         default=[],
         metavar="NAME",
-        help=f"run only this property (repeatable): {', '.join(PROPERTIES)}",
+        help=f"run only this property (repeatable): {', '.join(PROPERTIES)}; one that "
+        f"cannot be tested exits {NOT_TESTED_EXIT}",
+    )
+    parser.add_argument(
+        "--require",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help=f"exit {NOT_TESTED_EXIT} unless this property is tested (repeatable; "
+        f"'{EVERY_PROPERTY}' for every one run); without --property the default set runs "
+        "and one that cannot be tested is reported, not failed",
     )
     parser.add_argument(
         "-n",
@@ -84,6 +112,10 @@ def add_parser(commands: Subcommands) -> None:
     )
     options.add_max_tokens(parser, default=48)
     parser.add_argument("--seed", type=int, default=0, help="where the needle goes (default 0)")
+
+
+def _add_output_options(parser: argparse.ArgumentParser) -> None:
+    """What the certificate names beside its verdicts, and where it goes."""
     parser.add_argument(
         "--mode-flag",
         metavar="FLAG",
@@ -107,8 +139,11 @@ def lanes_of(args: argparse.Namespace) -> tuple[Lane, Lane | None]:
         raise ArgumentError("--pair names the lanes itself; drop --endpoint or --pair")
     for endpoint in args.endpoint:
         check_endpoints(endpoint)
+    # --pairs FILE is read (and refused where it is missing or bad) even without --pair,
+    # as run and explain do: a file given and silently ignored would certify other lanes
+    known = known_pairs(args)
     if args.pair is not None:
-        pair = resolve_pair(args, known_pairs(args), args.pair)
+        pair = resolve_pair(args, known, args.pair)
         return pair.a, pair.b
     if args.endpoint:
         first = args.endpoint[0]
@@ -126,20 +161,7 @@ def lanes_of(args: argparse.Namespace) -> tuple[Lane, Lane | None]:
 
 
 def command_certify(args: argparse.Namespace) -> int:
-    # deferred: the engine and the report load only for the command that runs
-    from specdiff.certify.battery import Settings, certify
-    from specdiff.engine.worker import call_in_worker
-
-    properties = check_properties(args.property)
-    settings = Settings(
-        runs=args.runs,
-        batch=args.batch_size,
-        fillers=args.fillers,
-        max_tokens=args.max_tokens,
-        seed=args.seed,
-        properties=properties,
-    )
-    settings.check()
+    settings = settings_of(args)
     lane, other = lanes_of(args)
     if lane.backend == "server" and other is not None and other.backend != "server":
         raise ArgumentError("the lane to compare with must be a server too")
@@ -156,14 +178,57 @@ def command_certify(args: argparse.Namespace) -> int:
         # a URL's user:password is masked, as certify's JSON and repeat do
         else visible(without_credentials(lane.endpoint))
     )
+    properties = settings.properties
     checked = properties[0] if len(properties) == 1 else f"{len(properties)} properties"
     status.message(f"certify: {checked} on {where}")
+    data = _run_in_worker(status, (lane, settings, other, control))
+    if data is None:
+        return Exit.INTERRUPTED
+    if args.mode_flag:
+        data["subject"]["mode_flag"] = args.mode_flag
+    return report(args, data)
+
+
+def settings_of(args: argparse.Namespace) -> Settings:
+    """The battery's settings from the command line, checked."""
+    required = required_properties(args)
+    settings = Settings(
+        runs=args.runs,
+        batch=args.batch_size,
+        fillers=args.fillers,
+        max_tokens=args.max_tokens,
+        seed=args.seed,
+        # a required property runs even where --property names only others
+        properties=check_properties([*args.property, *required] if args.property else []),
+    )
+    settings.check()
+    return settings
+
+
+def required_properties(args: argparse.Namespace) -> tuple[str, ...]:
+    """The properties that must be tested for exit 0: each --property, each --require
+    (all of them for --require all)."""
+    required = [name for name in args.require if name != EVERY_PROPERTY]
+    if EVERY_PROPERTY in args.require:
+        required += args.property or PROPERTIES
+    return check_properties([*args.property, *required]) if args.property or required else ()
+
+
+def _run_in_worker(
+    status: Status, arguments: tuple[Lane, Settings, Lane | None, bool]
+) -> dict[str, Any] | None:
+    """The certificate the battery gave in a worker process; None where Ctrl+C stopped
+    it (said on stderr)."""
+    # deferred: the engine and the battery load only for the command that runs
+    from specdiff.certify.battery import certify
+    from specdiff.engine.worker import call_in_worker
+
     cancel = threading.Event()
     try:
         with interrupt_sets(cancel):
-            data = call_in_worker(
+            data: dict[str, Any] = call_in_worker(
                 certify,
-                (lane, settings, other, control),
+                arguments,
                 {"progress": status.message},
                 cancel,
                 doing="running the certify battery",
@@ -174,10 +239,8 @@ def command_certify(args: argparse.Namespace) -> int:
         # Ctrl+C reached the battery as a cancel, which the worker reports as its error
         status.done()
         print("specdiff: interrupted", file=sys.stderr)
-        return Exit.INTERRUPTED
-    if args.mode_flag:
-        data["subject"]["mode_flag"] = args.mode_flag
-    return report(args, data)
+        return None
+    return data
 
 
 def _with_flag(lane: Lane, flag: str) -> Lane:
@@ -202,5 +265,23 @@ def report(args: argparse.Namespace, data: dict[str, Any]) -> int:
         options.write_output_file(Path(args.html), certificate_html(data), "--html")
         if not args.quiet:
             print(f"certificate: {visible(args.html)}", file=sys.stderr)
-    broken = any(p["verdict"] == "broken" for p in data["properties"])
-    return Exit.DIFFERENT if broken else Exit.SAME
+    return exit_code(args, data)
+
+
+def exit_code(args: argparse.Namespace, data: dict[str, Any]) -> int:
+    """1 where a property is broken; else NOT_TESTED_EXIT where one that was asked for
+    (required_properties) was not tested, said on stderr; else 0."""
+    if any(p["verdict"] == "broken" for p in data["properties"]):
+        return Exit.DIFFERENT
+    required = set(required_properties(args))
+    untested = [
+        p["name"] for p in data["properties"] if p["name"] in required and p["verdict"] != "holds"
+    ]
+    if not untested:
+        return Exit.SAME
+    print(
+        f"specdiff certify: asked for but not tested: {', '.join(untested)} (exit "
+        f"{NOT_TESTED_EXIT}; the certificate says why)",
+        file=sys.stderr,
+    )
+    return NOT_TESTED_EXIT
