@@ -269,6 +269,33 @@ def test_visitors_beyond_the_cap_are_told_the_page_is_full() -> None:
         asyncio.run(visit(url, process.pid))
 
 
+@pytest.mark.server
+def test_apps_end_when_their_visitors_leave_while_they_draw() -> None:
+    """A page closed while its app draws: the app, its output no longer relayed, still
+    reads the quit it is sent, and ends by itself, neither left running nor killed."""
+    import aiohttp
+
+    async def leave_while_drawing(url: str, client: aiohttp.ClientSession, width: int) -> None:
+        async with client.ws_connect(f"{url}/ws", headers={"Origin": url}) as ws:
+            visitor = Visitor(ws)
+            await visitor.replaying()
+            await visitor.read_for(3)
+            # closed while the app draws a larger screen, more than a pipe holds
+            await ws.send_json(["resize", {"width": width, "height": 150}])
+            await visitor.read_for(0.3)
+
+    async def visit(url: str) -> None:
+        async with aiohttp.ClientSession() as client:
+            await asyncio.gather(*(leave_while_drawing(url, client, 400 + n) for n in range(3)))
+
+    with running_server(*REPLAY) as (url, process):
+        asyncio.run(visit(url))
+        wait_until(lambda: apps_of(process.pid) == [], ENDS_WITHIN, "every app's end")
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    assert "killed" not in err, err
+
+
 async def connected(url: str, server: int) -> tuple[tuple[Any, Any], int]:
     """A visitor's websocket, open, with its app drawing; ((its client session, the
     websocket), the app's PID)."""
@@ -352,13 +379,15 @@ def test_a_flood_of_refused_requests_is_logged_in_a_few_lines() -> None:
             await asyncio.gather(*(refused() for _ in range(300)))
 
     with running_server(*REPLAY) as (url, process):
+        began = time.monotonic()
         asyncio.run(flood(url))
+        seconds = time.monotonic() - began
         time.sleep(1.5)  # the last second's count is written when it is over
         process.send_signal(signal.SIGTERM)
         _, err = process.communicate(timeout=60)
     lines = err.splitlines()
     refusals = [line for line in lines if "refused a request for host elsewhere" in line]
     held = [int(n) for n in re.findall(r"… (\d+) more refused in the same second", err)]
-    assert held and len(refusals) <= 15, err
+    assert held and len(refusals) <= 5 * (int(seconds) + 2), err
     assert len(refusals) + sum(held) == 300
     assert len(lines) == len(refusals) + len(held)

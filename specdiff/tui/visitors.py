@@ -140,6 +140,16 @@ class VisitorApp(AppService):
         if size is not None:
             await super().set_terminal_size(*size)
 
+    async def on_data(self, payload: bytes) -> None:
+        # once the page is gone the app's output is still read, to its end: an app
+        # whose output pipe filled would block writing and never read the quit it is sent
+        with contextlib.suppress(ConnectionResetError):
+            await super().on_data(payload)
+
+    async def on_meta(self, data: bytes) -> None:
+        with contextlib.suppress(ConnectionResetError):  # as on_data
+            await super().on_meta(data)
+
     async def run(self) -> None:
         await super().run()
         # the app ended (it quit, or was stopped): the page says "Session ended"
