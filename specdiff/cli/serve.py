@@ -33,7 +33,17 @@ from specdiff.safe_text import visible
 SERVED_COMMANDS = ("replay", "live")
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
-OWN_OPTIONS = {"--host": True, "--port": True, "--public-url": True, "-h": False, "--help": False}
+DEFAULT_MAX_VISITORS = 8
+"""As tui/browser.py's default; written here too, as this module loads no web server."""
+MAX_VISITORS = 1000
+OWN_OPTIONS = {
+    "--host": True,
+    "--port": True,
+    "--public-url": True,
+    "--max-visitors": True,
+    "-h": False,
+    "--help": False,
+}
 """serve's own options, each with whether it takes a value: given before the inner
 command. Written out in full (no abbreviations), as live's own options begin alike."""
 STDIN_OPTIONS = ("--prompt-file", "--messages")
@@ -76,6 +86,7 @@ def add_parser(commands: Subcommands) -> None:
     serve.__class__ = ServeParser
     serve.usage = (
         "specdiff serve [--host HOST] [--port N] [--public-url URL]\n"
+        "                      [--max-visitors N]\n"
         "                      [replay SESSION [replay options] | [live] [live options]]"
     )
     # the examples keep their lines; the description is wrapped for 80 columns by hand
@@ -92,6 +103,11 @@ def add_parser(commands: Subcommands) -> None:
         "  specdiff serve --host 0.0.0.0 --public-url http://laptop.local:8000 \\\n"
         "      replay talk.jsonl"
     )
+    _add_own_options(serve)
+
+
+def _add_own_options(serve: argparse.ArgumentParser) -> None:
+    """serve's options, each listed in OWN_OPTIONS, then the inner command's words."""
     serve.add_argument(
         "--host",
         default=DEFAULT_HOST,
@@ -110,6 +126,14 @@ def add_parser(commands: Subcommands) -> None:
         metavar="URL",
         help="the address visitors open, when it is not http://HOST:PORT (behind a "
         "proxy, or with --host 0.0.0.0), e.g. http://laptop.local:8000",
+    )
+    serve.add_argument(
+        "--max-visitors",
+        type=options.whole_number(1, MAX_VISITORS),
+        metavar="N",
+        default=DEFAULT_MAX_VISITORS,
+        help=f"how many visitors may have an app at once (default {DEFAULT_MAX_VISITORS}); "
+        "the next one is told the page is full",
     )
     serve.add_argument(
         "inner",
@@ -229,7 +253,7 @@ def public_url(args: argparse.Namespace, kind: str) -> str:
         host = args.host.strip("[]")
         host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{args.port}"
-    url = args.public_url.strip().rstrip("/")
+    url: str = args.public_url.strip().rstrip("/")
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 (read for its check: a port that is no number raises)
@@ -260,13 +284,15 @@ def command_serve(args: argparse.Namespace) -> int:
     except ImportError as error:
         raise ArgumentError(
             f"specdiff serve needs textual-serve ({visible(str(error), 80)}); install it "
-            "with pip install textual-serve"
+            "with pip install -e '.[serve]' in specdiff's folder, or pip install textual-serve"
         ) from None
     listening = listen(args.host, args.port)
     warning = exposure_warning(args.host)
     if warning is not None:
         _warn(warning)
-    server = BrowserServer(app_command(command), args.host, args.port, url, kind == "loopback")
+    server = BrowserServer(
+        app_command(command), args.host, args.port, url, kind == "loopback", args.max_visitors
+    )
     what = "a replay" if command[0] == "replay" else "live (each visitor's app loads the model)"
     print(f"specdiff serve: open {visible(url)} in a browser: {what}; Ctrl+C stops", flush=True)
     with listening:

@@ -12,13 +12,18 @@ module adds what a demo on someone else's network needs:
   key variable, say). The Host header is checked as well, so a name that a hostile DNS
   server points at 127.0.0.1 does not pass for this address;
 - the listening socket is opened before anything is served, so a port in use or an
-  address that is not this machine's is one line from the command, not a log traceback.
+  address that is not this machine's is one line from the command, not a log traceback;
+- a visitor costs a bounded share of the machine (visitors.py): a bounded terminal, a
+  bounded number of visitors, an app that ends with its visitor and with the server;
+- refusals are logged at most REFUSALS_PER_SECOND lines a second: anyone who reaches
+  the port can send thousands, and the presenter's terminal should stay readable.
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import logging
 import re
 import signal
@@ -30,22 +35,32 @@ from urllib.parse import urlsplit
 
 import aiohttp_jinja2
 import jinja2
-from aiohttp import web
+from aiohttp import WSMsgType, web
 from aiohttp.web_runner import GracefulExit
 from textual_serve.server import Server
 
 from specdiff.errors import SpecdiffError
 from specdiff.safe_text import visible
+from specdiff.tui.visitors import (
+    FULL_CLOSE_CODE,
+    VisitorApp,
+    bounded_size,
+    full_reason,
+    size_from_query,
+)
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 """The names a browser on this machine may use for a loopback address."""
 SHUTDOWN_SECONDS = 3.0
-"""How long open connections get to finish once the server is stopped; then each one's
-app is told to quit."""
+"""How long open connections get to finish once the server has stopped every app."""
 REAP_SECONDS = 5.0
 """How long a stopped server waits for its apps' processes to be reaped once they were
 told to quit."""
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+DEFAULT_MAX_VISITORS = 8
+REFUSALS_PER_SECOND = 5
+HEARTBEAT_SECONDS = 15.0
+"""textual-serve's ping interval: a visitor whose browser vanished is found and let go."""
 
 _REMOTE_FONT = re.compile(r"<link\b[^>]*\bhref=\"https?://fonts\.googleapis\.com[^>]*>", re.S)
 _BUNDLED_FONT = """<link rel="preload" as="font" type="font/ttf" crossorigin
@@ -89,6 +104,42 @@ class OneLine(logging.Formatter):
             error = record.exc_info[1]
             line = f"{line}: {type(error).__name__}: {error}"
         return f"specdiff serve: {visible(line, 300)}"
+
+
+class RefusalLog:
+    """Refusals logged one line each, at most `per_second` lines a second; the rest of
+    that second are counted and written as one line when it is over."""
+
+    def __init__(self, logger: logging.Logger, per_second: int = REFUSALS_PER_SECOND) -> None:
+        self.logger = logger
+        self.per_second = per_second
+        self.second_began = -1.0
+        self.written = 0
+        self.held = 0
+        self.summary: asyncio.TimerHandle | None = None
+
+    def refused(self, line: str) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if now - self.second_began >= 1.0 or self.second_began < 0:
+            self.flush()
+            self.second_began, self.written = now, 0
+        if self.written < self.per_second:
+            self.written += 1
+            self.logger.warning(line)
+            return
+        self.held += 1
+        if self.summary is None:
+            self.summary = loop.call_at(self.second_began + 1.0, self.flush)
+
+    def flush(self) -> None:
+        """Write how many refusals were held back, if any."""
+        if self.summary is not None:
+            self.summary.cancel()
+            self.summary = None
+        if self.held:
+            self.logger.warning(f"… {self.held} more refused in the same second")
+            self.held = 0
 
 
 def origin_of(url: str) -> str:
@@ -162,12 +213,25 @@ def _listen_problem(error: OSError, host: str, port: int) -> str:
 
 class BrowserServer(Server):
     """textual-serve's server with an offline page, a same-origin check on every
-    request, a socket opened beforehand and no banner of its own."""
+    request, a socket opened beforehand, no banner of its own, and visitors whose apps
+    cost a bounded share of the machine."""
 
-    def __init__(self, command: str, host: str, port: int, public_url: str, loopback: bool) -> None:
+    def __init__(
+        self,
+        command: str,
+        host: str,
+        port: int,
+        public_url: str,
+        loopback: bool,
+        max_visitors: int = DEFAULT_MAX_VISITORS,
+    ) -> None:
         super().__init__(command, host=host, port=port, title="specdiff", public_url=public_url)
         self.origins = allowed_origins(public_url, port, loopback)
         self.hosts = frozenset(origin.partition("://")[2] for origin in self.origins)
+        self.max_visitors = max_visitors
+        self.visitors: set[VisitorApp] = set()
+        """Each visitor's app, from the websocket's acceptance until its process is reaped."""
+        self.refusals = RefusalLog(log)
 
     def initialize_logging(self) -> None:
         # textual-serve's own lines (an app that failed to start) as plain lines on
@@ -196,7 +260,7 @@ class BrowserServer(Server):
         ) -> web.StreamResponse:
             refusal = self.refusal(request.host, request.headers.get("Origin"))
             if refusal is not None:
-                log.warning(refusal)
+                self.refusals.refused(refusal)
                 raise web.HTTPForbidden(text=refusal)
             return await handler(request)
 
@@ -220,9 +284,67 @@ class BrowserServer(Server):
             )
         return None
 
+    def full(self) -> bool:
+        return len(self.visitors) >= self.max_visitors
+
+    async def handle_index(self, request: web.Request) -> web.StreamResponse:
+        if self.full():
+            self.refusals.refused(f"refused a page: {full_reason(self.max_visitors)}")
+            raise web.HTTPServiceUnavailable(text=full_reason(self.max_visitors))
+        return await super().handle_index(request)  # type: ignore[no-any-return]
+
+    async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
+        """A visitor's app for as long as the visitor stays, within the bounds of
+        visitors.py; a visitor beyond --max-visitors is told so in the close frame."""
+        websocket = web.WebSocketResponse(heartbeat=HEARTBEAT_SECONDS)
+        await websocket.prepare(request)
+        if self.full():  # checked and taken with no await between: no race for a place
+            reason = full_reason(self.max_visitors)
+            self.refusals.refused(f"refused a visitor: {reason}")
+            await websocket.close(code=FULL_CLOSE_CODE, message=reason.encode())
+            return websocket
+        visitor = VisitorApp(
+            self.command, websocket, self.download_manager, lambda: self.visitors.discard(visitor)
+        )
+        self.visitors.add(visitor)
+        try:
+            await visitor.start(*size_from_query(request.query))
+            await self.relay_messages(websocket, visitor)
+        except Exception as error:  # noqa: BLE001 (one visitor's failure, logged in one line)
+            log.warning("a visitor's connection failed", exc_info=error)
+        finally:
+            await visitor.stop()
+            await websocket.close()
+        return websocket
+
+    async def relay_messages(self, websocket: web.WebSocketResponse, visitor: VisitorApp) -> None:
+        """The page's messages to its app until the visitor leaves; a message that is
+        not textual-serve's shape is skipped, never an error."""
+        async for message in websocket:
+            if message.type != WSMsgType.TEXT:
+                continue
+            kind, data = _envelope(message.data)
+            if kind == "stdin" and isinstance(data, str):
+                await visitor.send_bytes(data.encode("utf-8"))
+            elif kind == "resize" and isinstance(data, dict):
+                size = bounded_size(data.get("width"), data.get("height"))
+                if size is not None:
+                    await visitor.set_terminal_size(*size)
+            elif kind == "ping":
+                await websocket.send_json(["pong", data])
+            elif kind == "blur":
+                await visitor.blur()
+            elif kind == "focus":
+                await visitor.focus()
+
+    async def on_shutdown(self, app: web.Application) -> None:
+        """Every visitor's app ended and reaped before the connections are closed."""
+        await asyncio.gather(*(visitor.stop() for visitor in list(self.visitors)))
+        self.refusals.flush()
+
     def serve_on(self, listening: socket.socket) -> int:
-        """Serve on `listening` until SIGINT or SIGTERM; the signal's number. Open
-        connections get SHUTDOWN_SECONDS, then their apps are told to quit."""
+        """Serve on `listening` until SIGINT or SIGTERM; the signal's number. Every
+        app is stopped first (visitors.py), then open connections get SHUTDOWN_SECONDS."""
         self.initialize_logging()
         loop = asyncio.new_event_loop()
         stopped_by: list[int] = []
@@ -246,6 +368,17 @@ class BrowserServer(Server):
         finally:
             asyncio.set_event_loop(None)
         return stopped_by[0] if stopped_by else 0
+
+
+def _envelope(text: str) -> tuple[object, object]:
+    """(kind, data) of a page's message, `["kind", data]`; (None, None) for any other."""
+    try:
+        envelope = json.loads(text)
+    except (ValueError, RecursionError):  # RecursionError: a hostile page's deep nesting
+        return None, None
+    if not isinstance(envelope, list) or not envelope:
+        return None, None
+    return envelope[0], envelope[1] if len(envelope) > 1 else None
 
 
 async def _reap_apps(app: web.Application) -> None:
