@@ -10,6 +10,7 @@ messages, so nothing outside reaches into their fields.
 from __future__ import annotations
 
 from contextlib import suppress
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
@@ -30,6 +31,7 @@ from specdiff.chat import (
 from specdiff.errors import SpecdiffError
 from specdiff.lanes import Pair, apply_overrides, headline, override_words, parse_overrides
 from specdiff.safe_text import from_one_line, on_one_line, visible
+from specdiff.tui.options import CompareOptions
 from specdiff.tui.widgets.line import Line
 
 TEXT, MESSAGES = "text", "messages"
@@ -84,22 +86,14 @@ class Controls(Vertical):
         by_keyboard: bool
         """Picked from the focused picker (its list closed, the keys go back to the panes)."""
 
-    def __init__(
-        self,
-        pairs: dict[str, Pair],
-        pair_name: str,
-        prompt: str,
-        max_tokens: int,
-        overrides: dict[str, str],
-        refused_pairs: dict[str, str],
-        **kwargs: str,
-    ) -> None:
+    def __init__(self, options: CompareOptions, **kwargs: str) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.pairs = pairs
-        self.pair_name = pair_name
-        self.refused_pairs = refused_pairs
-        self.initial_max_tokens = max_tokens
-        self.initial_overrides = overrides
+        prompt = options.prompt
+        self.pairs: Mapping[str, Pair] = options.pairs
+        self.pair_name = options.pair_name
+        self.refused_pairs: Mapping[str, str] = options.refused_pairs
+        self.initial_max_tokens = options.max_tokens
+        self.initial_overrides: Mapping[str, str] = options.overrides
         # a prompt's kind is known (a session's, the command line's): never guessed from
         # its text, so a raw prompt that looks like JSON runs as the raw prompt it was
         self.prompt_mode = MESSAGES if isinstance(prompt, Conversation) else TEXT
@@ -275,6 +269,10 @@ class Controls(Vertical):
             except SpecdiffError as error:
                 raise SpecdiffError(f"lane {lane_id} overrides: {error}") from None
         return RunSettings(replace(base, a=lanes["a"], b=lanes["b"]), prompt, max_tokens)
+
+    def focus_prompt(self) -> None:
+        """Put the cursor in the prompt box."""
+        self.query_one("#prompt", Input).focus()
 
     # -- how they look
 
