@@ -142,7 +142,7 @@ class CompareScreen(Screen[None]):
         self.options = options
         self.view = CompareView(options.pair, options.near_tie)
         self.view.session = options.session
-        host = ScreenHost(self)
+        self.host = host = ScreenHost(self)
         live = LiveRun(options.near_tie, options.control)
         live.max_tokens = options.max_tokens
         self.streaming = Streaming(self.view, live, host)
