@@ -235,7 +235,8 @@ async def test_a_long_session_opens_after_its_first_steps_and_reads_the_rest(tmp
         assert drive(app).load_error is None and not drive(app).loading
         for lane_id in ("a", "b"):
             assert drive(app).lanes[lane_id].steps == whole.steps[lane_id]
-        assert drive(app).fork is not None and drive(app).fork.index == whole.comparison().fork.index
+        fork = drive(app).fork
+        assert fork is not None and fork.index == whole.comparison().fork.index
         assert "reading" not in app.query_one("#status").plain
 
 

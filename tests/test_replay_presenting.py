@@ -91,7 +91,8 @@ async def test_at_the_end_both_panes_show_the_fork_not_the_tail(path: Path) -> N
         await wait_for(pilot, lambda: fork_in_view(app), 20)  # once laid out
         assert drive(app).cursor == fork.index
         for lane_id in ("a", "b"):
-            assert not token_in_view(app, lane_id, len(drive(app).lanes[lane_id].steps) - 1), lane_id
+            last = len(drive(app).lanes[lane_id].steps) - 1
+            assert not token_in_view(app, lane_id, last), lane_id
 
 
 async def test_space_is_named_for_what_it_does_and_x_says_why_it_does_nothing() -> None:

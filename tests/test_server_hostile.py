@@ -390,7 +390,8 @@ async def test_live_shows_one_line_and_stays_responsive(
     known["hostile"] = Pair("hostile", lane_a, Lane(backend="server", endpoint=steady), "")
     app = make_app(known, "hostile", "Hello", BUDGET)
     async with app.run_test(size=(120, 36)) as pilot:
-        await wait_for(pilot, lambda: drive(app).result is not None and not drive(app).running, timeout=60)
+        screen = drive(app)
+        await wait_for(pilot, lambda: screen.result is not None and not screen.running, timeout=60)
         error = drive(app).lanes["a"].error
         if mode == "endless":
             assert error is None and len(drive(app).lanes["a"].steps) == BUDGET

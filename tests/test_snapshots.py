@@ -155,7 +155,7 @@ def test_panes_back_from_the_aligned_view(snap_compare, size: str) -> None:
 def test_replay_at_its_end(snap_compare, size: str) -> None:
     async def to_the_end(pilot: Pilot) -> None:
         app = pilot.app
-        await wait_for(pilot, lambda: drive(app).playback is not None and drive(app).playback.finished, 60)  # type: ignore[attr-defined]
+        await wait_for(pilot, lambda: drive(app).replayed, 60)
         await pilot.pause(0.2)
 
     app = demo_app(speed=1000.0)

@@ -269,7 +269,8 @@ async def test_clicking_a_token_selects_it() -> None:
         view = app.query_one("#lane-b TokenView", TokenView)
         # a token on b's second line that is not the fork (whose panel says FORK)
         assert drive(app).fork is not None
-        place = next(n for n, (index, _) in enumerate(view.lines[1]) if index != drive(app).fork.index)
+        fork = drive(app).fork.index
+        place = next(n for n, (index, _) in enumerate(view.lines[1]) if index != fork)
         index = view.lines[1][place][0]
         column = sum(len(piece) for _, piece in view.lines[1][:place])
         await pilot.click(view, offset=(column + 1, 1))
@@ -521,7 +522,7 @@ async def test_a_fork_is_shown_in_both_panes_and_none_is_never_promised(tmp_path
             for forked in (True, False):
                 shown = path if forked else cut_before_the_fork(path, tmp_path / path.name)
                 drive(app).show_session(load_session(shown))
-                await wait_for(pilot, lambda: drive(app).playback is None or drive(app).playback.finished, 20)
+                await wait_for(pilot, lambda: drive(app).played_out, 20)
                 await pilot.pause(0.1)
                 status = app.query_one("#status").plain
                 if not forked:
@@ -543,7 +544,7 @@ async def test_pause_at_fork_stops_with_the_fork_on_screen(speed, paths) -> None
             fork = compare(recorded.steps["a"], recorded.steps["b"]).fork
             assert fork is not None
             drive(app).show_session(recorded)  # a session shown anew pauses at its own fork
-            await wait_for(pilot, lambda: drive(app).playback.paused or drive(app).playback.finished, 30)
+            await wait_for(pilot, lambda: drive(app).played_out or drive(app).playback.paused, 30)
             await pilot.pause(0.2)
             assert drive(app).playback.paused and drive(app).fork is not None
             assert drive(app).fork.index == fork.index
@@ -758,7 +759,7 @@ async def test_the_fork_header_counts_the_tokens_shown_as_they_grow(path) -> Non
     beside the fork's index, never as "index of count"."""
     app = session_app(path, speed=1000.0)
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: drive(app).playback is not None and drive(app).playback.finished, 30)
+        await wait_for(pilot, lambda: drive(app).replayed, 30)
         await pilot.pause(0.4)
         shown = max(len(state.steps) for state in drive(app).lanes.values())
         assert drive(app).fork is not None and drive(app).cursor == drive(app).fork.index
@@ -770,7 +771,7 @@ async def test_the_fork_header_counts_the_tokens_shown_as_they_grow(path) -> Non
 async def test_the_cursor_is_on_the_fork_once_the_view_goes_there(speed) -> None:
     app = session_app(speed=speed)
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: drive(app).playback is None or drive(app).playback.finished, 30)
+        await wait_for(pilot, lambda: drive(app).played_out, 30)
         await pilot.pause(0.1)
         fork = drive(app).fork.index
         assert drive(app).cursor == fork
@@ -871,7 +872,8 @@ async def test_overrides_from_the_command_line_show_in_their_fields() -> None:
         assert fields == {"a": "threads=2 n_ctx=512", "b": "threads=2"}
         labels = [str(label.render()) for label in app.query("#overrides .field-label")]
         assert labels == ["lane a overrides", "lane b overrides"]
-        pair, _prompt, _max = drive(app).resolve_pair()  # the fields run what the command line asked
+        # the fields run what the command line asked
+        pair, _prompt, _max = drive(app).resolve_pair()
         assert (pair.a.n_ctx, pair.a.threads, pair.b.threads) == (512, 2, 2)
         await pilot.resize_terminal(80, 24)
         await pilot.pause()

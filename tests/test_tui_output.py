@@ -120,7 +120,9 @@ async def test_n_visits_exactly_the_tokens_shaded_as_near_ties() -> None:
         await pilot.pause()
         assert drive(app).fork is not None
         after_fork = [
-            i for i, s in enumerate(drive(app).lanes["a"].steps) if i > drive(app).fork.index and s.margin < 0.5
+            i
+            for i, s in enumerate(drive(app).lanes["a"].steps)
+            if i > drive(app).fork.index and s.margin < 0.5
         ]
         assert after_fork, "the demo has near ties after its fork (what n used to visit)"
         for lane_id in ("a", "b"):

@@ -91,6 +91,18 @@ class Driver:
         return self.screen.replay.playback
 
     @property
+    def replayed(self) -> bool:
+        """A replay played to its end (of what has been read)."""
+        playback = self.screen.replay.playback
+        return playback is not None and playback.finished
+
+    @property
+    def played_out(self) -> bool:
+        """No replay plays, or it has played to its end."""
+        playback = self.screen.replay.playback
+        return playback is None or playback.finished
+
+    @property
     def loading(self) -> bool:
         return self.screen.replay.loading
 

@@ -162,9 +162,8 @@ class SpecdiffApp(App[int]):
             return None
         name = filename or screenshot_name(folder)
         key = super().deliver_screenshot(name, str(folder), time_format)
-        self.compare.apply(
-            [StatusChanged(line_with_path("screenshot saved: ", folder / name, "", self.size.width))]
-        )
+        said = line_with_path("screenshot saved: ", folder / name, "", self.size.width)
+        self.compare.apply([StatusChanged(said)])
         return key
 
     def action_next_theme(self) -> None:

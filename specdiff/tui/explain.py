@@ -198,7 +198,8 @@ class ForkExplainer:
             self.title(target, "explaining"), "starting the engine…", 0, MAX_RUNS + 1
         )
         self.host.run_in_thread(partial(self.explain, target), "autopsy")
-        return [*self.open_panel(progress), StatusChanged("explaining the fork · w or escape stops")]
+        status = StatusChanged("explaining the fork · w or escape stops")
+        return [*self.open_panel(progress), status]
 
     def stop(self) -> Changes:
         self.cancel.set()

@@ -270,7 +270,8 @@ class Streaming:
 
     def generate(self, pair: Pair, prompt: str, max_tokens: int, is_cancelled: IsCancelled) -> None:
         """The run, in the worker thread; what it reports goes to `receive`."""
-        self.live.stream(pair, prompt, max_tokens, partial(self.host.post, self.receive), is_cancelled)
+        post = partial(self.host.post, self.receive)
+        self.live.stream(pair, prompt, max_tokens, post, is_cancelled)
 
     def stop(self) -> Changes:
         """`x`: the run stops (its lanes end their step first)."""
