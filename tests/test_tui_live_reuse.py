@@ -25,7 +25,9 @@ async def test_a_new_prompt_runs_on_the_lanes_already_loaded() -> None:
         app.query_one("#prompt").value = "A cat"
         await pilot.press("r")
         screen = drive(app)
-        await wait_for(pilot, lambda: screen.result is not None and screen.result.prompt == "A cat", 300)
+        await wait_for(
+            pilot, lambda: screen.result is not None and screen.result.prompt == "A cat", 300
+        )
         assert drive(app).worker_pid == first
         assert not [text for text in statuses if text.startswith("loading")], statuses
         # a lane's settings changed: that is a new pair, loaded in a new worker

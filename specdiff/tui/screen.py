@@ -15,7 +15,6 @@ draws: through `drawing.CompareDrawing`, its status line and its widgets.
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +22,6 @@ from textual import events, on
 from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.containers import Horizontal
-from textual.css.query import NoMatches
 from textual.message import Message
 from textual.reactive import var
 from textual.screen import Screen
@@ -208,8 +206,7 @@ class CompareScreen(Screen[None]):
         self.set_class(narrow, "narrow")
         if not narrow:
             self.remove_class("configuring")
-        with suppress(NoMatches):  # the controls' fields, before they are composed
-            self.controls.set_narrow(narrow)
+        self.controls.set_narrow(narrow)
         self.footer_bar.compact = narrow
         self.refresh_bindings()
         # the lanes' stats lines keep what fits the new width
