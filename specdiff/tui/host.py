@@ -3,7 +3,7 @@ thread's turn, and the width its status lines must fit. Nothing about drawing: a
 controller says what changed (`messages.Changes`), the screen draws it.
 
 A protocol, not the screen: the controllers never import Textual, and a test hosts them
-on `ImmediateHost`-like fakes without an app.
+on a fake that records the work and timers asked for, without an app.
 """
 
 from __future__ import annotations

@@ -177,7 +177,11 @@ class CompareScreen(Screen[None]):
         yield self.footer_bar
 
     def on_mount(self) -> None:
-        self.watch(self.app, "theme", lambda _theme: self.drawing.draw(False), init=False)
+        # a new theme: the tokens are drawn again in its colours, after the app has
+        # applied its styles (which it queues as the theme changes)
+        self.watch(
+            self.app, "theme", lambda: self.app.call_next(self.drawing.draw, False), init=False
+        )
         self.drawing.set_titles()
         if self.options.session is not None:
             self.apply(self.replay.show_session(self.options.session))
