@@ -18,7 +18,7 @@ from specdiff.tui.app import SpecdiffApp, make_app
 from specdiff.tui.messages import RunFailed, RunFinished, StepsArrived
 from specdiff.tui.widgets import TokenView
 from tests.conftest import ForkingPrompt, wait_for
-from tests.tui_driver import drive
+from tests.tui_driver import drive, reports
 
 PROMPT = "The history of the Roman Empire"  # for runs that need no fork; where one forks
 # depends on the CPU, so the live-run test finds a prompt that forks here
@@ -92,8 +92,8 @@ async def test_live_run_streams_forks_and_navigates(
         saved = list(tmp_path.glob("*.jsonl"))
         assert len(saved) == 1
         assert load_session(saved[0]).steps["b"] == result.b.steps
-    assert any(isinstance(m, StepsArrived) for m in messages)
-    assert sum(isinstance(m, RunFinished) for m in messages) == 1
+    assert any(isinstance(m, StepsArrived) for m in reports(messages))
+    assert sum(isinstance(m, RunFinished) for m in reports(messages)) == 1
 
 
 @pytest.mark.model
@@ -145,7 +145,7 @@ async def test_bad_inputs_keep_the_app_usable(tmp_path: Path) -> None:
         app.query_one("#prompt").value = "Hello"
         app.query_one("#lane-a-overrides").value = "model=/nonexistent/model.gguf"
         drive(app).run()
-        await wait_for(pilot, lambda: any(isinstance(m, RunFailed) for m in messages))
+        await wait_for(pilot, lambda: any(isinstance(m, RunFailed) for m in reports(messages)))
         await pilot.pause()
         assert not drive(app).running
         assert "model file not found" in app.query_one("#status").plain

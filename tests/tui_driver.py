@@ -5,7 +5,7 @@ fact lives, so a test says `drive(app).fork` instead of reaching into the screen
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from specdiff.compare import Fork
 from specdiff.lanes import Pair
@@ -24,7 +24,7 @@ from specdiff.tui.messages import (
     StepsArrived,
 )
 from specdiff.tui.replay import Replay
-from specdiff.tui.screen import CompareScreen
+from specdiff.tui.screen import CompareScreen, WorkerReport
 from specdiff.tui.view_state import CompareView, LaneState
 from specdiff.tui.widgets.styles import Palette, TokenMarks
 
@@ -187,3 +187,8 @@ class Driver:
 def drive(app: SpecdiffApp) -> Driver:
     """The compare screen of `app`, for a test."""
     return Driver(app)
+
+
+def reports(messages: Iterable[object]) -> list[object]:
+    """What the worker threads reported, among the messages an app's hook saw."""
+    return [message.report for message in messages if isinstance(message, WorkerReport)]
