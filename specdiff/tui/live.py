@@ -19,7 +19,6 @@ import threading
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Union
 
 from specdiff.compare import counted
 from specdiff.control import control_brief
@@ -68,7 +67,7 @@ arrives while the UI is over this share since its last frame is drawn with the n
 FRAME_GAP_MAX = 1.0
 """However slow its frames, a streaming pane is drawn at least this often (seconds)."""
 
-LiveReport = Union[RunStarted, StepsArrived, RunFinished, RunFailed, StatusChanged]
+LiveReport = RunStarted | StepsArrived | RunFinished | RunFailed | StatusChanged
 """What a live run's worker thread reports."""
 
 

@@ -17,7 +17,7 @@ Widgets' own messages are nested in the widget that posts them
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Literal
 
 from specdiff.autopsy import Autopsy
 from specdiff.engine.base import Live
@@ -192,21 +192,21 @@ class AutopsyClosed:
     """The autopsy panel gives the divergence panel its place back."""
 
 
-Change = Union[
-    FrameDue,
-    StatusChanged,
-    Noted,
-    Alerted,
-    ForkFound,
-    CursorMoved,
-    PairShown,
-    ReplayShown,
-    KeysChanged,
-    RunningChanged,
-    RunAgain,
-    AutopsyProgress,
-    AutopsyShown,
-    AutopsyClosed,
-]
+Change = (
+    FrameDue
+    | StatusChanged
+    | Noted
+    | Alerted
+    | ForkFound
+    | CursorMoved
+    | PairShown
+    | ReplayShown
+    | KeysChanged
+    | RunningChanged
+    | RunAgain
+    | AutopsyProgress
+    | AutopsyShown
+    | AutopsyClosed
+)
 Changes = list[Change]
 """What one controller call changed, in the order the screen applies it."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import time
 from functools import partial
-from typing import Union
 
 from specdiff.compare import first_divergence
 from specdiff.errors import SpecdiffError
@@ -64,7 +63,7 @@ SPACE_ACTIONS = (PAUSE, RESUME, REPLAY_AGAIN)
 CONFIRM_SECONDS = 5.0
 """How long a first `r` over a replay waits for the second that loads the model."""
 
-ReplayReport = Union[SessionLoaded, SessionLoadFailed, MachineCompared]
+ReplayReport = SessionLoaded | SessionLoadFailed | MachineCompared
 """What a replay's worker threads report."""
 
 
