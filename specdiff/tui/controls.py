@@ -9,8 +9,8 @@ messages, so nothing outside reaches into their fields.
 
 from __future__ import annotations
 
-from contextlib import suppress
 from collections.abc import Mapping
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 

@@ -26,7 +26,6 @@ from specdiff.steps import TokenStep
 from specdiff.tui.host import Host, IsCancelled, Stoppable
 from specdiff.tui.live import FramePacer, align_while_streaming
 from specdiff.tui.machine import recorded_elsewhere, this_machine
-from specdiff.tui.navigation import move_cursor
 from specdiff.tui.messages import (
     Alerted,
     Changes,
@@ -41,6 +40,7 @@ from specdiff.tui.messages import (
     SessionLoadFailed,
     StatusChanged,
 )
+from specdiff.tui.navigation import move_cursor
 from specdiff.tui.paths import elided_path
 from specdiff.tui.view_state import CompareView
 
