@@ -147,7 +147,10 @@ class LiveRun:
         then how it ended (RunFinished, or RunFailed with the lane the engine named);
         what the lanes say while they load, as StatusChanged."""
         try:
-            runner = self.runner_for(pair, lambda text: post(StatusChanged(text)))
+            def status(text: str) -> None:
+                post(StatusChanged(text))
+
+            runner = self.runner_for(pair, status)
             tokens = runner.tokenize(prompt)
             post(RunStarted(len(tokens)))
             buffer: list[TokenStep] = []
@@ -181,7 +184,7 @@ class LiveRun:
         runner = self._runner
         return runner is not None and runner.pair == pair and runner.alive
 
-    def runner_for(self, pair: Pair, status: Callable[[str], object]) -> PairWorker:
+    def runner_for(self, pair: Pair, status: Callable[[str], None]) -> PairWorker:
         """Reuse loaded lanes while the pair stays the same and their process lives (runs
         in the worker thread); after a crash the next run starts a fresh one."""
         if self._runner is not None and self.holds(pair):

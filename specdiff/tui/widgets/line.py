@@ -47,7 +47,7 @@ class StatusLine(Line):
     are for errors, as they sit over the panes."""
 
     def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)
+        super().__init__("", **kwargs)
         self.said = ""
         """The status without the note shown before it."""
 
