@@ -42,16 +42,17 @@ async def in_app(pair_name: str, tokens: int, press_keys: bool) -> dict[str, obj
         handled.append(time.perf_counter())
 
     screen.action_move = timed_move  # type: ignore[method-assign]
+    view = screen.view  # what the screen shows: the run, its lanes' steps
     async with app.run_test(size=(120, 40)):
-        while app.result is None:
-            if press_keys and app.running and app.lanes["a"].steps:
+        while view.result is None:
+            if press_keys and view.running and view.lanes["a"].steps:
                 began = time.perf_counter()
                 app.simulate_key("right")
                 while not handled or handled[-1] < began:
                     await asyncio.sleep(0.001)
                 key_times.append(handled[-1] - began)
             await asyncio.sleep(0.3)
-        result = app.result
+        result = view.result
     return {
         "speeds": [result.a.tokens_per_second, result.b.tokens_per_second],
         "keys": key_times,

@@ -41,6 +41,7 @@ from specdiff.suite import SuiteError
 from specdiff.suite.prompts import load_suite_prompts
 from tests.in_process import specdiff_here
 from tests.llama_server_faults import FORMATTED, PROMPT_IDS, TEMPLATE_FAULTS, llama_server_faults
+from tests.tui_driver import drive
 
 USER = {"role": "user", "content": "Name a colour."}
 SYSTEM = {"role": "system", "content": "Answer in one word."}
@@ -385,10 +386,10 @@ async def test_live_opens_with_the_conversation_in_the_prompt_box(
         await pilot.pause()
         box = app.query_one("#prompt", Input)
         assert json.loads(box.value) == expected
-        _, prompt, _ = app.resolve_pair()
+        _, prompt, _ = drive(app).resolve_pair()
         assert isinstance(prompt, Conversation) and prompt.to_json() == expected
         box.value = json.dumps(expected[-1:])  # edited: the box's own list is sent
-        _, prompt, _ = app.resolve_pair()
+        _, prompt, _ = drive(app).resolve_pair()
         assert isinstance(prompt, Conversation) and prompt.to_json() == expected[-1:]
 
 
@@ -557,15 +558,15 @@ async def test_a_raw_prompt_that_looks_like_json_stays_text_until_switched(
     app = _box_app(typed)
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.pause()
-        assert app.prompt_mode == "text"
-        _, prompt, _ = app.resolve_pair()
+        assert drive(app).prompt_mode == "text"
+        _, prompt, _ = drive(app).resolve_pair()
         assert prompt == typed and not isinstance(prompt, Conversation)
-        app.action_toggle_prompt_mode()
+        drive(app).toggle_prompt_mode()
         with pytest.raises(SpecdiffError, match=fragment):
-            app.resolve_pair()
+            drive(app).resolve_pair()
         good = CONVERSATIONS["several turns"]
         app.query_one("#prompt", Input).value = json.dumps(good)
-        _, prompt, _ = app.resolve_pair()
+        _, prompt, _ = drive(app).resolve_pair()
         assert isinstance(prompt, Conversation) and prompt.to_json() == good
 
 
@@ -595,20 +596,20 @@ async def test_ctrl_o_reads_the_box_as_messages_and_back_keeping_the_prompt(
         if focus == "prompt box":
             box.focus()
         else:
-            app.action_panes()
+            drive(app).panes()
         await pilot.pause()
         assert str(toggle.label) == "text"
-        _, sent, _ = app.resolve_pair()
+        _, sent, _ = drive(app).resolve_pair()
         assert sent == prompt and not isinstance(sent, Conversation)
         await pilot.press("ctrl+o")
         assert str(toggle.label) == "messages" and box.value.isprintable()
         assert json.loads(box.value) == [{"role": "user", "content": prompt}]
-        _, sent, _ = app.resolve_pair()
+        _, sent, _ = drive(app).resolve_pair()
         assert isinstance(sent, Conversation)
         assert sent.messages == (Message("user", prompt),)
         await pilot.press("ctrl+o")
         assert str(toggle.label) == "text"
-        _, sent, _ = app.resolve_pair()
+        _, sent, _ = drive(app).resolve_pair()
         assert sent == prompt and not isinstance(sent, Conversation)
 
 
@@ -624,7 +625,7 @@ async def test_a_conversation_of_several_messages_stays_as_typed_when_read_as_te
         await pilot.click("#prompt-mode")
         assert str(toggle.label) == "text"
         assert json.loads(app.query_one("#prompt", Input).value) == json.loads(typed)
-        _, sent, _ = app.resolve_pair()
+        _, sent, _ = drive(app).resolve_pair()
         assert not isinstance(sent, Conversation) and json.loads(sent) == json.loads(typed)
 
 
@@ -639,12 +640,12 @@ async def test_a_box_in_messages_mode_refuses_what_is_no_conversation(typed: str
     app = _box_app(Conversation(parse_messages([USER])))
     async with app.run_test(size=(120, 30)) as pilot:
         await pilot.pause()
-        assert app.prompt_mode == "messages"
+        assert drive(app).prompt_mode == "messages"
         app.query_one("#prompt", Input).value = typed
         with pytest.raises(SpecdiffError, match="ctrl\\+o: send as text"):
-            app.resolve_pair()
-        app.action_toggle_prompt_mode()
-        _, sent, _ = app.resolve_pair()
+            drive(app).resolve_pair()
+        drive(app).toggle_prompt_mode()
+        _, sent, _ = drive(app).resolve_pair()
         assert sent == typed and not isinstance(sent, Conversation)
 
 
@@ -656,7 +657,7 @@ async def test_a_typed_json_list_is_raw_text_in_text_mode() -> None:
         await pilot.pause()
         typed = json.dumps([USER])
         app.query_one("#prompt", Input).value = typed
-        _, sent, _ = app.resolve_pair()
+        _, sent, _ = drive(app).resolve_pair()
         assert sent == typed and not isinstance(sent, Conversation)
 
 
@@ -720,8 +721,8 @@ async def test_an_edited_prompt_box_keeps_the_newlines_and_controls_it_showed(
         box = app.query_one("#prompt", Input)
         assert box.value.isprintable()
         box.value += " ok"
-        _, sent, _ = app.resolve_pair()
+        _, sent, _ = drive(app).resolve_pair()
         assert sent == prompt + " ok"
         box.value = "a literal \\n and \\x1b stay as typed"
-        _, sent, _ = app.resolve_pair()
+        _, sent, _ = drive(app).resolve_pair()
         assert sent == "a literal \\n and \\x1b stay as typed"

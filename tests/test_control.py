@@ -30,6 +30,7 @@ from specdiff.suite import SuiteError
 from specdiff.suite.prompts import SuitePrompt
 from specdiff.suite.settings import SuiteSettings, check_resume, settings_from_json
 from tests.servers import fault_server
+from tests.tui_driver import drive
 
 
 def step(index: int, token_id: int, margin: float = 1.0) -> TokenStep:
@@ -299,9 +300,9 @@ async def test_live_control_gives_its_label_in_the_status_line() -> None:
         pair = Pair("drifting", lane, lane, "one server that answers each request differently")
         app = make_app({pair.name: pair}, pair.name, "Say hello.", 5, control=True)
         async with app.run_test(size=(200, 30)) as pilot:
-            await wait_for(pilot, lambda: app.result is not None)
+            await wait_for(pilot, lambda: drive(app).result is not None)
             status = app.query_one("#status").plain
-    assert app.result is not None and app.result.control is not None
+    assert drive(app).result is not None and drive(app).result.control is not None
     assert "forked at token 2 (a 4 tokens, b 4 tokens) · control: noise floor (a' forked at 2)" in (
         status
     )

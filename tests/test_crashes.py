@@ -20,6 +20,7 @@ from specdiff.sessions.store import load_session
 from specdiff.tui.app import make_app
 from specdiff.tui.widgets import TokenView
 from tests.conftest import wait_for
+from tests.tui_driver import drive
 
 pytestmark = pytest.mark.model
 
@@ -143,24 +144,24 @@ async def test_the_tui_shows_a_crash_and_runs_again(monkeypatch) -> None:
     notify = app.notify
     app.notify = lambda message, **options: (notes.append(message), notify(message, **options))
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_for(pilot, lambda: app.result is not None)
+        await wait_for(pilot, lambda: drive(app).result is not None)
         await pilot.pause()
-        assert app.result.crashed
+        assert drive(app).result.crashed
         for lane_id in ("a", "b"):
-            assert "SIGSEGV" in (app.lanes[lane_id].error or "")
+            assert "SIGSEGV" in (drive(app).lanes[lane_id].error or "")
         assert sum("SIGSEGV" in note for note in notes) == 1
         # the whole message is readable in the pane: wrapped to its width, not cut
         view = app.query_one("#lane-b TokenView", TokenView)
         assert len(view.trailer_lines) > 1
         assert all(len(line) <= view.size.width for line in view.trailer_lines)
         assert "doctor" in " ".join(view.trailer_lines)
-        assert len(app.lanes["a"].steps) == 3 and len(app.lanes["b"].steps) == 3
+        assert len(drive(app).lanes["a"].steps) == 3 and len(drive(app).lanes["b"].steps) == 3
         # the app stays usable: the next run starts a fresh process
         monkeypatch.delenv("SPECDIFF_FAULT")
-        app.result = None
+        drive(app).view.result = None
         await pilot.press("r")
-        await wait_for(pilot, lambda: app.result is not None and not app.running)
-        assert not app.result.crashed and len(app.lanes["b"].steps) == 10
+        await wait_for(pilot, lambda: drive(app).result is not None and not drive(app).running)
+        assert not drive(app).result.crashed and len(drive(app).lanes["b"].steps) == 10
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")

@@ -32,6 +32,7 @@ from specdiff.tui.widgets import (
 )
 from tests.conftest import wait_for
 from tests.test_snapshots import SESSION, THEMES
+from tests.tui_driver import drive
 
 THEME_SET = load_themes([THEMES]).themes
 WCAG_TEXT = 4.5
@@ -127,18 +128,18 @@ async def test_the_lane_ahead_shows_the_forecast_before_the_other_arrives(
 ) -> None:
     app = app_of(lane_b_behind(tmp_path, reached), theme)
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: len(app.lanes["a"].steps) == 60)
+        await wait_for(pilot, lambda: len(drive(app).lanes["a"].steps) == 60)
         await pilot.pause()
-        marks = app.compare.marks("a")
-        steps = app.lanes["a"].steps
-        assert app.fork is None
+        marks = drive(app).marks("a")
+        steps = drive(app).lanes["a"].steps
+        assert drive(app).fork is None
         assert 0 < len(marks.forecast) <= FORECAST_SHOWN
         assert min(marks.forecast) >= reached
         # the recording forked at token 11, a margin of 0.008: the likeliest first fork
         assert 11 in marks.forecast
-        assert app.compare.marks("b").forecast == frozenset()
+        assert drive(app).marks("b").forecast == frozenset()
         assert all(marks.look("a", i, steps[i]).role == FORECAST for i in marks.forecast)
-        forecast_colour = Color.parse(app.palette().forecast).rich_color
+        forecast_colour = Color.parse(drive(app).palette().forecast).rich_color
         drawn = app.query_one("#lane-a").query_one("TokenView")
         backgrounds = {
             segment.style.bgcolor

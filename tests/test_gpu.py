@@ -21,6 +21,7 @@ from specdiff.sessions.store import Session, load_session
 from tests.in_process import specdiff_here
 from tests.test_cli import assert_one_line_error, specdiff
 from tests.test_engine import llama_generate
+from tests.tui_driver import drive
 
 INSTALL_LINES = ('CMAKE_ARGS="-DGGML_CUDA=on"', "-DGGML_METAL=on", "-DGGML_VULKAN=on")
 MODEL_ENV = "SPECDIFF_TEST_MODEL"
@@ -178,12 +179,12 @@ async def test_the_tui_shows_the_refusal_in_the_gpu_lane_pane(gguf: Path) -> Non
 
     app = make_app(presets(), "gpu-vs-cpu", "Hello", 4)
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_for(pilot, lambda: app.lanes["a"].error is not None)
+        await wait_for(pilot, lambda: drive(app).lanes["a"].error is not None)
         await pilot.pause()
-        assert "CMAKE_ARGS" in app.lanes["a"].error and app.lanes["b"].error is None
+        assert "CMAKE_ARGS" in drive(app).lanes["a"].error and drive(app).lanes["b"].error is None
         trailer = app.query_one("#lane-a TokenView", TokenView).trailer
         assert trailer is not None and "gpu_layers=-1" in trailer
-        assert not app.running
+        assert not drive(app).running
         status = app.query_one("#status", Line).plain
         assert status.startswith("failed: lane a asks for") and status.count("lane a") == 1
 

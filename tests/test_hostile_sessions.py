@@ -24,6 +24,7 @@ from specdiff.tui.app import make_app
 from specdiff.tui.widgets import TokenView
 from tests.conftest import ROOT
 from tests.hostile_corpus import ESCAPES, FIXTURE, Case, corpus
+from tests.tui_driver import drive
 
 CASES = corpus()
 BY_NAME = {case.name: case for case in CASES}
@@ -196,11 +197,11 @@ async def test_replay_shows_every_loadable_file(folder: Path) -> None:
                 assert case.expect == ""
                 continue
             stream.close()
-            app.session = session
-            app.show_session(session)
+            drive(app).view.session = session
+            drive(app).show_session(session)
             await pilot.pause()
             status = app.query_one("#status").plain  # all of it, not what fits
-            assert app.load_error is None and not UNSAFE.search(status), case.name
+            assert drive(app).load_error is None and not UNSAFE.search(status), case.name
             if case.expect == "cut":
                 assert "is incomplete" in status, case.name
             for view in app.query(TokenView):

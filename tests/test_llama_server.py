@@ -17,6 +17,7 @@ from specdiff.prompts import DEFAULT_PROMPT
 from specdiff.prompts import load as load_prompts
 from tests.conftest import wait_for
 from tests.servers import report_agreement
+from tests.tui_driver import drive
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
 
@@ -93,10 +94,10 @@ async def test_the_tui_streams_two_llama_servers(binary: Path, model_path: Path)
         app = make_app(known, "pair", REPETITIVE, 48)
 
         async with app.run_test(size=(120, 36)) as pilot:
-            await wait_for(pilot, lambda: not app.running and app.result is not None)
-            assert app.lanes["a"].error is None and app.lanes["b"].error is None
-            assert len(app.lanes["a"].steps) == len(app.lanes["b"].steps) == 48
-            assert app.result is not None and app.result.a.drafted > 0
+            await wait_for(pilot, lambda: not drive(app).running and drive(app).result is not None)
+            assert drive(app).lanes["a"].error is None and drive(app).lanes["b"].error is None
+            assert len(drive(app).lanes["a"].steps) == len(drive(app).lanes["b"].steps) == 48
+            assert drive(app).result is not None and drive(app).result.a.drafted > 0
 
 
 def test_repeat_sweeps_concurrent_requests(plain_server: str, capsys, tmp_path: Path) -> None:

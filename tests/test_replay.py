@@ -21,6 +21,7 @@ from specdiff.sessions.store import load_session
 from specdiff.tui.app import make_app
 from specdiff.tui.paths import shown_path
 from tests.conftest import wait_for
+from tests.tui_driver import drive
 
 SESSION = Path(__file__).parent / "data" / "ubatch-roman-empire.jsonl"
 
@@ -111,7 +112,7 @@ def replay_app(speed: float | None):
 
 
 def shown(app) -> int:
-    return len(app.lanes["a"].steps) + len(app.lanes["b"].steps)
+    return len(drive(app).lanes["a"].steps) + len(drive(app).lanes["b"].steps)
 
 
 async def test_replay_streams_at_the_recorded_pace_and_ends_with_the_fork() -> None:
@@ -120,11 +121,11 @@ async def test_replay_streams_at_the_recorded_pace_and_ends_with_the_fork() -> N
         await pilot.pause()
         # The session lasts about 2 s: the first frame shows only its beginning.
         assert shown(app) < 120
-        app.playback.speed = 1000.0
+        drive(app).playback.speed = 1000.0
         await pilot.pause(0.2)
-        assert app.playback.finished and shown(app) == 120
+        assert drive(app).playback.finished and shown(app) == 120
         expected = load_session(SESSION).comparison().fork
-        assert app.fork is not None and app.fork.index == expected.index
+        assert drive(app).fork is not None and drive(app).fork.index == expected.index
         status = app.query_one("#status").plain
         assert status.startswith(f"REPLAY {shown_path(SESSION)} · replayed: ")
         assert " 120/120 steps " in status
@@ -134,45 +135,45 @@ async def test_space_pauses_and_arrows_step_token_by_token() -> None:
     app = replay_app(0.01)  # slow enough that nothing but the first steps play
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.press("space")
-        assert app.playback.paused
+        assert drive(app).playback.paused
         before = shown(app)
         await pilot.pause(0.2)
         assert shown(app) == before
         await pilot.press("right", "right", "right")
         assert shown(app) == before + 3
-        last = app.playback.steps[app.playback.position - 1]
-        assert (app.cursor_lane, app.cursor) == (last.lane, last.index)
+        last = drive(app).playback.steps[drive(app).playback.position - 1]
+        assert (drive(app).cursor_lane, drive(app).cursor) == (last.lane, last.index)
         await pilot.press("left")
         assert shown(app) == before + 2
         assert "paused" in app.query_one("#status").plain
         await pilot.press("space")
-        assert not app.playback.paused
+        assert not drive(app).playback.paused
 
 
 async def test_d_plays_up_to_the_fork_and_stops_there() -> None:
     app = replay_app(0.01)
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.press("d")
-        assert app.playback.paused
-        assert app.fork is not None and app.fork.index == 11
-        assert app.cursor == 11
-        assert len(app.lanes["a"].steps) >= 12 and len(app.lanes["b"].steps) >= 12
+        assert drive(app).playback.paused
+        assert drive(app).fork is not None and drive(app).fork.index == 11
+        assert drive(app).cursor == 11
+        assert len(drive(app).lanes["a"].steps) >= 12 and len(drive(app).lanes["b"].steps) >= 12
         # stepping back over the fork forgets it; stepping forward finds it again
-        while app.fork is not None:
+        while drive(app).fork is not None:
             await pilot.press("left")
-        assert min(len(app.lanes["a"].steps), len(app.lanes["b"].steps)) == 11
+        assert min(len(drive(app).lanes["a"].steps), len(drive(app).lanes["b"].steps)) == 11
         await pilot.press("right", "right")
-        assert app.fork is not None and app.fork.index == 11
+        assert drive(app).fork is not None and drive(app).fork.index == 11
 
 
 async def test_space_at_the_end_plays_again_from_the_start() -> None:
     app = replay_app(1000.0)
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.pause(0.2)
-        assert app.playback.finished
-        app.playback.speed = 0.01
+        assert drive(app).playback.finished
+        drive(app).playback.speed = 0.01
         await pilot.press("space")
-        assert not app.playback.finished and shown(app) < 120 and app.fork is None
+        assert not drive(app).playback.finished and shown(app) < 120 and drive(app).fork is None
 
 
 async def test_stepping_back_keeps_split_characters_whole() -> None:
@@ -183,7 +184,7 @@ async def test_stepping_back_keeps_split_characters_whole() -> None:
             await pilot.press("right")
         for _ in range(20):
             await pilot.press("left")
-        for lane_id, state in app.lanes.items():
+        for lane_id, state in drive(app).lanes.items():
             whole = b"".join(step.piece for step in state.steps).decode("utf-8", "replace")
             pending = state.decoder.decode(b"", final=True)
             assert "".join(state.texts) + pending == whole, lane_id
@@ -231,10 +232,11 @@ async def test_a_long_session_opens_after_its_first_steps_and_reads_the_rest(tmp
     async with app.run_test(size=(120, 36)) as pilot:
         await wait_for(pilot, lambda: stream.done and shown(app) == 6000)
         await pilot.pause(0.1)
-        assert app.load_error is None and not app.loading
+        assert drive(app).load_error is None and not drive(app).loading
         for lane_id in ("a", "b"):
-            assert app.lanes[lane_id].steps == whole.steps[lane_id]
-        assert app.fork is not None and app.fork.index == whole.comparison().fork.index
+            assert drive(app).lanes[lane_id].steps == whole.steps[lane_id]
+        fork = drive(app).fork
+        assert fork is not None and fork.index == whole.comparison().fork.index
         assert "reading" not in app.query_one("#status").plain
 
 
@@ -243,9 +245,9 @@ async def test_a_bad_line_past_the_first_steps_is_reported_in_the_replay(tmp_pat
     app, stream = streamed_app(path, 1000.0)
 
     async with app.run_test(size=(120, 36)) as pilot:
-        await wait_for(pilot, lambda: app.load_error is not None)
-        await wait_for(pilot, lambda: app.playback.finished)
-        assert f"{path}:2500:" in app.load_error and "index" in app.load_error
+        await wait_for(pilot, lambda: drive(app).load_error is not None)
+        await wait_for(pilot, lambda: drive(app).playback.finished)
+        assert f"{path}:2500:" in drive(app).load_error and "index" in drive(app).load_error
         assert shown(app) == 2498  # every good step before it still plays
         assert "unreadable past this point" in app.query_one("#status").plain
 
@@ -267,9 +269,9 @@ async def test_a_pause_shows_the_stats_and_strips_of_every_step_shown(monkeypatc
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.pause(0.6)
         await pilot.press("space")
-        assert app.playback.paused
+        assert drive(app).playback.paused
         for lane_id in ("a", "b"):
-            steps = len(app.lanes[lane_id].steps)
+            steps = len(drive(app).lanes[lane_id].steps)
             assert steps > 1
             stats = app.query_one(f"#lane-{lane_id} .lane-stats", Line).plain
             assert stats.startswith(f"{steps} tokens"), (lane_id, stats)

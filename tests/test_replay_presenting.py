@@ -17,6 +17,7 @@ from specdiff.tui.machine import recorded_elsewhere
 from specdiff.tui.replay import BUILD_UP_SECONDS
 from tests.conftest import wait_for
 from tests.test_tui import fork_in_view, token_in_view
+from tests.tui_driver import drive
 
 DEMOS = sorted((Path(__file__).parent.parent / "sessions").glob("*.jsonl"))
 QUICK = next(path for path in DEMOS if "cache-vs-fresh" in path.name)
@@ -55,21 +56,21 @@ async def test_pause_at_fork_builds_up_to_the_fork_then_plays_at_the_asked_pace(
     app = demo_app(QUICK)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause(0.1)
-        playback, replay = app.playback, app.compare.replay
+        playback, replay = drive(app).playback, drive(app).replay
         at_fork = replay.fork_offset()
         assert at_fork is not None and at_fork < BUILD_UP_SECONDS  # a quick recording
         # slowed so the fork comes BUILD_UP_SECONDS in: the tokens before it stream
         assert playback.speed == pytest.approx(at_fork / BUILD_UP_SECONDS)
-        assert app.fork is None and "building up to the fork" in status(app)
+        assert drive(app).fork is None and "building up to the fork" in status(app)
         await wait_for(pilot, lambda: playback.paused, 30)
-        assert app.fork is not None and playback.speed == 1.0
+        assert drive(app).fork is not None and playback.speed == 1.0
         assert "paused at the fork" in status(app)
 
 
 async def test_the_status_line_says_replay_and_names_the_file_at_80_columns() -> None:
     app = demo_app(QUICK, speed=1000.0, pause_at_fork=False)
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: app.playback.finished, 20)
+        await wait_for(pilot, lambda: drive(app).playback.finished, 20)
         await pilot.pause(0.1)
         line = status(app)
         assert line.startswith("REPLAY ") and f"{QUICK.name} · " in line
@@ -84,13 +85,14 @@ async def test_at_the_end_both_panes_show_the_fork_not_the_tail(path: Path) -> N
     assert fork is not None
     app = demo_app(path, speed=50.0)
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: app.playback.paused, 30)
+        await wait_for(pilot, lambda: drive(app).playback.paused, 30)
         await pilot.press("space")
-        await wait_for(pilot, lambda: app.playback.finished, 30)
+        await wait_for(pilot, lambda: drive(app).playback.finished, 30)
         await wait_for(pilot, lambda: fork_in_view(app), 20)  # once laid out
-        assert app.cursor == fork.index
+        assert drive(app).cursor == fork.index
         for lane_id in ("a", "b"):
-            assert not token_in_view(app, lane_id, len(app.lanes[lane_id].steps) - 1), lane_id
+            last = len(drive(app).lanes[lane_id].steps) - 1
+            assert not token_in_view(app, lane_id, last), lane_id
 
 
 async def test_space_is_named_for_what_it_does_and_x_says_why_it_does_nothing() -> None:
@@ -98,20 +100,20 @@ async def test_space_is_named_for_what_it_does_and_x_says_why_it_does_nothing() 
     async with app.run_test(size=(120, 40)) as pilot:
         await footer_says(pilot, app, "pause")
         await pilot.press("space")
-        assert app.playback.paused
+        assert drive(app).playback.paused
         await footer_says(pilot, app, "resume")
-        app.playback.speed = 1000.0
+        drive(app).playback.speed = 1000.0
         await pilot.press("space")
-        await wait_for(pilot, lambda: app.playback.paused, 20)  # at the fork
+        await wait_for(pilot, lambda: drive(app).playback.paused, 20)  # at the fork
         await pilot.press("space")
-        await wait_for(pilot, lambda: app.playback.finished, 20)
+        await wait_for(pilot, lambda: drive(app).playback.finished, 20)
         await footer_says(pilot, app, "replay")
         assert "x" not in [key.key for key in app.query("FooterKey")]
         await pilot.press("x")
         assert status(app).startswith("x stops a live run; this is a recording")
         await pilot.press("space")  # plays it again
         await pilot.pause(0.1)
-        assert not app.playback.finished or len(app.lanes["a"].steps) < 200
+        assert not drive(app).playback.finished or len(drive(app).lanes["a"].steps) < 200
 
 
 def test_a_recording_from_another_cpu_says_so_and_one_from_here_does_not() -> None:
@@ -139,7 +141,7 @@ async def test_the_replay_command_compares_the_recording_with_this_machine() -> 
         app = replay_app(session, stream, args)
         async with app.run_test(size=(200, 50)) as pilot:
             await pilot.pause(0.2)
-            replay = app.compare.replay
+            replay = drive(app).replay
             if expected is None:  # recorded on a machine like this one: nothing to say
                 await pilot.pause(5)
                 assert replay.elsewhere is None

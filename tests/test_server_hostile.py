@@ -41,6 +41,7 @@ from specdiff.sessions.store import load_session
 from specdiff.steps import Candidate, TokenStep
 from tests.conftest import wait_for
 from tests.servers import PASSWORD, WRONG_PROPS, fault_server
+from tests.tui_driver import drive
 
 KEY = "sk-specdiff-hostile-0123456789abcdef"
 """The API key lane a sends: the echo-key server sends it back everywhere it can."""
@@ -389,16 +390,17 @@ async def test_live_shows_one_line_and_stays_responsive(
     known["hostile"] = Pair("hostile", lane_a, Lane(backend="server", endpoint=steady), "")
     app = make_app(known, "hostile", "Hello", BUDGET)
     async with app.run_test(size=(120, 36)) as pilot:
-        await wait_for(pilot, lambda: app.result is not None and not app.running, timeout=60)
-        error = app.lanes["a"].error
+        screen = drive(app)
+        await wait_for(pilot, lambda: screen.result is not None and not screen.running, timeout=60)
+        error = drive(app).lanes["a"].error
         if mode == "endless":
-            assert error is None and len(app.lanes["a"].steps) == BUDGET
+            assert error is None and len(drive(app).lanes["a"].steps) == BUDGET
         else:
             assert error is not None and FAILURES[mode] in error and "\n" not in error
             trailer = app.query_one("#lane-a TokenView", TokenView).trailer
             assert trailer is not None and "\x1b" not in str(trailer)
-        assert len(app.lanes["b"].steps) == 4
-        shown = json.dumps([str(step.piece) for step in app.lanes["a"].steps])
+        assert len(drive(app).lanes["b"].steps) == 4
+        shown = json.dumps([str(step.piece) for step in drive(app).lanes["a"].steps])
         assert KEY not in shown and KEY not in (error or "")
         title = str(app.query_one("#lane-a .lane-title").render())
         assert "***@127.0.0.1" in title and PASSWORD not in title

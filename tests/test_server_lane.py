@@ -19,6 +19,7 @@ from specdiff.sessions.store import load_session
 from specdiff.steps import TokenStep
 from tests.conftest import wait_for
 from tests.servers import fault_server, free_port, llama_cpp_server, report_agreement
+from tests.tui_driver import drive
 
 TOKENS = 40
 
@@ -113,9 +114,9 @@ async def test_the_tui_runs_a_server_lane(server: str) -> None:
     app = make_app(known, "server-vs-local", DEFAULT_PROMPT, 20)
 
     async with app.run_test(size=(120, 36)) as pilot:
-        await wait_for(pilot, lambda: not app.running and app.result is not None)
-        assert len(app.lanes["a"].steps) == 20 and app.lanes["a"].error is None
-        assert len(app.lanes["b"].steps) == 20
+        await wait_for(pilot, lambda: not drive(app).running and drive(app).result is not None)
+        assert len(drive(app).lanes["a"].steps) == 20 and drive(app).lanes["a"].error is None
+        assert len(drive(app).lanes["b"].steps) == 20
 
 
 @pytest.mark.server

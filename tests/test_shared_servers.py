@@ -17,6 +17,7 @@ import pytest
 
 from specdiff.cli.replay import open_for_replay, replay_app
 from tests.conftest import wait_for
+from tests.tui_driver import drive
 
 SESSION = Path(__file__).parent / "data" / "ubatch-roman-empire.jsonl"
 SECRET = "ghp_not_for_strangers"
@@ -101,12 +102,12 @@ async def test_the_replay_shows_a_shared_server_session_but_never_runs_it(
     )
     app = replay_app(session, stream, args)
     async with app.run_test(size=(120, 36)) as pilot:
-        await wait_for(pilot, lambda: len(app.lanes["a"].steps) == 60, 30)
+        await wait_for(pilot, lambda: len(drive(app).lanes["a"].steps) == 60, 30)
         await pilot.press("r")  # a replay asks before it is replaced
         await pilot.press("r")
         await wait_for(pilot, lambda: "names server lanes" in app.query_one("#status").plain)
-        assert not app.running
+        assert not drive(app).running
     stream.close()
     assert not contacted(listener)
     # the steps shown are the file's: refusing the run threw nothing away
-    assert len(app.lanes["a"].steps) == 60
+    assert len(drive(app).lanes["a"].steps) == 60

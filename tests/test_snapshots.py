@@ -23,6 +23,7 @@ from specdiff.tui.app import SpecdiffApp, make_app
 from specdiff.tui.messages import StepsArrived
 from specdiff.tui.themes import load_themes
 from tests.conftest import wait_for
+from tests.tui_driver import drive
 
 SESSION = Path(__file__).parent / "data" / "ubatch-roman-empire.jsonl"
 DEMO = Path(__file__).resolve().parent.parent / "sessions"
@@ -121,13 +122,13 @@ def test_streaming_mid_run_lane_a_ahead_before_the_fork(
     speeds = {"a": LiveStats(65.0, 12, 9), "b": LiveStats(52.3)}
 
     async def stream(pilot: Pilot) -> None:
-        screen = pilot.app.compare  # type: ignore[attr-defined]
-        screen.running = True
+        screen = drive(pilot.app)  # type: ignore[arg-type]
+        screen.set_running(True)
         for end in (10, 20, 30, 40):
             batch = [*steps["a"][end - 10 : end], *steps["b"][end - 10 : min(end, 30)]]
-            screen.post_message(StepsArrived(batch, speeds))
+            screen.post(StepsArrived(batch, speeds))
             await pilot.pause()
-        screen.set_status("generating: 7-token prompt, up to 200 tokens per lane")
+        screen.say("generating: 7-token prompt, up to 200 tokens per lane")
 
     app = live_app()
     assert snap_compare(app, run_before=stream, terminal_size=SMALL_AND_LARGE[size])
@@ -154,7 +155,7 @@ def test_panes_back_from_the_aligned_view(snap_compare, size: str) -> None:
 def test_replay_at_its_end(snap_compare, size: str) -> None:
     async def to_the_end(pilot: Pilot) -> None:
         app = pilot.app
-        await wait_for(pilot, lambda: app.playback is not None and app.playback.finished, 60)  # type: ignore[attr-defined]
+        await wait_for(pilot, lambda: drive(app).replayed, 60)
         await pilot.pause(0.2)
 
     app = demo_app(speed=1000.0)

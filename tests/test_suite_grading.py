@@ -20,6 +20,7 @@ from specdiff import prompts
 from specdiff.lanes import presets
 from specdiff.sessions.store import load_session
 from specdiff.tui.app import make_app
+from tests.tui_driver import drive
 
 pytestmark = pytest.mark.model
 
@@ -229,5 +230,5 @@ async def test_a_replay_shows_each_panes_grade(graded: Path) -> None:
     async with app.run_test(size=(160, 36)) as pilot:
         await pilot.pause(0.3)
         for lane, grade in zip("ab", grades):
-            stats = app.stats_line(lane)
+            stats = drive(app).stats_line(lane)
             assert ("PASS" if grade.passed else "FAIL") in stats and grade.reason in stats

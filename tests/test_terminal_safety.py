@@ -41,6 +41,7 @@ from specdiff.suite.records import record_from_session
 from specdiff.suite.settings import SuiteSettings
 from specdiff.tui.app import make_app
 from specdiff.tui.widgets import TokenView
+from tests.tui_driver import drive
 
 SESSION = Path(__file__).parent / "data" / "ubatch-roman-empire.jsonl"
 
@@ -384,7 +385,7 @@ async def test_a_hostile_replay_renders_escapes_and_no_control(tmp_path: Path) -
                 text = "".join(segment.text for segment in view.render_line(y))
                 assert_terminal_safe(text, newlines=False)
         # the prompt box shows the escapes; an unedited box still runs the recorded prompt
-        assert app.resolve_pair()[1] == session.prompt
+        assert drive(app).resolve_pair()[1] == session.prompt
         # the last guard: text a widget forgot to escape loses its controls when drawn
         await app.mount(Static(Text(f"raw {EVERY_HOSTILE}"), id="raw"))
         await pilot.pause()

@@ -18,6 +18,7 @@ from specdiff.tui.app import SpecdiffApp, make_app
 from specdiff.tui.messages import RunFailed, RunFinished, StepsArrived
 from specdiff.tui.widgets import TokenView
 from tests.conftest import ForkingPrompt, wait_for
+from tests.tui_driver import drive, reports
 
 PROMPT = "The history of the Roman Empire"  # for runs that need no fork; where one forks
 # depends on the CPU, so the live-run test finds a prompt that forks here
@@ -26,11 +27,11 @@ PROMPT = "The history of the Roman Empire"  # for runs that need no fork; where 
 def fork_style_index(app: SpecdiffApp, lane_id: str) -> int | None:
     """The token index drawn with the theme's fork colour in a lane's view."""
     view = app.query_one(f"#lane-{lane_id} TokenView", TokenView)
-    palette = app.palette()
+    palette = drive(app).palette()
     for line in range(len(view.lines)):
         for index, _piece in view.lines[line]:
             style = view.styles_cache.style(
-                lane_id, index, app.lanes[lane_id].steps[index], view.marks
+                lane_id, index, drive(app).lanes[lane_id].steps[index], view.marks
             )
             if (
                 style.bgcolor is not None
@@ -50,12 +51,12 @@ async def test_live_run_streams_forks_and_navigates(
 
     app = make_app(presets(), "ubatch", prompt, 40, sessions_dir=tmp_path)
     async with app.run_test(size=(120, 40), message_hook=messages.append) as pilot:
-        await wait_for(pilot, lambda: app.result is not None)
+        await wait_for(pilot, lambda: drive(app).result is not None)
         await pilot.pause()
-        result = app.result
-        assert len(app.lanes["a"].steps) == len(app.lanes["b"].steps) == 40
+        result = drive(app).result
+        assert len(drive(app).lanes["a"].steps) == len(drive(app).lanes["b"].steps) == 40
         expected = compare(result.a.steps, result.b.steps).fork
-        assert expected is not None and app.fork.index == expected.index
+        assert expected is not None and drive(app).fork.index == expected.index
         assert fork_style_index(app, "a") == fork_style_index(app, "b") == expected.index
         # found while streaming, the fork was scrolled into view in both panes and kept there
         await wait_for(pilot, lambda: fork_in_view(app), 20)
@@ -65,48 +66,48 @@ async def test_live_run_streams_forks_and_navigates(
         assert f"FORK at token {expected.index}" in header
         assert f"margins a {expected.a.margin:.3f}" in header
         assert f"b {expected.b.margin:.3f}" in header
-        assert app.cursor == expected.index  # the view went to the fork: the cursor too
+        assert drive(app).cursor == expected.index  # the view went to the fork: the cursor too
         # navigation: d to the fork, n / p between near ties (staying put when there is
         # none that way: how many there are depends on the CPU), arrows token by token
         await pilot.press("d")
-        assert app.cursor == expected.index
+        assert drive(app).cursor == expected.index
         ties = [
             i
-            for i, s in enumerate(app.lanes["a"].steps[: expected.index])
-            if s.margin < app.near_tie
+            for i, s in enumerate(drive(app).lanes["a"].steps[: expected.index])
+            if s.margin < drive(app).near_tie
         ]
         await pilot.press("n")
         next_tie = min((i for i in ties if i > expected.index), default=expected.index)
-        assert app.cursor == next_tie
+        assert drive(app).cursor == next_tie
         await pilot.press("p")
-        assert app.cursor == max((i for i in ties if i < next_tie), default=next_tie)
-        before = app.cursor
+        assert drive(app).cursor == max((i for i in ties if i < next_tie), default=next_tie)
+        before = drive(app).cursor
         await pilot.press("right")
-        assert app.cursor == min(before + 1, 39)  # the last token is as far as it goes
+        assert drive(app).cursor == min(before + 1, 39)  # the last token is as far as it goes
         await pilot.press("l")
-        assert app.cursor_lane == "b"
+        assert drive(app).cursor_lane == "b"
         # save writes a session that loads back with the same steps
         await pilot.press("s")
         await pilot.pause()
         saved = list(tmp_path.glob("*.jsonl"))
         assert len(saved) == 1
         assert load_session(saved[0]).steps["b"] == result.b.steps
-    assert any(isinstance(m, StepsArrived) for m in messages)
-    assert sum(isinstance(m, RunFinished) for m in messages) == 1
+    assert any(isinstance(m, StepsArrived) for m in reports(messages))
+    assert sum(isinstance(m, RunFinished) for m in reports(messages)) == 1
 
 
 @pytest.mark.model
 async def test_stop_cancels_both_lanes() -> None:
     app = make_app(presets(), "spec-vs-plain", PROMPT, 3000)
     async with app.run_test(size=(100, 30)) as pilot:
-        await wait_for(pilot, lambda: len(app.lanes["b"].steps) > 5)
+        await wait_for(pilot, lambda: len(drive(app).lanes["b"].steps) > 5)
         await pilot.press("x")
-        await wait_for(pilot, lambda: app.result is not None, timeout=30)
-        result = app.result
+        await wait_for(pilot, lambda: drive(app).result is not None, timeout=30)
+        result = drive(app).result
         assert result.cancelled
         assert result.a.stop_reason == result.b.stop_reason == "cancelled"
         assert len(result.a.steps) < 3000 and len(result.b.steps) < 3000
-        assert not app.running
+        assert not drive(app).running
 
 
 async def test_bad_inputs_keep_the_app_usable(tmp_path: Path) -> None:
@@ -139,29 +140,29 @@ async def test_bad_inputs_keep_the_app_usable(tmp_path: Path) -> None:
         assert any("unknown theme 'no-such-theme'" in n for n in notes)
         assert app.theme == "specdiff-dark"
         assert any("the prompt is empty" in n for n in notes)  # autostart refused
-        assert not app.running
+        assert not drive(app).running
         # a model that fails to load: the run fails with one message, the app lives on
         app.query_one("#prompt").value = "Hello"
         app.query_one("#lane-a-overrides").value = "model=/nonexistent/model.gguf"
-        app.action_run()
-        await wait_for(pilot, lambda: any(isinstance(m, RunFailed) for m in messages))
+        drive(app).run()
+        await wait_for(pilot, lambda: any(isinstance(m, RunFailed) for m in reports(messages)))
         await pilot.pause()
-        assert not app.running
+        assert not drive(app).running
         assert "model file not found" in app.query_one("#status").plain
         # the failure is lane a's: its pane says so, lane b's does not
-        assert "model file not found" in (app.lanes["a"].error or "")
-        assert app.lanes["b"].error is None
+        assert "model file not found" in (drive(app).lanes["a"].error or "")
+        assert drive(app).lanes["b"].error is None
         # lane b, which never ran, says why it has nothing (and no rate for no tokens)
-        assert app.stats_line("b").startswith("stopped: lane a failed · 0 tokens")
-        assert "tok/s" not in app.stats_line("b")
+        assert drive(app).stats_line("b").startswith("stopped: lane a failed · 0 tokens")
+        assert "tok/s" not in drive(app).stats_line("b")
         app.query_one("#lane-a-overrides").value = "n_ubatch=0"
-        app.action_run()
+        drive(app).run()
         await pilot.pause()
-        assert "'n_ubatch' must be between" in notes[-1] and not app.running
+        assert "'n_ubatch' must be between" in notes[-1] and not drive(app).running
         app.query_one("#lane-a-overrides").value = ""
         app.query_one("#max-tokens").value = "many"
-        app.action_run()
-        assert "max tokens must be a whole number" in notes[-1] and not app.running
+        drive(app).run()
+        assert "max tokens must be a whole number" in notes[-1] and not drive(app).running
 
 
 @pytest.mark.parametrize("size", [(80, 24), (200, 50)])
@@ -222,7 +223,7 @@ async def test_the_panel_takes_only_the_rows_it_needs_and_plus_minus_change_its_
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         panel = app.query_one("#panel")
-        assert app.fork is not None and app.cursor == app.fork.index
+        assert drive(app).fork is not None and drive(app).cursor == drive(app).fork.index
         shown = [str(line) for line in panel.render().renderables[:5]]
         assert any(line.startswith("after the fork ") for line in shown)  # not cut to "af…"
         assert not any(line.endswith("…") for line in shown[1:3])  # the why, whole
@@ -249,10 +250,10 @@ async def test_a_lane_error_shows_in_its_pane_and_the_other_lane_finishes(monkey
     notify = app.notify
     app.notify = lambda message, **options: (notes.append(message), notify(message, **options))
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_for(pilot, lambda: app.result is not None)
+        await wait_for(pilot, lambda: drive(app).result is not None)
         await pilot.pause()
-        assert len(app.lanes["a"].steps) == 30 and len(app.lanes["b"].steps) == 5
-        assert app.lanes["b"].error and "injected at step 5" in app.lanes["b"].error
+        assert len(drive(app).lanes["a"].steps) == 30 and len(drive(app).lanes["b"].steps) == 5
+        assert drive(app).lanes["b"].error and "injected at step 5" in drive(app).lanes["b"].error
         view = app.query_one("#lane-b TokenView", TokenView)
         assert view.trailer is not None and "injected at step 5" in view.trailer
         assert app.query_one("#lane-a TokenView", TokenView).trailer is None
@@ -267,12 +268,13 @@ async def test_clicking_a_token_selects_it() -> None:
         await pilot.pause()
         view = app.query_one("#lane-b TokenView", TokenView)
         # a token on b's second line that is not the fork (whose panel says FORK)
-        assert app.fork is not None
-        place = next(n for n, (index, _) in enumerate(view.lines[1]) if index != app.fork.index)
+        assert drive(app).fork is not None
+        fork = drive(app).fork.index
+        place = next(n for n, (index, _) in enumerate(view.lines[1]) if index != fork)
         index = view.lines[1][place][0]
         column = sum(len(piece) for _, piece in view.lines[1][:place])
         await pilot.click(view, offset=(column + 1, 1))
-        assert (app.cursor_lane, app.cursor) == ("b", index)
+        assert (drive(app).cursor_lane, drive(app).cursor) == ("b", index)
         panel = " ".join(str(item) for item in app.query_one("#panel").render().renderables)
         assert f"token {index}: " in panel
 
@@ -339,7 +341,7 @@ async def test_escape_leaves_every_input_for_the_panes(size) -> None:
             await pilot.press("escape")
             assert app.focused is app.query_one("#lanes"), selector
             assert not app.screen.has_class("configuring")
-            assert not app.running  # escape leaves an input; it never starts or stops a run
+            assert not drive(app).running  # escape leaves an input; it never starts or stops a run
         await open_input(app, pilot, "#pair")  # a chosen pair hands the keys back too
         await pilot.press("enter", "down", "enter")
         await pilot.pause()
@@ -461,12 +463,12 @@ async def test_stats_lines_cut_only_between_whole_parts() -> None:
     app = session_app()
     async with app.run_test(size=(80, 24)) as pilot:
         for path in DEMO_SESSIONS:
-            app.show_session(load_session(path))
+            drive(app).show_session(load_session(path))
             await pilot.pause()
             for lane_id in ("a", "b"):
-                parts = app.stats_line(lane_id).split(" · ")
+                parts = drive(app).stats_line(lane_id).split(" · ")
                 for width in range(8, 90):
-                    shown = app.stats_line(lane_id, width).split(" · ")
+                    shown = drive(app).stats_line(lane_id, width).split(" · ")
                     assert shown == parts[: len(shown)]
                     assert len(" · ".join(shown)) <= width or len(shown) == 1
 
@@ -482,7 +484,7 @@ def test_every_presets_header_names_a_value_for_each_key() -> None:
 
 def token_in_view(app: SpecdiffApp, lane_id: str, index: int) -> bool:
     view = app.query_one(f"#lane-{lane_id} TokenView", TokenView)
-    index = min(index, len(app.lanes[lane_id].steps) - 1)
+    index = min(index, len(drive(app).lanes[lane_id].steps) - 1)
     rows = [row for row, line in enumerate(view.lines) if any(i == index for i, _ in line)]
     top = round(view.scroll_offset.y)
     return bool(rows) and top <= rows[0] < top + view.size.height
@@ -490,7 +492,7 @@ def token_in_view(app: SpecdiffApp, lane_id: str, index: int) -> bool:
 
 def fork_in_view(app: SpecdiffApp) -> bool:
     """Both panes show the token where the lanes fork."""
-    fork = app.fork
+    fork = drive(app).fork
     return fork is not None and all(token_in_view(app, lane, fork.index) for lane in "ab")
 
 
@@ -519,14 +521,14 @@ async def test_a_fork_is_shown_in_both_panes_and_none_is_never_promised(tmp_path
         for path in DEMO_SESSIONS:
             for forked in (True, False):
                 shown = path if forked else cut_before_the_fork(path, tmp_path / path.name)
-                app.show_session(load_session(shown))
-                await wait_for(pilot, lambda: app.playback is None or app.playback.finished, 20)
+                drive(app).show_session(load_session(shown))
+                await wait_for(pilot, lambda: drive(app).played_out, 20)
                 await pilot.pause(0.1)
                 status = app.query_one("#status").plain
                 if not forked:
-                    assert app.fork is None and "jumps to the fork" not in status
+                    assert drive(app).fork is None and "jumps to the fork" not in status
                     continue
-                assert app.fork is not None and "d jumps to the fork" in status
+                assert drive(app).fork is not None and "d jumps to the fork" in status
                 # the panes scroll once laid out, which a busy machine can delay a while
                 await wait_for(pilot, lambda: fork_in_view(app), 20)
 
@@ -541,20 +543,20 @@ async def test_pause_at_fork_stops_with_the_fork_on_screen(speed, paths) -> None
             recorded = load_session(path)
             fork = compare(recorded.steps["a"], recorded.steps["b"]).fork
             assert fork is not None
-            app.show_session(recorded)  # a session shown anew pauses at its own fork
-            await wait_for(pilot, lambda: app.playback.paused or app.playback.finished, 30)
+            drive(app).show_session(recorded)  # a session shown anew pauses at its own fork
+            await wait_for(pilot, lambda: drive(app).played_out or drive(app).playback.paused, 30)
             await pilot.pause(0.2)
-            assert app.playback.paused and app.fork is not None
-            assert app.fork.index == fork.index
+            assert drive(app).playback.paused and drive(app).fork is not None
+            assert drive(app).fork.index == fork.index
             for lane_id in ("a", "b"):
                 wanted = min(fork.index + 1, len(recorded.steps[lane_id]))
-                assert len(app.lanes[lane_id].steps) == wanted
+                assert len(drive(app).lanes[lane_id].steps) == wanted
             await wait_for(pilot, lambda: fork_in_view(app), 20)
             status = app.query_one("#status").plain
             assert status.startswith("REPLAY ") and "· paused at the fork: space resumes" in status
             await pilot.press("space")
-            await wait_for(pilot, lambda: app.playback.finished, 30)
-            assert not app.playback.paused  # it paused once, not at every later step
+            await wait_for(pilot, lambda: drive(app).playback.finished, 30)
+            assert not drive(app).playback.paused  # it paused once, not at every later step
 
 
 def test_the_replay_command_takes_pause_at_fork_and_a_slow_speed() -> None:
@@ -567,7 +569,7 @@ def test_the_replay_command_takes_pause_at_fork_and_a_slow_speed() -> None:
         app = replay_app(session, stream, args)
     finally:
         stream.close()
-    assert app.compare.replay.pause_at_fork and app.compare.replay.speed == 0.25
+    assert drive(app).replay.pause_at_fork and drive(app).replay.speed == 0.25
 
 
 @pytest.mark.parametrize("speed", [None, 1000.0])
@@ -578,7 +580,7 @@ async def test_a_replay_is_not_replaced_on_one_key(speed) -> None:
         for selector in ("#run", "#stop", "#lane-a-overrides", "#lane-b-overrides"):
             assert app.query_one(selector).disabled, selector
         await pilot.press("r")
-        assert not app.running and app.session is not None
+        assert not drive(app).running and drive(app).session is not None
         assert "press r again" in app.query_one("#status").plain
         # the second r runs: here it is refused at once (max tokens 0), so no model loads
         app.query_one("#max-tokens").value = "0"
@@ -590,7 +592,7 @@ async def test_e_writes_the_html_report_and_names_it(tmp_path) -> None:
     app = session_app(sessions_dir=tmp_path / "out")
     async with app.run_test(size=(80, 24)) as pilot:
         for path in DEMO_SESSIONS:
-            app.show_session(load_session(path))
+            drive(app).show_session(load_session(path))
             await pilot.pause()
             await pilot.press("e", "e")
             await pilot.pause()
@@ -652,9 +654,9 @@ async def test_an_unknown_override_key_gets_a_did_you_mean(typo, meant) -> None:
     app.notify = lambda message, **options: (notes.append(message), notify(message, **options))
     async with app.run_test(size=(120, 40)) as pilot:
         app.query_one("#lane-a-overrides").value = f"{typo}=2"
-        app.action_run()
+        drive(app).run()
         await pilot.pause()
-        assert f"did you mean {meant}" in notes[-1] and not app.running
+        assert f"did you mean {meant}" in notes[-1] and not drive(app).running
         assert "known keys" not in notes[-1]
     done = subprocess.run(
         [sys.executable, "-m", "specdiff", "run", "--prompt", "Hi", "--lane-a", f"{typo}=2"],
@@ -730,21 +732,21 @@ async def test_any_other_key_disarms_a_pending_r(speed, other_key) -> None:
         assert "press r again" not in status
         assert status.split(" · ")[-1] == before.split(" · ")[-1]  # the replay's own status
         await pilot.press("r")  # asks again: the replay is still there
-        assert app.session is not None and not app.running
+        assert drive(app).session is not None and not drive(app).running
         assert "press r again" in app.query_one("#status").plain
 
 
 async def test_a_pending_r_is_disarmed_after_a_while(monkeypatch) -> None:
-    import specdiff.tui.screen as screen_module
+    import specdiff.tui.replay as replay_module
 
-    monkeypatch.setattr(screen_module, "CONFIRM_SECONDS", 0.2)
+    monkeypatch.setattr(replay_module, "CONFIRM_SECONDS", 0.2)
     app = session_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("r")
         await pilot.pause(0.5)
         assert "press r again" not in app.query_one("#status").plain
         await pilot.press("r")
-        assert app.session is not None and "press r again" in app.query_one("#status").plain
+        assert drive(app).session is not None and "press r again" in app.query_one("#status").plain
 
 
 def panel_lines(app: SpecdiffApp) -> str:
@@ -757,11 +759,11 @@ async def test_the_fork_header_counts_the_tokens_shown_as_they_grow(path) -> Non
     beside the fork's index, never as "index of count"."""
     app = session_app(path, speed=1000.0)
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: app.playback is not None and app.playback.finished, 30)
+        await wait_for(pilot, lambda: drive(app).replayed, 30)
         await pilot.pause(0.4)
-        shown = max(len(state.steps) for state in app.lanes.values())
-        assert app.fork is not None and app.cursor == app.fork.index
-        assert f"FORK at token {app.fork.index} · {shown} tokens shown" in panel_lines(app)
+        shown = max(len(state.steps) for state in drive(app).lanes.values())
+        assert drive(app).fork is not None and drive(app).cursor == drive(app).fork.index
+        assert f"FORK at token {drive(app).fork.index} · {shown} tokens shown" in panel_lines(app)
         assert " of " not in panel_lines(app).split("FORK", 1)[1].split("·", 1)[0]
 
 
@@ -769,14 +771,14 @@ async def test_the_fork_header_counts_the_tokens_shown_as_they_grow(path) -> Non
 async def test_the_cursor_is_on_the_fork_once_the_view_goes_there(speed) -> None:
     app = session_app(speed=speed)
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: app.playback is None or app.playback.finished, 30)
+        await wait_for(pilot, lambda: drive(app).played_out, 30)
         await pilot.pause(0.1)
-        fork = app.fork.index
-        assert app.cursor == fork
+        fork = drive(app).fork.index
+        assert drive(app).cursor == fork
         await pilot.press("right")
-        assert app.cursor == fork + 1  # → goes on from the fork, not from token 0
+        assert drive(app).cursor == fork + 1  # → goes on from the fork, not from token 0
         await pilot.press("left", "left")
-        assert app.cursor == fork - 1
+        assert drive(app).cursor == fork - 1
 
 
 @pytest.mark.parametrize("modal", ["question_mark", "ctrl+p"])
@@ -801,7 +803,7 @@ async def test_routine_notes_go_to_the_status_and_toasts_cover_no_text(size) -> 
 
     app = session_app(pause_at_fork=True, speed=1000.0)
     async with app.run_test(size=size, notifications=True) as pilot:
-        await wait_for(pilot, lambda: app.playback.paused, 30)
+        await wait_for(pilot, lambda: drive(app).playback.paused, 30)
         await pilot.press("t")
         await pilot.pause()
         assert app.query_one("#status").plain.startswith(f"theme {app.theme} · ")
@@ -851,9 +853,9 @@ async def test_d_is_offered_only_where_there_is_a_fork(tmp_path) -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         assert "d" in footer_keys(app)
-        app.show_session(load_session(cut_before_the_fork(SESSION, tmp_path / "same.jsonl")))
+        drive(app).show_session(load_session(cut_before_the_fork(SESSION, tmp_path / "same.jsonl")))
         await pilot.pause()
-        assert app.fork is None and "d" not in footer_keys(app)
+        assert drive(app).fork is None and "d" not in footer_keys(app)
 
 
 async def test_overrides_from_the_command_line_show_in_their_fields() -> None:
@@ -870,11 +872,12 @@ async def test_overrides_from_the_command_line_show_in_their_fields() -> None:
         assert fields == {"a": "threads=2 n_ctx=512", "b": "threads=2"}
         labels = [str(label.render()) for label in app.query("#overrides .field-label")]
         assert labels == ["lane a overrides", "lane b overrides"]
-        pair, _prompt, _max = app.resolve_pair()  # the fields run what the command line asked
+        # the fields run what the command line asked
+        pair, _prompt, _max = drive(app).resolve_pair()
         assert (pair.a.n_ctx, pair.a.threads, pair.b.threads) == (512, 2, 2)
         await pilot.resize_terminal(80, 24)
         await pilot.pause()
-        app.compare.controls.show_config()
+        drive(app).screen.controls.show_config()
         assert "a: threads=2 n_ctx=512 · b: threads=2" in app.query_one("#config-bar").plain
 
 
@@ -917,17 +920,17 @@ async def test_override_values_with_spaces_survive_the_overrides_field(given: li
         await pilot.pause()
         app.query_one("#lane-a-overrides").value = app.query_one("#lane-a-overrides").value
         settings = dict(word.partition("=")[::2] for word in given if "=" in word)
-        field_pair, _, _ = app.resolve_pair()
+        field_pair, _, _ = drive(app).resolve_pair()
         for key, value in settings.items():
             assert getattr(field_pair.a, key) == value, key
         # typed into the field alone, on the preset (not the command line's pair)
-        app.pairs["ubatch"] = presets()["ubatch"]
-        field_pair, _, _ = app.resolve_pair()
+        drive(app).pairs["ubatch"] = presets()["ubatch"]
+        field_pair, _, _ = drive(app).resolve_pair()
         for key, value in settings.items():
             assert getattr(field_pair.a, key) == value, key
         app.query_one("#lane-b-overrides").value = "n_ubatch=2 oops"
         with pytest.raises(SpecdiffError, match="^lane b overrides: .*'n_ubatch'"):
-            app.resolve_pair()
+            drive(app).resolve_pair()
 
 
 async def test_the_palette_offers_specdiffs_commands_each_with_its_key() -> None:
@@ -1015,7 +1018,7 @@ async def test_the_opened_controls_fit_80_columns() -> None:
         pair = app.query_one("#pair", Select)
         assert pair.region.x == 0 and pair.region.y == prompt.region.y + 1
         shown = str(pair.query_one("SelectCurrent #label", Static).render())
-        assert shown == app.session.pair.name
+        assert shown == drive(app).session.pair.name
         pair.focus()
         await pilot.press("enter")
         await pilot.pause()

@@ -21,6 +21,7 @@ from specdiff.tui.app import SpecdiffApp, make_app
 from specdiff.tui.widgets.autopsy_panel import AutopsyPanel, growth_values
 from specdiff.tui.widgets.line import Line
 from tests.conftest import wait_for
+from tests.tui_driver import drive
 
 DATA = Path(__file__).parent / "data"
 SESSION = DATA / "ubatch-roman-empire.jsonl"
@@ -157,7 +158,7 @@ async def test_w_on_lanes_that_agree_says_so(tmp_path) -> None:
         await pilot.pause()
         assert "nothing to explain" in status(app)
         assert not autopsy_open(app)
-        assert app.compare.explainer.running is None
+        assert not drive(app).autopsy_running
 
 
 @pytest.mark.tui
@@ -170,7 +171,7 @@ async def test_w_on_server_lanes_says_so(tmp_path) -> None:
         await pilot.pause()
         assert "in-process lanes only" in status(app)
         assert not autopsy_open(app)
-        assert app.compare.explainer.running is None
+        assert not drive(app).autopsy_running
 
 
 @pytest.mark.tui
@@ -183,7 +184,7 @@ async def test_w_on_a_session_whose_model_is_gone_says_so(tmp_path) -> None:
         await pilot.pause()
         assert "gone.gguf is missing" in status(app)
         assert not autopsy_open(app)
-        assert app.compare.explainer.running is None
+        assert not drive(app).autopsy_running
 
 
 @pytest.mark.tui
@@ -212,10 +213,10 @@ async def test_an_autopsy_being_made_stops_on_w_and_on_escape(tmp_path) -> None:
         for key in ("w", "escape"):
             await pilot.press("w")
             await wait_for(pilot, lambda: autopsy_open(app), 10)
-            assert app.compare.explainer.running is not None
+            assert drive(app).autopsy_running
             assert app.screen.query_one("#autopsy-progress").display
             await pilot.press(key)
-            await wait_for(pilot, lambda: app.compare.explainer.running is None, 60)
+            await wait_for(pilot, lambda: not drive(app).autopsy_running, 60)
             assert status(app) == "autopsy stopped"
             assert not autopsy_open(app)
             assert app.screen.query_one("#panel").display

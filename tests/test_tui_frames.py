@@ -17,6 +17,7 @@ from specdiff.tui import live
 from specdiff.tui.app import make_app
 from specdiff.tui.messages import StepsArrived
 from specdiff.tui.widgets import Line, MarginStrip, TokenView
+from tests.tui_driver import drive
 
 SESSIONS = sorted((Path(__file__).resolve().parent.parent / "sessions").glob("*.jsonl"))
 
@@ -42,14 +43,14 @@ async def test_a_batch_held_back_from_a_frame_is_drawn_by_the_timer(
     monkeypatch.setattr(live, "FRAME_GAP_MAX", 2.0)  # longer than a pause on a busy machine
     app = make_app(presets(), "spec-vs-plain", "Hello", 20, autostart=False)
     async with app.run_test(size=(120, 40)) as pilot:
-        app.compare.running = True
-        app.compare.post_message(batch(steps, 0, 10))
+        drive(app).set_running(True)
+        drive(app).post(batch(steps, 0, 10))
         await pilot.pause()
         assert laid_out(app, "a") == laid_out(app, "b") == 10
-        app.compare.post_message(batch(steps, 10, 20))
+        drive(app).post(batch(steps, 10, 20))
         await pilot.pause()
         assert laid_out(app, "a") == 10  # held back: the UI used CPU since its last frame
-        assert len(app.lanes["a"].steps) == 20  # but kept
+        assert len(drive(app).lanes["a"].steps) == 20  # but kept
         await asyncio.sleep(2.5)
         await pilot.pause()
         assert laid_out(app, "a") == laid_out(app, "b") == 20
@@ -72,17 +73,17 @@ async def test_streaming_frames_draw_the_lanes_details_once_a_panel_period(
     monkeypatch.setattr(live, "PANEL_SECONDS", 3.0)  # longer than a pause on a busy machine
     app = make_app(presets(), "spec-vs-plain", "Hello", 30, autostart=False)
     async with app.run_test(size=(120, 40)) as pilot:
-        app.compare.running = True
-        app.compare.post_message(batch(steps, 0, 10))
+        drive(app).set_running(True)
+        drive(app).post(batch(steps, 0, 10))
         await pilot.pause()
         assert stats_of(app, "a").startswith("10 tokens") and strip_of(app, "a") == 10
-        app.compare.post_message(batch(steps, 10, 20))
+        drive(app).post(batch(steps, 10, 20))
         await pilot.pause()
         # the tokens are drawn; their stats line and margin strip wait for the period
         assert laid_out(app, "a") == 20
         assert stats_of(app, "a").startswith("10 tokens") and strip_of(app, "a") == 10
         await asyncio.sleep(3.2)
-        app.compare.post_message(batch(steps, 20, 25))
+        drive(app).post(batch(steps, 20, 25))
         await pilot.pause()
         assert laid_out(app, "b") == 25
         assert stats_of(app, "b").startswith("25 tokens") and strip_of(app, "b") == 25
@@ -95,12 +96,12 @@ async def test_objects_older_than_a_run_are_set_aside_from_collection_while_it_r
     assert gc.get_freeze_count() == 0
     async with app.run_test(size=(120, 40)) as pilot:
         frozen_while_running = []
-        while app.result is None:
-            if app.running:
+        while drive(app).result is None:
+            if drive(app).running:
                 frozen_while_running.append(gc.get_freeze_count())
             await pilot.pause(0.05)
         assert frozen_while_running and min(frozen_while_running) > 0
         assert gc.get_freeze_count() == 0
-        app.action_run()  # quitting mid-run gives them back too
-        assert app.running and gc.get_freeze_count() > 0
+        drive(app).run()  # quitting mid-run gives them back too
+        assert drive(app).running and gc.get_freeze_count() > 0
     assert gc.get_freeze_count() == 0

@@ -13,6 +13,7 @@ from specdiff.sessions.store import load_session
 from specdiff.tui.app import SpecdiffApp, make_app
 from specdiff.tui.messages import RunFinished
 from tests.conftest import wait_for
+from tests.tui_driver import drive
 
 DEMO = sorted((Path(__file__).parent.parent / "sessions").glob("*.jsonl"))[0]
 
@@ -49,8 +50,8 @@ async def test_e_then_s_saves_the_run_once_and_names_the_file(tmp_path: Path) ->
     folder = tmp_path / "a-rather-long-folder-name-for-the-sessions" / "of-this-machine"
     app = finished_app(folder)
     async with app.run_test(size=(80, 24)) as pilot:
-        app.compare.post_message(RunFinished(recorded_result()))
-        await wait_for(pilot, lambda: app.result is not None, 10)
+        drive(app).post(RunFinished(recorded_result()))
+        await wait_for(pilot, lambda: drive(app).result is not None, 10)
         await pilot.press("e")
         await pilot.pause()
         (saved,) = folder.glob("*.jsonl")
@@ -68,8 +69,8 @@ async def test_e_then_s_saves_the_run_once_and_names_the_file(tmp_path: Path) ->
 async def test_s_twice_writes_one_file(tmp_path: Path) -> None:
     app = finished_app(tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:
-        app.compare.post_message(RunFinished(recorded_result()))
-        await wait_for(pilot, lambda: app.result is not None, 10)
+        drive(app).post(RunFinished(recorded_result()))
+        await wait_for(pilot, lambda: drive(app).result is not None, 10)
         await pilot.press("s")
         await pilot.pause()
         (saved,) = tmp_path.glob("*.jsonl")
@@ -99,7 +100,7 @@ def shaded(app: SpecdiffApp, lane_id: str) -> set[int]:
     view = app.query_one(f"#lane-{lane_id} TokenView", TokenView)
     return {
         index
-        for index, step in enumerate(app.lanes[lane_id].steps)
+        for index, step in enumerate(drive(app).lanes[lane_id].steps)
         if view.marks.look(lane_id, index, step).shade is not None
     }
 
@@ -117,22 +118,24 @@ async def test_n_visits_exactly_the_tokens_shaded_as_near_ties() -> None:
     )
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
-        assert app.fork is not None
+        assert drive(app).fork is not None
         after_fork = [
-            i for i, s in enumerate(app.lanes["a"].steps) if i > app.fork.index and s.margin < 0.5
+            i
+            for i, s in enumerate(drive(app).lanes["a"].steps)
+            if i > drive(app).fork.index and s.margin < 0.5
         ]
         assert after_fork, "the demo has near ties after its fork (what n used to visit)"
         for lane_id in ("a", "b"):
-            if app.cursor_lane != lane_id:
+            if drive(app).cursor_lane != lane_id:
                 await pilot.press("l")
-            app.compare.view.cursor = None
+            drive(app).view.cursor = None
             visited: list[int] = []
             for _ in range(200):
-                before = app.cursor
+                before = drive(app).cursor
                 await pilot.press("n")
-                if app.cursor == before:
+                if drive(app).cursor == before:
                     break
-                visited.append(app.cursor)
+                visited.append(drive(app).cursor)
             assert visited and set(visited) == shaded(app, lane_id), lane_id
             assert "near ties end there" in status(app)
 
@@ -143,7 +146,7 @@ async def test_a_status_line_too_long_for_the_screen_is_cut_not_wrapped() -> Non
     app = finished_app(Path("unused"))
     async with app.run_test(size=(80, 24)) as pilot:
         words = "report written: " + "x" * 70 + ".html"
-        app.compare.set_status(words)
+        drive(app).say(words)
         await pilot.pause()
         shown = "".join(segment.text for segment in app.query_one("#status").render_line(0))
         assert shown.startswith("report written: xxxx") and shown.rstrip().endswith("…")

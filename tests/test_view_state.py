@@ -37,7 +37,7 @@ def steps(lane: str, tokens: list[int], margins: list[float] | None = None) -> l
 
 
 def view_of(a: list[TokenStep], b: list[TokenStep], near_tie: float = 0.5) -> CompareView:
-    view = CompareView(near_tie)
+    view = CompareView(presets()["ubatch"], near_tie)
     view.add([*a, *b])
     return view
 

@@ -41,6 +41,7 @@ from specdiff.tui.widgets import (
     strip_height,
 )
 from tests.test_snapshots import demo_app, session_app
+from tests.tui_driver import drive
 
 THEMES_DIR = Path(__file__).resolve().parent.parent / "themes"
 THEMES = load_themes([THEMES_DIR]).themes
@@ -381,14 +382,14 @@ async def test_aligned_view_collapses_the_prefix_and_stacks_the_branches(size) -
     app = session_app("specdiff-dark", speed=None)
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
-        assert app.fork is not None
+        assert drive(app).fork is not None
         await pilot.press("a")
         await pilot.pause()
         aligned = app.query_one("#aligned", AlignedView)
         assert aligned.display and not app.query_one("#lanes").display
         top = aligned.query_one(".aligned-text")
         branch_b = aligned.query_one(".aligned-branch-b")
-        assert f"… {app.fork.index - 8} shared tokens …" in str(top.render())
+        assert f"… {drive(app).fork.index - 8} shared tokens …" in str(top.render())
         assert "\na ▸ " in str(top.render()) and str(branch_b.render()).startswith("b ▸ ")
         # lane a's branch takes at most half the view: b's begins on screen below it
         assert aligned.region.contains_point(branch_b.region.offset)

@@ -70,7 +70,7 @@ def replay_app(session: Session, stream: SessionStream, args: argparse.Namespace
     known[session.pair.name] = session.pair
     unsafe = session.pair.servers_named(session.path.name)
     refused = {} if unsafe is None or args.allow_servers else {session.pair.name: unsafe}
-    app = make_app(
+    return make_app(
         known,
         session.pair.name,
         session.prompt,
@@ -82,7 +82,6 @@ def replay_app(session: Session, stream: SessionStream, args: argparse.Namespace
         session_stream=stream,
         refused_pairs=refused,
         pause_at_fork=args.pause_at_fork,
+        # the command line's replay says when it was recorded on another CPU
+        compare_machine=True,
     )
-    # the command line's replay says when it was recorded on another CPU
-    app.compare.replay.compare_machine = True
-    return app

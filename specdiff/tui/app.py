@@ -9,7 +9,8 @@ alignment come from ``compare.py``.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,30 +24,27 @@ from textual.widgets import Input
 
 from specdiff.compare import DEFAULT_NEAR_TIE
 from specdiff.lanes import Pair
-from specdiff.results import PairResult
 from specdiff.safe_text import visible
-from specdiff.sessions.playback import Playback
 from specdiff.sessions.store import Session, SessionStream
-from specdiff.tui.controls import RunSettings
 from specdiff.tui.help import HelpScreen
 from specdiff.tui.live import SWITCH_INTERVAL
+from specdiff.tui.messages import Noted, StatusChanged
+from specdiff.tui.options import CompareOptions
 from specdiff.tui.output import screenshot_name
 from specdiff.tui.paths import line_with_path
 from specdiff.tui.screen import CompareScreen
 from specdiff.tui.themes import APP_VARIABLES, DEFAULT_THEME, load_themes
-from specdiff.tui.view_state import LaneState
-from specdiff.tui.widgets.styles import Palette
 from specdiff.tui.widgets.without_controls import WithoutControls
 
 WITHOUT_CONTROLS = WithoutControls()
 PALETTE_COMMANDS = (
     ("Run", "run the pair on the prompt (over a replay: press r twice)", "run"),
     ("Stop", "stop both lanes", "stop"),
-    ("Jump to the fork", "the first token the lanes differ at, in both panes", "fork"),
+    ("Jump to the fork", "the first token the lanes differ at, in both panes", "go('fork')"),
     ("Explain the fork", "why the lanes fork: the setting, layer and operation", "explain"),
-    ("Next near tie", "in the current lane", "next_tie"),
-    ("Previous near tie", "in the current lane", "previous_tie"),
-    ("Switch lane", "move the cursor to the other lane", "switch_lane"),
+    ("Next near tie", "in the current lane", "go('next_tie')"),
+    ("Previous near tie", "in the current lane", "go('previous_tie')"),
+    ("Switch lane", "move the cursor to the other lane", "go('other_lane')"),
     ("Aligned view", "the shared text folded, the two branches stacked", "toggle_aligned"),
     ("Save session", "write the run as a session file", "save"),
     ("Write report", "the HTML report of what is on screen", "export"),
@@ -74,52 +72,18 @@ class SpecdiffApp(App[int]):
 
     def __init__(
         self,
-        pairs: dict[str, Pair],
-        pair_name: str,
-        prompt: str,
-        max_tokens: int,
-        near_tie: float = DEFAULT_NEAR_TIE,
+        options: CompareOptions,
         theme_name: str | None = None,
-        autostart: bool = True,
-        session: Session | None = None,
-        sessions_dir: str | Path | None = None,
         theme_dirs: list[Path] | None = None,
-        replay_speed: float | None = None,
-        session_stream: SessionStream | None = None,
-        refused_pairs: dict[str, str] | None = None,
-        pause_at_fork: bool = False,
-        overrides: dict[str, str] | None = None,
-        control: bool = False,
     ) -> None:
-        """`session` opens a recorded run: at once when `replay_speed` is None, else
-        played at the recorded pace times `replay_speed`; `session_stream`, when given,
-        holds the rest of the session's file, read while the replay plays.
-        `refused_pairs`: pairs shown but never run, each with the reason (a shared
-        session's server lanes, which the user has not allowed). `pause_at_fork`: a
-        played replay pauses once both lanes show the fork's token. `overrides`: each
-        lane's overrides from the command line, as "key=value" words, shown (and
-        applied again, to the same effect) in its overrides field. `control`: lane a
-        runs again, cold, after each run."""
+        """`options`: what the compare screen opens with; `theme_name`: the theme asked
+        for (the default one when None); `theme_dirs`: folders of theme files besides
+        specdiff's own."""
         super().__init__()
         self.requested_theme = theme_name
         self.theme_dirs = theme_dirs
         self.our_themes: list[str] = []
-        self.compare = CompareScreen(
-            pairs,
-            pair_name,
-            prompt,
-            max_tokens,
-            near_tie,
-            autostart,
-            session,
-            sessions_dir,
-            replay_speed,
-            session_stream,
-            refused_pairs or {},
-            pause_at_fork,
-            overrides or {},
-            control,
-        )
+        self.compare = CompareScreen(options)
 
     def get_default_screen(self) -> Screen[Any]:
         return self.compare
@@ -198,9 +162,8 @@ class SpecdiffApp(App[int]):
             return None
         name = filename or screenshot_name(folder)
         key = super().deliver_screenshot(name, str(folder), time_format)
-        self.compare.set_status(
-            line_with_path("screenshot saved: ", folder / name, "", self.size.width)
-        )
+        said = line_with_path("screenshot saved: ", folder / name, "", self.size.width)
+        self.compare.apply([StatusChanged(said)])
         return key
 
     def action_next_theme(self) -> None:
@@ -209,13 +172,14 @@ class SpecdiffApp(App[int]):
             return
         position = names.index(self.theme) if self.theme in names else -1
         self.theme = names[(position + 1) % len(names)]
-        self.compare.note(f"theme {self.theme}")
+        self.compare.apply([Noted(f"theme {self.theme}")])
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
 
     async def action_quit(self) -> None:
-        self.compare.live.cancel.set()
+        # a run, a replay and an autopsy stop with the app (a busy worker is killed)
+        self.compare.close()
         self.exit(0)
 
     async def action_quit_from_input(self) -> None:
@@ -232,99 +196,56 @@ class SpecdiffApp(App[int]):
             if isinstance(binding, Binding) and binding.show:
                 keys.setdefault(binding.action, binding)  # the first key: ? before f1
         for title, does, action in PALETTE_COMMANDS:
-            target = self if action.startswith("app.") else self.compare
-            callback = getattr(target, f"action_{action.removeprefix('app.')}")
+            namespace = None if action.startswith("app.") else self.compare
+            callback = partial(self.run_action, action, namespace)
             bound = keys.get(action)
             key = f" ({self.get_key_display(bound)})" if bound is not None else ""
             yield SystemCommand(f"{title}{key}", does, callback)
 
-    # -- the compare screen's state, as scripts, benchmarks and tests read it
-
-    @property
-    def lanes(self) -> dict[str, LaneState]:
-        return self.compare.view.lanes
-
-    @property
-    def fork(self) -> Any:
-        return self.compare.view.fork
-
-    @property
-    def cursor(self) -> int | None:
-        return self.compare.view.cursor
-
-    @property
-    def cursor_lane(self) -> str:
-        return self.compare.view.cursor_lane
-
-    @property
-    def result(self) -> PairResult | None:
-        return self.compare.view.result
-
-    @result.setter
-    def result(self, result: PairResult | None) -> None:
-        self.compare.view.result = result
-
-    @property
-    def running(self) -> bool:
-        return self.compare.running
-
-    @property
-    def session(self) -> Session | None:
-        return self.compare.session
-
-    @session.setter
-    def session(self, session: Session | None) -> None:
-        self.compare.session = session
-
-    @property
-    def playback(self) -> Playback | None:
-        return self.compare.replay.playback
-
     @property
     def load_error(self) -> str | None:
+        """Why a replayed session's file could not be read to its end (the command line
+        reports it once the app has closed)."""
         return self.compare.replay.load_error
 
-    @property
-    def loading(self) -> bool:
-        return self.compare.replay.loading
 
-    @property
-    def pairs(self) -> dict[str, Pair]:
-        return self.compare.pairs
-
-    @property
-    def near_tie(self) -> float:
-        return self.compare.near_tie
-
-    @property
-    def prompt_mode(self) -> str:
-        return self.compare.controls.prompt_mode
-
-    def resolve_pair(self) -> RunSettings:
-        return self.compare.controls.resolve_pair()
-
-    def show_session(self, session: Session) -> None:
-        self.compare.show_session(session)
-
-    def stats_line(self, lane_id: str, width: int | None = None) -> str:
-        return self.compare.stats_line(lane_id, width)
-
-    def palette(self) -> Palette:
-        return self.compare.palette()
-
-    def action_run(self) -> None:
-        self.compare.action_run()
-
-    def action_move(self, delta: int) -> None:
-        self.compare.action_move(delta)
-
-    def action_panes(self) -> None:
-        self.compare.action_panes()
-
-    def action_toggle_prompt_mode(self) -> None:
-        self.compare.action_toggle_prompt_mode()
-
-
-def make_app(*args: Any, **kwargs: Any) -> SpecdiffApp:
-    """The one way the CLI and the tests build the app; arguments as SpecdiffApp's."""
-    return SpecdiffApp(*args, **kwargs)
+def make_app(
+    pairs: Mapping[str, Pair],
+    pair_name: str,
+    prompt: str,
+    max_tokens: int,
+    *,
+    near_tie: float = DEFAULT_NEAR_TIE,
+    theme_name: str | None = None,
+    autostart: bool = True,
+    session: Session | None = None,
+    sessions_dir: str | Path | None = None,
+    theme_dirs: list[Path] | None = None,
+    replay_speed: float | None = None,
+    session_stream: SessionStream | None = None,
+    refused_pairs: Mapping[str, str] | None = None,
+    pause_at_fork: bool = False,
+    overrides: Mapping[str, str] | None = None,
+    control: bool = False,
+    compare_machine: bool = False,
+) -> SpecdiffApp:
+    """The one way the command line and the tests build the app: the compare screen's
+    `CompareOptions` (which say what each of these is) and the theme."""
+    options = CompareOptions(
+        pairs,
+        pair_name,
+        prompt,
+        max_tokens,
+        near_tie=near_tie,
+        autostart=autostart,
+        session=session,
+        sessions_dir=sessions_dir,
+        replay_speed=replay_speed,
+        session_stream=session_stream,
+        refused_pairs=refused_pairs or {},
+        pause_at_fork=pause_at_fork,
+        overrides=overrides or {},
+        control=control,
+        compare_machine=compare_machine,
+    )
+    return SpecdiffApp(options, theme_name, theme_dirs)

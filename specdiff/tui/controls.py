@@ -9,6 +9,7 @@ messages, so nothing outside reaches into their fields.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import NamedTuple
@@ -30,14 +31,13 @@ from specdiff.chat import (
 from specdiff.errors import SpecdiffError
 from specdiff.lanes import Pair, apply_overrides, headline, override_words, parse_overrides
 from specdiff.safe_text import from_one_line, on_one_line, visible
+from specdiff.tui.options import CompareOptions
 from specdiff.tui.widgets.line import Line
 
 TEXT, MESSAGES = "text", "messages"
 """The prompt box's two modes, named as its toggle shows them."""
 PAIR_OPTION_WIDTH = 58
 """The pair picker's rows: the name, then what the pair compares, cut to fit."""
-REPLAY_LOCKED = ("#run", "#stop", "#lane-a-overrides", "#lane-b-overrides")
-"""What would discard a replay shown: disabled while it is, so `r` asks first."""
 
 
 def pair_option(name: str, pair: Pair) -> Text:
@@ -84,22 +84,14 @@ class Controls(Vertical):
         by_keyboard: bool
         """Picked from the focused picker (its list closed, the keys go back to the panes)."""
 
-    def __init__(
-        self,
-        pairs: dict[str, Pair],
-        pair_name: str,
-        prompt: str,
-        max_tokens: int,
-        overrides: dict[str, str],
-        refused_pairs: dict[str, str],
-        **kwargs: str,
-    ) -> None:
+    def __init__(self, options: CompareOptions, **kwargs: str) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.pairs = pairs
-        self.pair_name = pair_name
-        self.refused_pairs = refused_pairs
-        self.initial_max_tokens = max_tokens
-        self.initial_overrides = overrides
+        prompt = options.prompt
+        self.pairs: Mapping[str, Pair] = options.pairs
+        self.pair_name = options.pair_name
+        self.refused_pairs: Mapping[str, str] = options.refused_pairs
+        self.initial_max_tokens = options.max_tokens
+        self.initial_overrides: Mapping[str, str] = options.overrides
         # a prompt's kind is known (a session's, the command line's): never guessed from
         # its text, so a raw prompt that looks like JSON runs as the raw prompt it was
         self.prompt_mode = MESSAGES if isinstance(prompt, Conversation) else TEXT
@@ -108,46 +100,55 @@ class Controls(Vertical):
         """(what the box shows, the text it stands for): the box shows newlines and control
         characters as pictures (␤, ␛), read back when edited, and other unprintable
         characters as escapes, so while it is unedited it stands for the text itself."""
+        self.config_bar = Line(id="config-bar")
+        # the fields' first values are set as they are composed: an Input given a value
+        # asks the running app to clear its selection
+        self.prompt_box = Input(placeholder="prompt", id="prompt")
+        self.mode_button = Button(
+            self.prompt_mode,
+            id="prompt-mode",
+            tooltip="how the prompt box is read: raw text, or a JSON messages list "
+            "(a conversation, which chat lanes format); ctrl+o switches",
+        )
+        self.pair_picker: Select[str] = Select(
+            [(pair_option(name, pair), name) for name, pair in self.pairs.items()],
+            value=self.pair_name,
+            allow_blank=False,
+            id="pair",
+        )
+        self.max_label = Static("max tokens", id="max-label")
+        self.max_tokens_field = Input(type="integer", id="max-tokens", tooltip="max tokens")
+        self.run_button = Button("Run", id="run", variant="primary")
+        self.stop_button = Button("Stop", id="stop", variant="error")
+        self.override_fields = {
+            lane_id: Input(placeholder="key=value …", id=f"lane-{lane_id}-overrides")
+            for lane_id in ("a", "b")
+        }
 
     def compose(self) -> ComposeResult:
-        yield Line(id="config-bar")
+        self.prompt_box.value = self._box_stands_for[0]
+        self.max_tokens_field.value = str(self.initial_max_tokens)
+        for lane_id, field in self.override_fields.items():
+            field.value = visible(self.initial_overrides.get(lane_id, ""))
+        yield self.config_bar
         # one row where there is room; on a narrow screen the prompt gets a row of its
         # own, and the pair picker (whose list is wide) starts the second at the left
         with Horizontal(id="controls"):
             with Horizontal(id="prompt-row"):
                 yield Static("prompt", classes="field-label")
-                yield Input(self._box_stands_for[0], placeholder="prompt", id="prompt")
-                yield Button(
-                    self.prompt_mode,
-                    id="prompt-mode",
-                    tooltip="how the prompt box is read: raw text, or a JSON messages list "
-                    "(a conversation, which chat lanes format); ctrl+o switches",
-                )
+                yield self.prompt_box
+                yield self.mode_button
             with Horizontal(id="run-row"):
-                yield Select(
-                    [(pair_option(name, pair), name) for name, pair in self.pairs.items()],
-                    value=self.pair_name,
-                    allow_blank=False,
-                    id="pair",
-                )
-                yield Static("max tokens", id="max-label")
-                yield Input(
-                    str(self.initial_max_tokens),
-                    type="integer",
-                    id="max-tokens",
-                    tooltip="max tokens",
-                )
-                yield Button("Run", id="run", variant="primary")
-                yield Button("Stop", id="stop", variant="error")
+                yield self.pair_picker
+                yield self.max_label
+                yield self.max_tokens_field
+                yield self.run_button
+                yield self.stop_button
         with Horizontal(id="overrides"):
-            for lane_id in ("a", "b"):
+            for lane_id, field in self.override_fields.items():
                 # a label of its own: a placeholder is gone once the field has a value
                 yield Static(f"lane {lane_id} overrides", classes="field-label")
-                yield Input(
-                    visible(self.initial_overrides.get(lane_id, "")),
-                    placeholder="key=value …",
-                    id=f"lane-{lane_id}-overrides",
-                )
+                yield field
 
     def on_mount(self) -> None:
         self.show_pair_name()
@@ -156,7 +157,7 @@ class Controls(Vertical):
     def show_pair_name(self) -> None:
         """The closed picker shows the pair's name alone: its list says what each pair
         compares, and in the picker's width that text would cut the name."""
-        pair = self.query_one("#pair", Select)
+        pair = self.pair_picker
         # a Text, never markup: a shared session's pair may be named anything
         pair.query_one("SelectCurrent #label", Static).update(Text(visible(str(pair.value))))
 
@@ -190,21 +191,21 @@ class Controls(Vertical):
 
     def show_config(self) -> None:
         """The one-line config bar of a narrow screen: prompt, pair and max tokens."""
-        prompt = " ".join(self.query_one("#prompt", Input).value.split())
-        pair = self.query_one("#pair", Select).value
-        max_tokens = self.query_one("#max-tokens", Input).value
+        prompt = " ".join(self.prompt_box.value.split())
+        pair = self.pair_picker.value
+        max_tokens = self.max_tokens_field.value
         overrides = [
             f"{lane_id}: {value}"
-            for lane_id in ("a", "b")
-            if (value := self.query_one(f"#lane-{lane_id}-overrides", Input).value.strip())
+            for lane_id, field in self.override_fields.items()
+            if (value := field.value.strip())
         ]
         mode = [MESSAGES] if self.prompt_mode == MESSAGES else []
         parts = ["c config", str(pair), f"max {max_tokens}", *overrides, *mode, prompt]
-        self.query_one("#config-bar", Line).set(visible(" · ".join(parts)))
+        self.config_bar.set(visible(" · ".join(parts)))
 
     def box_text(self) -> str:
         """The prompt box's text: what an unedited box stands for, else what it holds."""
-        value = self.query_one("#prompt", Input).value
+        value = self.prompt_box.value
         shown, text = self._box_stands_for
         if value == shown:
             return text
@@ -226,7 +227,7 @@ class Controls(Vertical):
     def set_box(self, text: str) -> None:
         shown = on_one_line(text)
         self._box_stands_for = (shown, text)
-        self.query_one("#prompt", Input).value = shown
+        self.prompt_box.value = shown
 
     def toggle_prompt_mode(self) -> None:
         """Read the prompt box the other way (and post how it is read now). Plain text
@@ -247,27 +248,27 @@ class Controls(Vertical):
                 if len(messages) == 1 and messages[0].role == "user":
                     self.set_box(messages[0].content)
             note = "the prompt box is read as raw text"
-        self.query_one("#prompt-mode", Button).label = self.prompt_mode
+        self.mode_button.label = self.prompt_mode
         self.show_config()
         self.post_message(self.PromptModeChanged(self.prompt_mode, f"{note} (ctrl+o switches)"))
 
     def resolve_pair(self) -> RunSettings:
         """The run the fields ask for; a SpecdiffError names the field that is wrong."""
         prompt = self.box_prompt()
-        raw = self.query_one("#max-tokens", Input).value.strip()
+        raw = self.max_tokens_field.value.strip()
         try:
             max_tokens = int(raw)
         except ValueError:
             raise SpecdiffError(f"max tokens must be a whole number, got {raw!r}") from None
         if max_tokens < 1:
             raise SpecdiffError(f"max tokens must be at least 1, got {max_tokens}")
-        name = str(self.query_one("#pair", Select).value)
+        name = str(self.pair_picker.value)
         if name in self.refused_pairs:
             raise SpecdiffError(self.refused_pairs[name])
         base = self.pairs[name]
         lanes = {}
-        for lane_id in ("a", "b"):
-            typed = self.query_one(f"#lane-{lane_id}-overrides", Input).value
+        for lane_id, field in self.override_fields.items():
+            typed = field.value
             try:
                 # a value keeps its spaces: serve-pair's labels and a JSON request hold them
                 overrides = parse_overrides(override_words(typed))
@@ -276,21 +277,26 @@ class Controls(Vertical):
                 raise SpecdiffError(f"lane {lane_id} overrides: {error}") from None
         return RunSettings(replace(base, a=lanes["a"], b=lanes["b"]), prompt, max_tokens)
 
+    def focus_prompt(self) -> None:
+        """Put the cursor in the prompt box."""
+        self.prompt_box.focus()
+
     # -- how they look
 
     def lock_for_replay(self, replaying: bool) -> None:
-        """While a replay is shown, what would discard it is disabled."""
-        for selector in REPLAY_LOCKED:
-            self.query_one(selector).disabled = replaying
+        """While a replay is shown, what would discard it (Run, Stop, the lanes'
+        overrides) is disabled, so `r` asks first."""
+        for widget in (self.run_button, self.stop_button, *self.override_fields.values()):
+            widget.disabled = replaying
 
     def set_narrow(self, narrow: bool) -> None:
         # a narrow row gives the prompt the room of the label's second word
-        self.query_one("#max-label", Static).update("max" if narrow else "max tokens")
+        self.max_label.update("max" if narrow else "max tokens")
 
     def set_running(self, running: bool) -> None:
         """A blinking cursor repaints its field twice a second, and while lanes stream
         every frame is CPU their decode threads lose; the cursor stays shown meanwhile."""
-        for field in self.query(Input):
+        for field in (self.prompt_box, self.max_tokens_field, *self.override_fields.values()):
             if field.has_focus or running:
                 field.cursor_blink = not running
             else:

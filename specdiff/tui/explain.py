@@ -8,19 +8,18 @@ waits on that process and hands its progress lines to the panel. A replayed sess
 whose autopsy was saved beside it (`specdiff explain SESSION --save`) is shown from
 that file, without a model. What cannot be explained (server lanes, lanes that agree,
 a model file that is gone) is one line in the status bar.
+
+`ForkExplainer` is the screen's controller of the autopsy: it reads the run on screen
+from the model (`view_state.CompareView`) and returns what changed (the autopsy's
+progress, the autopsy shown, the panel closed); the screen draws it.
 """
 
 from __future__ import annotations
 
 import threading
-from contextlib import suppress
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-from textual.actions import SkipAction
-from textual.css.query import NoMatches
 
 from specdiff.autopsy import (
     Autopsy,
@@ -33,11 +32,18 @@ from specdiff.autopsy import (
 from specdiff.errors import SpecdiffError
 from specdiff.lanes import Pair
 from specdiff.safe_text import visible
+from specdiff.tui.host import Host, IsCancelled, Stoppable
+from specdiff.tui.messages import (
+    Alerted,
+    AutopsyClosed,
+    AutopsyProgress,
+    AutopsyShown,
+    Changes,
+    Noted,
+    StatusChanged,
+)
 from specdiff.tui.paths import elided_path
-from specdiff.tui.widgets.autopsy_panel import AutopsyPanel
-
-if TYPE_CHECKING:
-    from specdiff.tui.screen import CompareScreen
+from specdiff.tui.view_state import CompareView
 
 MAX_RUNS = 8
 """Runs of the pair the settings sweep may make: `specdiff explain`'s default."""
@@ -60,11 +66,29 @@ class Target:
     session_path: Path | None
 
 
+@dataclass(frozen=True)
+class AutopsyProgressed:
+    """The autopsy of `target` being made says where it is (one line)."""
+
+    target: Target
+    line: str
+
+
+@dataclass(frozen=True)
+class AutopsyEnded:
+    """The autopsy of `target` ended: made, or not (`problem` says why)."""
+
+    target: Target
+    autopsy: Autopsy | None
+    problem: str
+
+
 class ForkExplainer:
     """Starts, cancels and shows the autopsy of the fork on the compare screen."""
 
-    def __init__(self, screen: CompareScreen) -> None:
-        self.screen = screen
+    def __init__(self, view: CompareView, host: Host) -> None:
+        self.view = view
+        self.host = host
         self.cancel = threading.Event()
         self.running: Target | None = None
         self.shown: tuple[Target, Autopsy] | None = None
@@ -72,148 +96,116 @@ class ForkExplainer:
         self.started_over: tuple[object, object] = (None, None)
         """The session and live result on screen when the autopsy was shown."""
         self.progress_done = 0
+        self.panel_open = False
+        """The autopsy is in the divergence panel's place."""
+        self._checking: Stoppable | None = None
 
     # -- the panel
 
-    @property
-    def panel(self) -> AutopsyPanel:
-        return self.screen.query_one("#autopsy", AutopsyPanel)
+    def open_panel(self, change: AutopsyProgress | AutopsyShown) -> Changes:
+        self.panel_open = True
+        return [change]
 
-    async def mounted_panel(self) -> AutopsyPanel:
-        """The panel, mounted (with its parts) the first time it is wanted."""
-        try:
-            return self.panel
-        except NoMatches:
-            panel = AutopsyPanel(id="autopsy")
-            await self.screen.mount(panel, after="#panel")
-            self.screen.set_interval(CHECK_SECONDS, self.check_still_current)
-            return panel
-
-    @property
-    def panel_open(self) -> bool:
-        with suppress(NoMatches):
-            return bool(self.screen.query_one("#autopsy", AutopsyPanel).display)
-        return False
-
-    def open_panel(self) -> AutopsyPanel:
-        panel = self.panel
-        panel.display = True
-        self.screen.query_one("#panel").display = False
-        return panel
-
-    def close_panel(self) -> None:
-        with suppress(NoMatches):
-            self.screen.query_one("#autopsy", AutopsyPanel).display = False
-            self.screen.query_one("#panel").display = True
+    def close_panel(self) -> Changes:
+        self.panel_open = False
+        return [AutopsyClosed()]
 
     # -- keys
 
-    async def toggle(self) -> None:
+    def toggle(self) -> Changes:
         """`w`: stop an autopsy being made, close one shown, else make (or show) one."""
-        await self.mounted_panel()
+        if self._checking is None:
+            self._checking = self.host.every(CHECK_SECONDS, self.check_still_current)
         if self.running is not None:
-            self.stop()
-            return
+            return self.stop()
         if self.panel_open:
-            self.close_panel()
-            return
+            return self.close_panel()
         target = self.target()
         if isinstance(target, str):
-            self.screen.note(target)
-            return
+            return [Noted(target)]
         if self.shown is not None and self.shown[0] == target:
-            self.show(*self.shown)
-            return
-        saved = self.saved_for(target)
+            return self.show(*self.shown)
+        saved, warnings = self.saved_for(target)
         if saved is not None:
-            self.show(target, saved)
-            return
+            return [*warnings, *self.show(target, saved)]
         problem = refusal(target)
         if problem is not None:
-            self.screen.note(problem)
-            return
-        self.start(target)
+            return [*warnings, Noted(problem)]
+        return [*warnings, *self.start(target)]
 
-    def escape(self) -> None:
-        """Escape over the panes: stop an autopsy being made, or close one shown."""
+    def escape(self) -> Changes | None:
+        """Escape over the panes: stop an autopsy being made, or close one shown; None
+        when there is neither (the key is left to what else it does)."""
         if self.running is not None:
-            self.stop()
-        elif self.panel_open:
-            self.close_panel()
-        else:
-            raise SkipAction()
+            return self.stop()
+        if self.panel_open:
+            return self.close_panel()
+        return None
 
     # -- what to explain
 
     def target(self) -> Target | str:
         """The run on screen as an autopsy target, or the one line saying why there is
         none yet."""
-        screen = self.screen
-        if screen.running:
+        view = self.view
+        if view.running:
             return "w explains a finished run: wait for it to end (x stops it)"
-        session = screen.session
+        session = view.session
         if session is not None:
             prompt, max_tokens = session.prompt, session.header.max_tokens
             comparison = session.comparison()
-        elif screen.view.result is not None:
-            result = screen.view.result
+        elif view.result is not None:
+            result = view.result
             prompt, max_tokens, comparison = result.prompt, result.max_tokens, result.comparison
         else:
             return "w explains a fork: run the pair first (r)"
         fork = comparison.fork.index if comparison.fork is not None else -1
         path = session.path if session is not None else None
-        return Target(screen.pair, prompt, max_tokens, fork, path)
+        return Target(view.pair, prompt, max_tokens, fork, path)
 
-    def saved_for(self, target: Target) -> Autopsy | None:
-        """The autopsy saved beside the session on screen, if there is one that reads."""
+    def saved_for(self, target: Target) -> tuple[Autopsy | None, Changes]:
+        """The autopsy saved beside the session on screen, if there is one that reads,
+        and the warnings about one that does not."""
         if target.session_path is None:
-            return None
+            return None, []
         path = saved_beside(target.session_path)
         if not path.is_file():
-            return None
+            return None, []
         try:
             autopsy = load_saved(path)
         except AutopsyError as error:
-            self.screen.notify(str(error), severity="warning", timeout=8)
-            return None
+            return None, [Alerted(str(error), "warning", 8)]
         if autopsy.pair != target.pair.name:
-            self.screen.notify(
+            line = (
                 f"{visible(path.name)} explains pair {visible(autopsy.pair, 40)}, not "
-                f"{visible(target.pair.name, 40)}: not shown",
-                severity="warning",
-                timeout=8,
+                f"{visible(target.pair.name, 40)}: not shown"
             )
-            return None
-        return autopsy
+            return None, [Alerted(line, "warning", 8)]
+        return autopsy, []
 
     # -- making one
 
     def on_screen(self) -> tuple[object, object]:
         """What identifies the run on screen: its session, or its live result."""
-        return (self.screen.session, self.screen.view.result)
+        return (self.view.session, self.view.result)
 
-    def start(self, target: Target) -> None:
+    def start(self, target: Target) -> Changes:
         self.running = target
         self.started_over = self.on_screen()
         self.cancel.clear()
         self.progress_done = 0
-        self.open_panel().show_progress(
+        progress = AutopsyProgress(
             self.title(target, "explaining"), "starting the engine…", 0, MAX_RUNS + 1
         )
-        self.screen.set_status("explaining the fork · w or escape stops")
-        self.screen.run_worker(
-            partial(self.explain, target),
-            thread=True,
-            exclusive=True,
-            group="autopsy",
-            exit_on_error=False,
-        )
+        self.host.run_in_thread(partial(self.explain, target), "autopsy")
+        status = StatusChanged("explaining the fork · w or escape stops")
+        return [*self.open_panel(progress), status]
 
-    def stop(self) -> None:
+    def stop(self) -> Changes:
         self.cancel.set()
-        self.screen.set_status("stopping the autopsy…")
+        return [StatusChanged("stopping the autopsy…")]
 
-    def explain(self, target: Target) -> None:
+    def explain(self, target: Target, _is_cancelled: IsCancelled) -> None:
         """In the worker thread: the autopsy in a worker process, as `specdiff explain`
         runs it; progress and the outcome go back to the app's thread."""
         # deferred: the engine loads only when an autopsy is asked for
@@ -221,7 +213,9 @@ class ForkExplainer:
         from specdiff.engine.models import cache_dir
         from specdiff.engine.worker import call_in_worker
 
-        call = self.screen.app.call_from_thread
+        def ended(autopsy: Autopsy | None, problem: str) -> None:
+            self.host.post(self.receive, AutopsyEnded(target, autopsy, problem))
+
         try:
             autopsy = call_in_worker(
                 explain_pair,
@@ -232,52 +226,52 @@ class ForkExplainer:
                     MAX_RUNS,
                     str(cache_dir() / "explain"),
                 ),
-                {"progress": lambda line: self._post(call, self.progressed, target, line)},
+                {
+                    "progress": lambda line: self.host.post(
+                        self.receive, AutopsyProgressed(target, line)
+                    )
+                },
                 self.cancel,
                 doing="explaining the fork",
             )
         except AutopsyInterrupted:
-            self._post(call, self.ended, target, None, "autopsy stopped")
+            ended(None, "autopsy stopped")
         except SpecdiffError as error:
-            self._post(call, self.ended, target, None, f"autopsy failed: {error}")
+            ended(None, f"autopsy failed: {error}")
         except Exception as error:  # a bug: one line, and the app goes on
-            self._post(call, self.ended, target, None, f"autopsy failed: {error!r}")
+            ended(None, f"autopsy failed: {error!r}")
         else:
-            self._post(call, self.ended, target, autopsy, "")
+            ended(autopsy, "")
 
-    @staticmethod
-    def _post(call: object, function: object, *args: object) -> None:
-        # the app may be closing: what it can no longer show is dropped
-        with suppress(RuntimeError):
-            call(function, *args)  # type: ignore[operator]
+    def receive(self, report: AutopsyProgressed | AutopsyEnded) -> Changes:
+        """What the worker thread reported, on the UI thread."""
+        if isinstance(report, AutopsyProgressed):
+            return self.progressed(report.target, report.line)
+        return self.ended(report.target, report.autopsy, report.problem)
 
-    def progressed(self, target: Target, line: str) -> None:
+    def progressed(self, target: Target, line: str) -> Changes:
         if self.running != target:
-            return
+            return []
         self.progress_done += 1
-        with suppress(NoMatches):
-            self.panel.show_progress(
-                self.title(target, "explaining"), line, self.progress_done, MAX_RUNS + 1
-            )
+        title = self.title(target, "explaining")
+        return [AutopsyProgress(title, line, self.progress_done, MAX_RUNS + 1)]
 
-    def ended(self, target: Target, autopsy: Autopsy | None, problem: str) -> None:
+    def ended(self, target: Target, autopsy: Autopsy | None, problem: str) -> Changes:
         if self.running != target:
-            return
+            return []
         self.running = None
         if autopsy is None:
-            self.close_panel()
-            self.screen.set_status(problem)
+            changes = [*self.close_panel(), StatusChanged(problem)]
             if problem != "autopsy stopped":
-                self.screen.notify(problem, severity="error", timeout=8)
-            return
+                changes.append(Alerted(problem, "error", 8))
+            return changes
         if self.on_screen() != self.started_over:
             # another run replaced the one explained while the autopsy was being made
-            self.close_panel()
-            self.screen.note("the autopsy finished after its run left the screen: not shown")
-            return
-        self.show(target, autopsy)
+            note = Noted("the autopsy finished after its run left the screen: not shown")
+            return [*self.close_panel(), note]
+        return self.show(target, autopsy)
 
-    def show(self, target: Target, autopsy: Autopsy) -> None:
+    def show(self, target: Target, autopsy: Autopsy) -> Changes:
         self.shown = (target, autopsy)
         self.shown_over = self.on_screen()
         title = f"why the lanes fork · {visible(target.pair.name, 40)}"
@@ -286,19 +280,20 @@ class ForkExplainer:
             if target.fork >= 0 and target.fork != autopsy.fork:
                 # the autopsy ran the pair again, on this machine: rounding may land elsewhere
                 title += f" (the recording forked at {target.fork})"
-        self.open_panel().show_autopsy(title, autopsy)
-        self.screen.set_status("the fork autopsy · w or escape closes it")
+        shown = self.open_panel(AutopsyShown(title, autopsy))
+        return [*shown, StatusChanged("the fork autopsy · w or escape closes it")]
 
     @staticmethod
     def title(target: Target, doing: str) -> str:
         return f"{doing} the fork at token {target.fork} · {visible(target.pair.name, 40)}"
 
-    def check_still_current(self) -> None:
+    def check_still_current(self) -> Changes:
         """A new run or session replaced the one explained: its autopsy is closed."""
         if self.shown is None or not self.panel_open or self.running is not None:
-            return
+            return []
         if self.on_screen() != self.shown_over:
-            self.close_panel()
+            return self.close_panel()
+        return []
 
     def close(self) -> None:
         """The app is closing: an autopsy being made is stopped with it."""

@@ -73,9 +73,10 @@ class HelpScreen(ModalScreen[None]):
     def __init__(self, glossary: tuple[tuple[str, str], ...] = GLOSSARY_ROWS) -> None:
         super().__init__()
         self.glossary = glossary
+        self.box = VerticalScroll(id="help-box")
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll(id="help-box"):
+        with self.box:
             yield Static(Text(END_ROW, style="bold"), id="help-start")
             yield Static(_table("specdiff keys", ("key", "does"), HELP_ROWS))
             yield Static(_table("what the panes show", ("mark", "means"), LEGEND_ROWS))
@@ -85,7 +86,7 @@ class HelpScreen(ModalScreen[None]):
 
     def on_mount(self) -> None:
         # the box takes the keys: arrows, page up/down and home/end scroll it
-        self.query_one("#help-box").focus()
+        self.box.focus()
 
     async def action_dismiss(self, result: None = None) -> None:
         self.dismiss(result)

@@ -6,6 +6,10 @@ The lanes decode on the same few cores the UI thread runs on, so every frame is 
 in their tokens/s: `FramePacer` keeps the UI under a small share of a core, and while
 lanes run the objects that exist already are set aside from garbage collection.
 `benchmarks/tui_stream.py` measures what the app costs the lanes.
+
+`Streaming` is the screen's controller of a live run: it puts what the worker thread
+reports into the model (`view_state.CompareView`) and returns what changed, a frame
+among it only when the pacer says one is due; the screen draws.
 """
 
 from __future__ import annotations
@@ -15,11 +19,6 @@ import threading
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING
-
-from textual.message import Message
-from textual.timer import Timer
-from textual.worker import get_current_worker
 
 from specdiff.compare import counted
 from specdiff.control import control_brief
@@ -28,10 +27,23 @@ from specdiff.errors import SpecdiffError
 from specdiff.lanes import Pair
 from specdiff.results import PairResult
 from specdiff.steps import TokenStep
-from specdiff.tui.messages import RunFailed, RunFinished, RunStarted, StepsArrived
-
-if TYPE_CHECKING:  # the screen owns its live run; only its type is needed here
-    from specdiff.tui.screen import CompareScreen
+from specdiff.tui.host import Host, IsCancelled, Stoppable
+from specdiff.tui.messages import (
+    Alerted,
+    Changes,
+    ForkFound,
+    FrameDue,
+    PairShown,
+    ReplayShown,
+    RunAgain,
+    RunFailed,
+    RunFinished,
+    RunningChanged,
+    RunStarted,
+    StatusChanged,
+    StepsArrived,
+)
+from specdiff.tui.view_state import CompareView
 
 SWITCH_INTERVAL = 0.0005
 """The interpreter's switch interval while the app runs: the lanes' loop needs the GIL
@@ -54,6 +66,9 @@ arrives while the UI is over this share since its last frame is drawn with the n
 (a 4-per-second stream on a fast machine, 2 on a slow one)."""
 FRAME_GAP_MAX = 1.0
 """However slow its frames, a streaming pane is drawn at least this often (seconds)."""
+
+LiveReport = RunStarted | StepsArrived | RunFinished | RunFailed | StatusChanged
+"""What a live run's worker thread reports."""
 
 
 class FramePacer:
@@ -108,7 +123,7 @@ class FramePacer:
 
 class LiveRun:
     """The lanes of live runs: loaded once and kept while the pair stays the same, run
-    on each prompt in a thread the screen starts (`stream`)."""
+    on each prompt in a worker thread (`stream`)."""
 
     def __init__(self, near_tie: float, control: bool) -> None:
         self.near_tie = near_tie
@@ -119,37 +134,22 @@ class LiveRun:
         """Start again once the run being stopped has ended (`r` mid-run)."""
         self.max_tokens = 0
         self._runner: PairWorker | None = None
-        self._running = False
-
-    @property
-    def running(self) -> bool:
-        return self._running
-
-    @running.setter
-    def running(self, running: bool) -> None:
-        # Python's full collection walks every object the app holds (about 100,000): one
-        # took ~50 ms of the UI thread mid-run, and the lanes' decode threads share its
-        # cores. While lanes run, what exists already is set aside (gc.freeze), so a
-        # collection walks only what the run made.
-        if running and not self._running:
-            gc.collect()
-            gc.freeze()
-        elif not running and self._running:
-            gc.unfreeze()
-        self._running = running
 
     def stream(
         self,
         pair: Pair,
         prompt: str,
         max_tokens: int,
-        post: Callable[[Message], object],
-        status: Callable[[str], None],
-        is_cancelled: Callable[[], bool],
+        post: Callable[[LiveReport], object],
+        is_cancelled: IsCancelled,
     ) -> None:
         """One run, in the worker thread: its steps posted in batches every BATCH_SECONDS,
-        then how it ended (RunFinished, or RunFailed with the lane the engine named)."""
+        then how it ended (RunFinished, or RunFailed with the lane the engine named);
+        what the lanes say while they load, as StatusChanged."""
         try:
+            def status(text: str) -> None:
+                post(StatusChanged(text))
+
             runner = self.runner_for(pair, status)
             tokens = runner.tokenize(prompt)
             post(RunStarted(len(tokens)))
@@ -197,7 +197,6 @@ class LiveRun:
 
     def close(self) -> None:
         """The app is closing: a busy worker is killed, not waited for."""
-        self.running = False
         self.cancel.set()
         if self._runner is not None:
             self._runner.close()
@@ -225,150 +224,188 @@ def finished_summary(result: PairResult) -> str:
 
 
 class Streaming:
-    """The compare screen's side of a live run: starts it in a worker thread, and draws
-    what arrives at the pacer's pace."""
+    """The compare screen's live run: starts it in a worker thread, puts what arrives
+    into the model, and says when a frame is due at the pacer's pace."""
 
-    def __init__(self, screen: CompareScreen) -> None:
-        self.screen = screen
-        self._pending_frame: Timer | None = None
+    def __init__(self, view: CompareView, live: LiveRun, host: Host) -> None:
+        self.view = view
+        self.live = live
+        self.host = host
+        self.pacer = FramePacer()
+        self._pending_frame: Stoppable | None = None
         """The timer that draws steps held back from a frame, while one is set."""
 
-    def start(self, pair: Pair, prompt: str, max_tokens: int) -> None:
-        """A live run replaces what is on screen (a replay included) and starts."""
-        screen = self.screen
-        screen.replay.stop()
-        screen.replay.drop_stream()
-        screen.session = None
-        screen.output.forget_saved()
-        screen.lock_replay_controls(False)
-        screen.view.reset()
-        screen.pair = pair
-        screen.live.max_tokens = max_tokens
-        screen.set_titles()
-        screen.render_lanes(follow=True)
-        screen.running = True
-        screen.live.cancel.clear()
+    def set_running(self, running: bool) -> Changes:
+        # Python's full collection walks every object the app holds (about 100,000): one
+        # took ~50 ms of the UI thread mid-run, and the lanes' decode threads share its
+        # cores. While lanes run, what exists already is set aside (gc.freeze), so a
+        # collection walks only what the run made.
+        if running and not self.view.running:
+            gc.collect()
+            gc.freeze()
+        elif not running and self.view.running:
+            gc.unfreeze()
+        self.view.running = running
+        return [RunningChanged(running)]
+
+    def start(self, pair: Pair, prompt: str, max_tokens: int) -> Changes:
+        """A live run replaces what is on screen and starts (the caller has stopped a
+        replay there was)."""
+        self.view.start_live(pair)
+        self.live.max_tokens = max_tokens
+        changes: Changes = [
+            ReplayShown(False),
+            PairShown(),
+            FrameDue(follow=True),
+            *self.set_running(True),
+        ]
+        self.live.cancel.clear()
         # said as it is: the lanes load only for a pair whose settings changed
-        loaded = screen.live.holds(pair)
-        screen.set_status(
-            f"starting {pair.name} on the loaded lanes…" if loaded else f"loading {pair.name}…"
+        loaded = self.live.holds(pair)
+        changes.append(
+            StatusChanged(
+                f"starting {pair.name} on the loaded lanes…" if loaded else f"loading {pair.name}…"
+            )
         )
-        screen.run_worker(
-            partial(self.generate, pair, prompt, max_tokens),
-            thread=True,
-            exclusive=True,
-            group="generation",
-            exit_on_error=False,
-        )
+        self.host.run_in_thread(partial(self.generate, pair, prompt, max_tokens), "generation")
+        return changes
 
-    def generate(self, pair: Pair, prompt: str, max_tokens: int) -> None:
-        """The run, in the worker thread; what it posts goes to the screen."""
-        screen, current = self.screen, get_current_worker()
-        screen.live.stream(
-            pair,
-            prompt,
-            max_tokens,
-            screen.post_message,
-            partial(screen.app.call_from_thread, screen.set_status),
-            lambda: current.is_cancelled,
-        )
+    def generate(self, pair: Pair, prompt: str, max_tokens: int, is_cancelled: IsCancelled) -> None:
+        """The run, in the worker thread; what it reports goes to `receive`."""
+        post = partial(self.host.post, self.receive)
+        self.live.stream(pair, prompt, max_tokens, post, is_cancelled)
 
-    def started(self, message: RunStarted) -> None:
-        screen = self.screen
-        if screen.shutting_down:
-            return
-        screen.pacer.restart()
+    def stop(self) -> Changes:
+        """`x`: the run stops (its lanes end their step first)."""
+        if not self.view.running:
+            return []
+        self.live.cancel.set()
+        return [StatusChanged("stopping…")]
+
+    def restart(self) -> Changes:
+        """`r` mid-run: stop this run, and start the next once it has ended."""
+        self.live.restart = True
+        self.live.cancel.set()
+        return [StatusChanged("stopping the current run to start again…")]
+
+    def receive(self, report: LiveReport) -> Changes:
+        """What the worker thread reported, on the UI thread."""
+        if isinstance(report, StepsArrived):
+            return self.arrived(report)
+        if isinstance(report, RunStarted):
+            return self.started(report)
+        if isinstance(report, RunFinished):
+            return self.finished(report)
+        if isinstance(report, RunFailed):
+            return self.failed(report)
+        return [report]
+
+    def started(self, message: RunStarted) -> Changes:
+        self.pacer.restart()
         # the number that says how long it may take first: a narrow line cuts the end
-        screen.set_status(
-            f"generating up to {screen.live.max_tokens} tokens a lane · "
-            f"prompt {counted(message.prompt_tokens, 'token')}"
-        )
+        return [
+            StatusChanged(
+                f"generating up to {self.live.max_tokens} tokens a lane · "
+                f"prompt {counted(message.prompt_tokens, 'token')}"
+            )
+        ]
 
-    def arrived(self, message: StepsArrived) -> None:
-        screen = self.screen
-        if screen.shutting_down:
-            return
-        screen.view.add(message.steps)
+    def arrived(self, message: StepsArrived) -> Changes:
+        view = self.view
+        view.add(message.steps)
         for lane_id, live in message.live.items():
-            state = screen.view.lanes[lane_id]
+            state = view.lanes[lane_id]
             state.speed, state.drafted, state.accepted = (
                 live.tokens_per_second,
                 live.drafted,
                 live.accepted,
             )
-        if not screen.pacer.frame_due():
+        if not self.pacer.frame_due():
             # drawn with the next batch, or by this timer if none comes (lane a's control
             # run after the pair sends nothing for a while)
             if self._pending_frame is None:
-                self._pending_frame = screen.set_timer(FRAME_GAP_MAX, self.draw_pending)
-            return
-        self.draw()
+                self._pending_frame = self.host.later(FRAME_GAP_MAX, self.draw_pending)
+            return []
+        return self.draw()
 
-    def draw_pending(self) -> None:
+    def draw_pending(self) -> Changes:
         """Steps held back from a frame, drawn once no batch has come to bring them."""
         self._pending_frame = None
-        if self.screen.running:
-            self.screen.pacer.frame_drawn()
-            self.draw()
+        if not self.view.running:
+            return []
+        self.pacer.frame_drawn()
+        return self.draw()
 
-    def draw(self) -> None:
+    def draw(self) -> Changes:
         """The steps that have arrived, as a streaming frame draws them."""
-        screen = self.screen
         if self._pending_frame is not None:
             self._pending_frame.stop()
             self._pending_frame = None
         # While streaming only new tokens are drawn; the alignment after the fork is
         # drawn once the run ends, the details at the fork and once a panel period.
-        found = screen.look_for_fork()
-        screen.align_while_streaming()
-        screen.render_lanes(follow=screen.view.follow, details=found or screen.pacer.panel_due())
+        view = self.view
+        found = view.find_fork()
+        align_while_streaming(view, self.pacer)
+        details = found or self.pacer.panel_due()
+        return [*([ForkFound(True)] if found else []), FrameDue(view.follow, details)]
 
-    def finished(self, message: RunFinished) -> None:
-        screen, view = self.screen, self.screen.view
-        if screen.shutting_down:
-            return
-        result = message.result
+    def finished(self, message: RunFinished) -> Changes:
+        view, result = self.view, message.result
         view.result = result
-        screen.running = False
+        changes = self.set_running(False)
         for outcome in (result.a, result.b):
             state = view.lanes[outcome.lane_id]
             state.error = outcome.error
             state.speed = outcome.tokens_per_second
             state.drafted, state.accepted = outcome.drafted, outcome.accepted
-        screen.update_comparison()
-        screen.render_lanes(follow=view.follow)
+        if view.update_comparison():
+            changes.append(ForkFound(True))
+        changes.append(FrameDue(view.follow))
         errors = result.error_lines()
         if errors:
-            screen.notify("; ".join(errors), severity="error", timeout=10)
+            changes.append(Alerted("; ".join(errors), "error", 10))
         jump = "d jumps to the fork · " if view.fork is not None else ""
         # the keys first: a narrow status line keeps what to press
-        screen.set_status(f"{jump}s saves · e writes a report · {finished_summary(result)}")
-        if screen.live.restart:
-            screen.live.restart = False
-            screen.action_run()
+        changes.append(
+            StatusChanged(f"{jump}s saves · e writes a report · {finished_summary(result)}")
+        )
+        if self.live.restart:
+            self.live.restart = False
+            changes.append(RunAgain())
+        return changes
 
-    def failed(self, message: RunFailed) -> None:
-        screen, view = self.screen, self.screen.view
-        if screen.shutting_down:
-            return
-        screen.running = False
-        screen.live.restart = False
+    def failed(self, message: RunFailed) -> Changes:
+        view = self.view
+        changes = self.set_running(False)
+        self.live.restart = False
         # an error that opens with its lane ("lane a asks for ...") names it already
         named = not message.lane or message.error.startswith(f"lane {message.lane}")
         where = "" if named else f"lane {message.lane}: "
-        screen.notify(f"{where}{message.error}", severity="error", timeout=10)
-        screen.set_status(f"failed: {where}{message.error}")
+        changes += [
+            Alerted(f"{where}{message.error}", "error", 10),
+            StatusChanged(f"failed: {where}{message.error}"),
+        ]
         for lane_id in (message.lane,) if message.lane else ("a", "b"):
             view.lanes[lane_id].error = message.error
         view.stopped_by = message.lane
-        screen.render_lanes(follow=False)
+        return [*changes, FrameDue(follow=False)]
 
-    def broke(self, error: BaseException | None) -> None:
+    def broke(self, error: BaseException | None) -> Changes:
         """The worker raised what no run should (a bug): said once, the app lives on."""
-        screen = self.screen
-        if screen.shutting_down:
-            return
-        screen.running = False
-        screen.render_lanes(follow=screen.view.follow)  # steps held back from a frame
-        screen.notify(f"unexpected error: {error}", severity="error", timeout=10)
-        screen.set_status(f"failed: {error}")
+        return [
+            *self.set_running(False),
+            FrameDue(self.view.follow),  # steps held back from a frame
+            Alerted(f"unexpected error: {error}", "error", 10),
+            StatusChanged(f"failed: {error}"),
+        ]
+
+    def close(self) -> None:
+        """The app is closing: a busy worker is killed, not waited for."""
+        self.set_running(False)
+        self.live.close()
+
+
+def align_while_streaming(view: CompareView, pacer: FramePacer) -> None:
+    """Diff colours from the moment the lanes fork, redone as often as affordable."""
+    if view.fork is not None:
+        pacer.align(view.update_comparison)

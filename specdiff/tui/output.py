@@ -2,21 +2,22 @@
 screen (`e`), screenshots. Sessions and reports go to the sessions folder, screenshots to
 a `screenshots` folder beside it (an SVG among the sessions would be offered to
 `specdiff replay`); each folder is made when missing. A run is saved once: `e` writes its
-session file for the report, and a later `s` names that file instead of writing another."""
+session file for the report, and a later `s` names that file instead of writing another.
+
+`OutputFiles` reads what is on screen from the model (`view_state.CompareView`) and
+returns what the status line says (or the toast that says why nothing was written)."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from specdiff.errors import SpecdiffError
 from specdiff.results import PairResult
 from specdiff.sessions.store import Session, load_session, save_result, sessions_dir
+from specdiff.tui.messages import Alerted, Changes, StatusChanged
 from specdiff.tui.paths import line_with_path
-
-if TYPE_CHECKING:  # the screen whose run or session is written; only its type is needed
-    from specdiff.tui.screen import CompareScreen
+from specdiff.tui.view_state import CompareView
 
 
 def free_path(folder: Path, stem: str, suffix: str) -> Path:
@@ -86,39 +87,33 @@ class OutputFiles:
         write_report(export_session(shown, "html", near_tie), path)
         return path, session is None and saved_before is None
 
-    def save_shown(self, screen: CompareScreen) -> None:
-        """`s`: save the finished run on `screen`, and say where (or why not)."""
-        result = screen.view.result
-        if screen.running or result is None:
+    def save_shown(self, view: CompareView, columns: int) -> Changes:
+        """`s`: save the finished run on screen, and say where (or why not) in a line
+        `columns` wide."""
+        result = view.result
+        if view.running or result is None:
             running = "the run is still going: wait for it or stop it (x), then save"
-            screen.notify(
-                running if screen.running else "nothing to save yet: run a pair first",
-                severity="warning",
-            )
-            return
+            problem = running if view.running else "nothing to save yet: run a pair first"
+            return [Alerted(problem, "warning", None)]
         try:
             path, written = self.save(result)
         except (OSError, SpecdiffError) as error:
-            screen.notify(f"could not save the session: {error}", severity="error")
-            return
+            return [Alerted(f"could not save the session: {error}", "error", None)]
         said = "saved: " if written else "already saved: "
-        screen.set_status(line_with_path(said, path, "", screen.size.width))
+        return [StatusChanged(line_with_path(said, path, "", columns))]
 
-    def report_shown(self, screen: CompareScreen) -> None:
-        """`e`: write the HTML report of what is on `screen`, and say where (or why not)."""
+    def report_shown(self, view: CompareView, columns: int) -> Changes:
+        """`e`: write the HTML report of what is on screen, and say where (or why not)."""
         try:
-            if screen.running:
+            if view.running:
                 raise SpecdiffError("the run is still going: wait for it or stop it (x), then e")
-            path, session_written = self.report(
-                screen.session, screen.view.result, screen.near_tie
-            )
+            path, session_written = self.report(view.session, view.result, view.near_tie)
         except (OSError, SpecdiffError) as error:
-            screen.notify(f"no report written: {error}", severity="error", timeout=8)
-            return
+            return [Alerted(f"no report written: {error}", "error", 8)]
         # the report reads a session file: a live run is saved for it (the same name,
         # .jsonl), and the line says so in few words so the file name keeps its room
         after = " + .jsonl" if session_written else ""
-        screen.set_status(line_with_path("report written: ", path, after, screen.size.width))
+        return [StatusChanged(line_with_path("report written: ", path, after, columns))]
 
 
 def screenshot_name(folder: Path) -> str:

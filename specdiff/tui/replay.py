@@ -9,32 +9,40 @@ panes go back to the fork (not the tail the lanes ended on); space is offered as
 resume or replay as it applies; and a session recorded on another CPU says so.
 
 `Replay` is the compare screen's playback: it decides which recorded steps are shown
-and what the status line says about them; the screen draws them.
+(putting them into the model, `view_state.CompareView`) and what the status line says
+about them, and returns what changed; the screen draws it.
 """
 
 from __future__ import annotations
 
 import time
-from contextlib import suppress
-from typing import TYPE_CHECKING
-
-from textual.app import ScreenStackError
-from textual.css.query import NoMatches
-from textual.timer import Timer
-from textual.worker import get_current_worker
+from functools import partial
 
 from specdiff.compare import first_divergence
 from specdiff.errors import SpecdiffError
 from specdiff.sessions.playback import Playback
 from specdiff.sessions.store import Session, SessionError, SessionStream
 from specdiff.steps import TokenStep
+from specdiff.tui.host import Host, IsCancelled, Stoppable
+from specdiff.tui.live import FramePacer, align_while_streaming
 from specdiff.tui.machine import recorded_elsewhere, this_machine
-from specdiff.tui.messages import SessionLoaded, SessionLoadFailed
+from specdiff.tui.messages import (
+    Alerted,
+    Changes,
+    ForkFound,
+    FrameDue,
+    KeysChanged,
+    MachineCompared,
+    Noted,
+    PairShown,
+    ReplayShown,
+    SessionLoaded,
+    SessionLoadFailed,
+    StatusChanged,
+)
+from specdiff.tui.navigation import move_cursor
 from specdiff.tui.paths import elided_path
 from specdiff.tui.view_state import CompareView
-
-if TYPE_CHECKING:  # the screen owns its replay; only its type is needed here
-    from specdiff.tui.screen import CompareScreen
 
 READ_CHUNK = 2000
 """Steps read per message while a replay reads the rest of its file."""
@@ -52,6 +60,15 @@ PAUSE, RESUME, REPLAY_AGAIN = "toggle_pause", "resume_replay", "replay_again"
 """The screen's actions for space, one offered at a time so the footer says what
 space does now."""
 SPACE_ACTIONS = (PAUSE, RESUME, REPLAY_AGAIN)
+CONFIRM_SECONDS = 5.0
+"""How long a first `r` over a replay waits for the second that loads the model."""
+
+ReplayReport = SessionLoaded | SessionLoadFailed | MachineCompared
+"""What a replay's worker threads report."""
+
+
+def fork_found(found: bool, announce: bool = True) -> Changes:
+    return [ForkFound(announce)] if found else []
 
 
 class Replay:
@@ -59,12 +76,16 @@ class Replay:
 
     def __init__(
         self,
-        screen: CompareScreen,
+        view: CompareView,
+        host: Host,
+        pacer: FramePacer,
         speed: float | None,
         stream: SessionStream | None,
         pause_at_fork: bool,
     ) -> None:
-        self.screen = screen
+        self.view = view
+        self.host = host
+        self.pacer = pacer
         self.speed = speed
         self.stream = stream
         """The rest of the session's file, read while the replay plays."""
@@ -83,25 +104,27 @@ class Replay:
         self.elsewhere: str | None = None
         """Why this replay may not be what a run here gives (another CPU), once known."""
         self.slowed_from: float | None = None
-        self._space_offered: str | None = None
         """The pace asked for, while the build-up to the fork plays slower."""
-        """Why this replay may not be what a run here gives (another CPU), once known."""
+        self._space_offered: str | None = None
+        """The space action the footer was last asked to show."""
         self._recorded: dict[str, list[TokenStep]] = {"a": [], "b": []}
         self._clock = 0.0
-        self._timer: Timer | None = None
+        self._timer: Stoppable | None = None
 
     @property
     def loading(self) -> bool:
         """The session file is still being read (as the UI has heard it, not the worker)."""
         return self.stream is not None and not self.read_done and self.load_error is None
 
-    @property
-    def view(self) -> CompareView:
-        return self.screen.view
+    def show_session(self, session: Session) -> Changes:
+        """Show a recorded run (no model needed) in place of what is on screen: at once,
+        or played back."""
+        changes = self.stop()
+        self.view.show_session(session)
+        return [*changes, PairShown(), ReplayShown(True), *self.start(session)]
 
-    def start(self, session: Session) -> None:
-        """Show a recorded run (no model needed): at once, or played back."""
-        screen, view = self.screen, self.screen.view
+    def start(self, session: Session) -> Changes:
+        view = self.view
         self.paused_at_fork = False  # a session shown anew pauses at its own fork
         self.elsewhere = None
         if self.compare_machine:
@@ -112,11 +135,9 @@ class Replay:
         if self.speed is None:
             for lane_id in ("a", "b"):
                 view.lanes[lane_id].extend(session.steps[lane_id])
-            screen.update_comparison(announce=False)
-            screen.render_lanes(follow=False)
-            screen.set_status(self.shown_status())
+            changes = fork_found(view.update_comparison(), announce=False)
             self.read_later()
-            return
+            return [*changes, FrameDue(follow=False), StatusChanged(self.shown_status())]
         first = session.recorded_steps()
         self.playback = Playback(first, self.speed)
         self._recorded = {"a": list(session.steps["a"]), "b": list(session.steps["b"])}
@@ -124,123 +145,109 @@ class Replay:
         self.build_up()
         self.read_later()
         self._clock = time.monotonic()
-        screen.render_lanes(follow=True)
-        self._timer = screen.set_interval(REPLAY_TICK, self.tick, name="replay")
-        screen.refresh_bindings()
-        self.show_status()
+        self._timer = self.host.every(REPLAY_TICK, self.tick)
+        return [FrameDue(follow=True), KeysChanged(), *self.show_status()]
 
-    def stop(self) -> None:
+    def stop(self) -> Changes:
         """No more playing (a live run replaces the replay, or the app closes)."""
+        changes: Changes = []
         if self.playback is not None:
             self.playback = None
-            with suppress(ScreenStackError):  # closing: no screen left to show keys on
-                self.screen.refresh_bindings()
+            changes.append(KeysChanged())
         if self._timer is not None:
             self._timer.stop()
             self._timer = None
+        return changes
 
-    def drop_stream(self) -> None:
-        """A live run replaces the replay: the rest of the file is not wanted any more."""
+    def close_for_live(self) -> Changes:
+        """A live run replaces the replay: no more playing, and the rest of the file is
+        not wanted any more."""
+        changes = self.stop()
         if self.stream is not None:
-            self.screen.workers.cancel_group(self.screen, "session-read")
+            self.host.cancel_group("session-read")
             self.stream = None
+        return changes
 
     # -- the rest of the file
 
-    def read_rest(self, stream: SessionStream) -> None:
+    def read_rest(self, stream: SessionStream, is_cancelled: IsCancelled) -> None:
         """Read the session's remaining steps while the first ones play (worker thread)."""
-        worker = get_current_worker()
         try:
-            while not stream.done and not worker.is_cancelled:
+            while not stream.done and not is_cancelled():
                 steps = stream.read(READ_CHUNK)
-                self.screen.post_message(SessionLoaded(steps, stream.done))
+                self.host.post(self.receive, SessionLoaded(steps, stream.done))
         except SessionError as error:
-            self.screen.post_message(SessionLoadFailed(str(error)))
+            self.host.post(self.receive, SessionLoadFailed(str(error)))
 
     def read_later(self) -> None:
         stream = self.stream
         if stream is None or stream.done:
             return
-
-        def start_reading() -> None:
-            self.screen.run_worker(
-                lambda: self.read_rest(stream),
-                thread=True,
-                exclusive=True,
-                group="session-read",
-                exit_on_error=False,
-            )
-
         # after the first frame: a reader thread started now would take half the
         # interpreter's time from the app's start-up
-        self.screen.call_after_refresh(start_reading)
+        self.host.after_refresh(
+            lambda: self.host.run_in_thread(partial(self.read_rest, stream), "session-read")
+        )
 
-    def loaded(self, message: SessionLoaded) -> None:
+    def receive(self, report: ReplayReport) -> Changes:
+        """What a worker thread reported, on the UI thread."""
+        if isinstance(report, SessionLoaded):
+            return self.loaded(report)
+        if isinstance(report, SessionLoadFailed):
+            return self.load_failed(report)
+        return self.recorded_elsewhere(report)
+
+    def loaded(self, message: SessionLoaded) -> Changes:
         if self.stream is None:
-            return  # a live run replaced the replay
-        screen, view = self.screen, self.screen.view
+            return []  # a live run replaced the replay
+        view = self.view
         self.read_done = message.done
         if message.done:
-            footer = screen.session.footer if screen.session else None
+            footer = view.session.footer if view.session else None
             speeds = footer.tokens_per_second if footer else ()
             for lane_id, speed in zip(("a", "b"), speeds):
                 view.lanes[lane_id].speed = float(speed)
         if self.playback is None:  # --instant: show what was read at once
-            try:
-                view.add(message.steps)
-                if message.done:
-                    screen.update_comparison(announce=False)
-                else:
-                    screen.look_for_fork(announce=False)
-                screen.render_lanes(follow=False)
-                screen.set_status(self.shown_status())
-            except NoMatches:
-                pass  # the app is closing
-            return
+            view.add(message.steps)
+            found = view.update_comparison() if message.done else view.find_fork()
+            changes = fork_found(found, announce=False)
+            return [*changes, FrameDue(follow=False), StatusChanged(self.shown_status())]
         for step in message.steps:
             self._recorded[step.lane].append(step)
         self.playback.extend(message.steps)
         if self.fork_index is None:
             self.fork_index = first_divergence(self._recorded["a"], self._recorded["b"])
-        try:
-            if message.done and self.playback is not None and self.playback.finished:
-                self.show([])
-            self.show_status()
-        except NoMatches:
-            pass  # the app is closing
+        changes = []
+        if message.done and self.playback.finished:
+            changes = self.show([])
+        return [*changes, *self.show_status()]
 
-    def load_failed(self, message: SessionLoadFailed) -> None:
+    def load_failed(self, message: SessionLoadFailed) -> Changes:
         if self.stream is None:
-            return
-        screen = self.screen
+            return []
         self.load_error = message.error
-        screen.notify(message.error, severity="error", timeout=15)
-        try:
-            if self.playback is None:
-                screen.update_comparison(announce=False)
-                screen.render_lanes(follow=False)
-                screen.set_status(f"{self.badge()}{self.summary()} {self.load_error}")
-            elif self.playback.finished:
-                self.show([])  # what was read is all there is: compare it
-            self.show_status()
-        except NoMatches:
-            pass  # the app is closing
+        changes: Changes = [Alerted(message.error, "error", 15)]
+        if self.playback is None:
+            changes += fork_found(self.view.update_comparison(), announce=False)
+            changes += [
+                FrameDue(follow=False),
+                StatusChanged(f"{self.badge()}{self.summary()} {self.load_error}"),
+            ]
+        elif self.playback.finished:
+            changes += self.show([])  # what was read is all there is: compare it
+        return [*changes, *self.show_status()]
 
     # -- playing
 
-    def tick(self) -> None:
+    def tick(self) -> Changes:
         now = time.monotonic()
         elapsed, self._clock = now - self._clock, now
         if self.playback is None:
-            return
+            return []
         due = self.playback.advance(elapsed)
         if due and self.pause_at_fork and not self.paused_at_fork:
             due = self.up_to_fork(due)
-        if due:
-            try:
-                self.show(due)
-            except NoMatches:
-                self.stop()  # the app is closing: its panes are gone
+        return self.show(due) if due else []
 
     def up_to_fork(self, due: list[TokenStep]) -> list[TokenStep]:
         """The steps of `due` until both lanes show the fork's token; those after it are
@@ -261,86 +268,83 @@ class Replay:
                 return due[:kept]
         return due
 
-    def show(self, steps: list[TokenStep]) -> None:
-        screen, view = self.screen, self.screen.view
+    def show(self, steps: list[TokenStep]) -> Changes:
+        view = self.view
         view.add(steps)
         if self.playback is not None and self.playback.finished and not self.loading:
-            screen.update_comparison(announce=view.fork is None)
-            screen.render_lanes(follow=view.follow)
+            changes = fork_found(view.update_comparison(), announce=view.fork is None)
+            changes.append(FrameDue(view.follow))
             if view.fork is not None:
                 # the end: both panes back at the fork, not the tail the lanes ended on
-                screen.move_cursor(view.cursor_lane, view.fork.index, scroll_both=True)
+                changes += move_cursor(view, view.cursor_lane, view.fork.index, scroll_both=True)
         else:
-            found = screen.look_for_fork()
-            screen.align_while_streaming()
+            changes = fork_found(view.find_fork())
+            align_while_streaming(view, self.pacer)
             # caught up with the file read so far: nothing may come for a while
             caught_up = self.playback is not None and self.playback.finished
-            details = found or caught_up or screen.pacer.panel_due()
-            screen.render_lanes(follow=view.follow, details=details)
-        self.show_status()
+            details = bool(changes) or caught_up or self.pacer.panel_due()
+            changes.append(FrameDue(view.follow, details))
+        return [*changes, *self.show_status()]
 
-    def jump_to_fork(self) -> None:
+    def jump_to_fork(self) -> Changes:
         """The fork is recorded but not played yet: play up to it and stop there."""
-        if self.playback is not None and self.fork_index is not None:
-            self.playback.paused = True
-            self.end_build_up()
-            self.show(self.playback.through(self.fork_index))
+        if self.playback is None or self.fork_index is None:
+            return []
+        self.playback.paused = True
+        self.end_build_up()
+        return self.show(self.playback.through(self.fork_index))
 
-    def toggle_pause(self) -> None:
-        playback, screen, view = self.playback, self.screen, self.screen.view
+    def toggle_pause(self) -> Changes:
+        playback, view = self.playback, self.view
         if playback is None:
-            return
+            return [Noted("space pauses a replay (specdiff replay FILE)")]
         if playback.finished and not playback.paused and not self.loading:
             playback.restart()
             self.paused_at_fork = False  # a demo played again pauses at the fork again
             self.build_up()
             view.reset_keeping_speeds()
-            screen.render_lanes(follow=True)
+            changes = [FrameDue(follow=True)]
         else:
             playback.paused = not playback.paused
             self._clock = time.monotonic()
             if not playback.paused:
                 view.follow = True
                 view.cursor = None
-                screen.render_lanes(follow=True)
+                changes = [FrameDue(follow=True)]
             else:
                 # a frame may have left the details behind the tokens it drew
-                screen.render_lanes(follow=view.follow)
-        self.show_status()
+                changes = [FrameDue(view.follow)]
+        return [*changes, *self.show_status()]
 
-    def step(self, delta: int) -> None:
+    def step(self, delta: int) -> Changes:
         """Paused replay: show the next step, or hide the last one; the cursor follows."""
-        playback, screen, view = self.playback, self.screen, self.screen.view
+        playback, view = self.playback, self.view
         assert playback is not None
         if delta > 0:
             step = playback.forward()
             if step is None:
-                screen.note("the end of the session")
-                return
+                return [Noted("the end of the session")]
             view.add((step,))
-            if playback.finished:
-                screen.update_comparison(announce=False)
-            else:
-                screen.look_for_fork()
-            screen.move_cursor(step.lane, step.index)
+            found = view.update_comparison() if playback.finished else view.find_fork()
+            changes = fork_found(found, announce=not playback.finished)
+            changes += move_cursor(view, step.lane, step.index)
         else:
             step = playback.back()
             if step is None:
-                screen.note("the start of the session")
-                return
+                return [Noted("the start of the session")]
             view.forget_last(step.lane, step.index)
             previous = playback.steps[playback.position - 1] if playback.position else None
             if previous is None:
                 view.cursor = None
-                screen.render_lanes(follow=False)
+                changes = [FrameDue(follow=False)]
             else:
-                screen.move_cursor(previous.lane, previous.index)
-        self.show_status()
+                changes = move_cursor(view, previous.lane, previous.index)
+        return [*changes, *self.show_status()]
 
     # -- what the status line says
 
     def summary(self) -> str:
-        session, fork = self.screen.session, self.view.fork
+        session, fork = self.view.session, self.view.fork
         assert session is not None
         if self.loading:
             state = "session (reading…)"
@@ -355,15 +359,23 @@ class Replay:
 
     def badge(self) -> str:
         """REPLAY and the session's path (its middle elided to leave the state room)."""
-        session = self.screen.session
+        session = self.view.session
         assert session is not None
-        room = self.screen.size.width - len(BADGE) - 4 - STATE_ROOM
+        room = self.host.columns - len(BADGE) - 4 - STATE_ROOM
         return f"{BADGE} {elided_path(session.path, room)} · "
 
     def shown_status(self) -> str:
         """The status of a session shown whole (--instant): what it is and what to press."""
         keys = "d jumps to the fork · " if self.view.fork is not None else ""
         return f"{self.badge()}{keys}e writes a report · {self.summary()}"
+
+    def replay_status(self) -> Changes:
+        """The status of the session on screen, played or shown whole (`r` disarmed)."""
+        if self.playback is not None:
+            return self.show_status()
+        if self.view.session is not None:
+            return [StatusChanged(self.shown_status())]
+        return []
 
     # -- for a presenter
 
@@ -413,40 +425,39 @@ class Replay:
         """Compare the recording's CPU with this machine's in a worker thread (the
         answer comes from a worker process that loads llama.cpp, no model)."""
         recorded = dict(session.header.build)
-        screen = self.screen
 
-        def compare() -> None:
+        def compare(_is_cancelled: IsCancelled) -> None:
             try:
                 here = this_machine()
             except (SpecdiffError, OSError):
                 return  # no llama.cpp here to ask: nothing to compare against
             line = recorded_elsewhere(recorded, here)
             if line is not None:
-                screen.app.call_from_thread(self.recorded_elsewhere, session, line)
+                self.host.post(self.receive, MachineCompared(session, line))
 
-        screen.run_worker(compare, thread=True, group="machine", exit_on_error=False)
+        self.host.run_in_thread(compare, "machine", exclusive=False)
 
-    def recorded_elsewhere(self, session: Session, line: str) -> None:
+    def recorded_elsewhere(self, report: MachineCompared) -> Changes:
         """Say once, where it stays in view for a while, that the session comes from
         another CPU; the status line keeps a short form."""
-        if self.screen.session is not session:
-            return  # a live run or another session replaced it
-        self.elsewhere = line
-        self.screen.notify(line, severity="warning", timeout=12)
+        if self.view.session is not report.session:
+            return []  # a live run or another session replaced it
+        self.elsewhere = report.line
+        changes: Changes = [Alerted(report.line, "warning", 12)]
         if self.playback is not None:
-            self.show_status()
-        else:
-            self.screen.set_status(self.shown_status())
+            return [*changes, *self.show_status()]
+        return [*changes, StatusChanged(self.shown_status())]
 
-    def show_status(self) -> None:
+    def show_status(self) -> Changes:
         playback = self.playback
         if playback is None:
-            return
+            return []
+        changes: Changes = []
         space = self.space_action()
         if space != self._space_offered:
             # the footer names what space does now (pause, resume, replay)
             self._space_offered = space
-            self.screen.refresh_bindings()
+            changes.append(KeysChanged())
         shown, total = playback.position, len(playback.steps)
         total_text = f"{total}+" if self.loading else str(total)
         jump = " · d jumps to the fork" if self.fork_index is not None else ""
@@ -466,6 +477,46 @@ class Replay:
         if self.load_error is not None:
             summary = f"{summary} {self.load_error}"
         # REPLAY and the file first, then the keys: a narrow line keeps what to press
-        self.screen.set_status(
-            f"{self.badge()}{state}: {keys} · {shown}/{total_text} steps of {summary}"
-        )
+        text = f"{self.badge()}{state}: {keys} · {shown}/{total_text} steps of {summary}"
+        return [*changes, StatusChanged(text)]
+
+
+class RunConfirmation:
+    """`r` over a replay: a replay is not thrown away on one key. The first `r` asks;
+    a second within CONFIRM_SECONDS loads the model and runs; any other key, or the
+    time running out, disarms it and puts back the replay's own status."""
+
+    def __init__(self, replay: Replay, host: Host) -> None:
+        self.replay = replay
+        self.host = host
+        self._timer: Stoppable | None = None
+
+    def ask(self) -> Changes | None:
+        """What `r` says over a replay (the first time); None when the run goes ahead."""
+        if not self.replay.view.replaying or self._timer is not None:
+            self.forget()
+            return None
+        self._timer = self.host.later(CONFIRM_SECONDS, self.disarm)
+        return [
+            StatusChanged(
+                "this is a recorded session: press r again to load the model and run "
+                "the pair on its prompt (the replay is closed)"
+            )
+        ]
+
+    def key_seen(self, key: str) -> Changes:
+        """Before any binding acts: a key other than r disarms a pending r, so a later
+        r asks again instead of closing the replay."""
+        if key != "r" and self._timer is not None:
+            return self.disarm()
+        return []
+
+    def forget(self) -> None:
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None
+
+    def disarm(self) -> Changes:
+        """Forget a pending r and put back the replay's own status."""
+        self.forget()
+        return self.replay.replay_status()

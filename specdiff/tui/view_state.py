@@ -1,9 +1,11 @@
-"""What the compare screen shows, as plain Python: each lane's steps and text, the fork,
-the cursor and the diff after the fork, and the rules that move them (where `n` goes,
-what a replay stepping back forgets, what a stats line keeps at a width).
+"""What the compare screen shows, as plain Python: the run or session on screen (its pair,
+its session file or live result), each lane's steps and text, the fork, the cursor and
+the diff after the fork, and the rules that move them (where `n` goes, what a replay
+stepping back forgets, what a stats line keeps at a width).
 
-No Textual import: these rules are tested in the fast tier, and the screen only draws
-what this holds.
+The one source of truth for the screen: the controllers (`live`, `replay`, `explain`,
+`output`) change it and say what changed; the screen draws what it holds. No Textual
+import: these rules are tested in the fast tier.
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ from specdiff.compare import (
     fork_at,
     near_ties,
 )
-from specdiff.forecast import FlipModel, forecast
+from specdiff.forecast import FlipModel, forecast, model_for
 from specdiff.lanes import Pair, differences
 from specdiff.results import PairResult
 from specdiff.safe_text import visible
+from specdiff.sessions.store import Session
 from specdiff.steps import TokenStep
 
 FORECAST_SHOWN = 5
@@ -111,14 +114,37 @@ def other_lane(lane_id: str) -> str:
 
 
 class CompareView:
-    """A run (or a session) on screen: both lanes' steps, the fork once the lanes differ,
-    the cursor, and what differs after the fork."""
+    """A run (or a session) on screen: its pair and session, both lanes' steps, the fork
+    once the lanes differ, the cursor, and what differs after the fork."""
 
-    def __init__(self, near_tie: float = DEFAULT_NEAR_TIE) -> None:
+    def __init__(self, pair: Pair, near_tie: float = DEFAULT_NEAR_TIE) -> None:
+        self.pair = pair
+        """The pair on screen: the one running or last run, or the session's."""
         self.near_tie = near_tie
+        self.session: Session | None = None
+        """The recorded session on screen, until a live run replaces it."""
+        self.running = False
+        """The lanes are generating."""
         self.cursor_lane = "a"
         """The lane `l` switches to and from: its pane is framed, n and p search it."""
         self.reset()
+
+    @property
+    def replaying(self) -> bool:
+        """A recorded session is on screen (no live run has replaced it)."""
+        return self.session is not None
+
+    def show_session(self, session: Session) -> None:
+        """A recorded session replaces what is on screen."""
+        self.reset()
+        self.session = session
+        self.pair = session.pair
+
+    def start_live(self, pair: Pair) -> None:
+        """A live run of `pair` replaces what is on screen (a replay included)."""
+        self.reset()
+        self.session = None
+        self.pair = pair
 
     def reset(self) -> None:
         """Nothing on screen yet (a new run, or a session about to be shown)."""
@@ -243,7 +269,26 @@ class CompareView:
     def generated(self) -> int:
         return max(len(state.steps) for state in self.lanes.values())
 
+    def forecast_marks(self, lane_id: str) -> frozenset[int]:
+        """The steps of lane `lane_id` the forecast marks (`pending_forecast`)."""
+        return pending_forecast(
+            self.lanes[lane_id].steps,
+            len(self.lanes[other_lane(lane_id)].steps),
+            self.fork is not None,
+            model_for(self.pair.name),
+        )
+
     # -- what a lane's stats line says
+
+    def stats_line(self, lane_id: str, width: int | None = None) -> str:
+        """The lane's numbers, as many whole ones as fit `width` when given (the error is
+        in full under the lane's tokens)."""
+        footer = self.session.footer if self.session is not None else None
+        grade = footer.grades[0 if lane_id == "a" else 1] if footer and footer.grades else None
+        parts = self.stats_parts(
+            lane_id, self.pair, None if grade is None else (grade.passed, grade.reason)
+        )
+        return " · ".join(parts) if width is None else fitted(parts, width)
 
     def stats_parts(self, lane_id: str, pair: Pair, grade: tuple[bool, str] | None) -> list[str]:
         """The lane's numbers, most important first; `grade` is (passed, reason) where a

@@ -90,13 +90,19 @@ class AlignedView(Vertical, can_focus=True):
     """
     BINDINGS = [Binding("escape", "screen.toggle_aligned", "back", show=False)]
 
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.top = Static(classes="aligned-text")
+        """The folded prefix and lane a's branch."""
+        self.branch_b = Static(classes="aligned-branch-b")
+
     def compose(self) -> ComposeResult:
         with VerticalScroll(classes="aligned-a", can_focus=False):
-            yield Static(classes="aligned-text")
+            yield self.top
         with VerticalScroll(classes="aligned-b", can_focus=False):
-            yield Static(classes="aligned-branch-b")
+            yield self.branch_b
 
     def show(self, lanes: Mapping[str, LaneState], marks: Mapping[str, TokenMarks]) -> None:
         top, branch_b = aligned_parts(lanes, marks)
-        self.query_one(".aligned-text", Static).update(top)
-        self.query_one(".aligned-branch-b", Static).update(branch_b or "")
+        self.top.update(top)
+        self.branch_b.update(branch_b or "")

@@ -96,43 +96,48 @@ class AutopsyPanel(VerticalScroll):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.autopsy: Autopsy | None = None
+        self.title_line = Line(id="autopsy-title")
+        self.progress = ProgressBar(total=None, show_eta=False, id="autopsy-progress")
+        self.cause = Static(id="autopsy-cause")
+        self.settings = Static(id="autopsy-settings")
+        self.first = Static(id="autopsy-first")
+        self.growth_text = Static(id="autopsy-growth-caption")
+        self.growth = Sparkline([], summary_function=max, id="autopsy-growth")
 
     def compose(self) -> ComposeResult:
-        yield Line(id="autopsy-title")
-        yield ProgressBar(total=None, show_eta=False, id="autopsy-progress")
-        yield Static(id="autopsy-cause")
-        yield Static(id="autopsy-settings")
-        yield Static(id="autopsy-first")
-        yield Static(id="autopsy-growth-caption")
-        yield Sparkline([], summary_function=max, id="autopsy-growth")
+        yield self.title_line
+        yield self.progress
+        yield self.cause
+        yield self.settings
+        yield self.first
+        yield self.growth_text
+        yield self.growth
 
     def _results_shown(self, shown: bool) -> None:
-        for name in ("settings", "first", "growth-caption", "growth"):
-            self.query_one(f"#autopsy-{name}").display = shown
+        for part in (self.settings, self.first, self.growth_text, self.growth):
+            part.display = shown
 
     def show_progress(self, title: str, line: str, done: int, total: int) -> None:
         """An autopsy being made: what it is doing now, and how many of its runs are done."""
         self.autopsy = None
-        self.query_one("#autopsy-title", Line).set(title)
-        bar = self.query_one("#autopsy-progress", ProgressBar)
-        bar.display = True
-        bar.update(total=total, progress=done)
-        self.query_one("#autopsy-cause", Static).update(Text(visible(line, 200)))
+        self.title_line.set(title)
+        self.progress.display = True
+        self.progress.update(total=total, progress=done)
+        self.cause.update(Text(visible(line, 200)))
         self._results_shown(False)
 
     def show_autopsy(self, title: str, autopsy: Autopsy) -> None:
         self.autopsy = autopsy
-        self.query_one("#autopsy-title", Line).set(title)
-        self.query_one("#autopsy-progress", ProgressBar).display = False
-        self.query_one("#autopsy-cause", Static).update(Text(visible(autopsy.cause(), 2000)))
+        self.title_line.set(title)
+        self.progress.display = False
+        self.cause.update(Text(visible(autopsy.cause(), 2000)))
         self._results_shown(not autopsy.nothing_to_explain)
         if autopsy.nothing_to_explain:
             return
-        self.query_one("#autopsy-settings", Static).update(settings_table(autopsy))
-        self.query_one("#autopsy-first", Static).update(Text(first_difference_text(autopsy)))
-        self.query_one("#autopsy-growth-caption", Static).update(Text(growth_caption(autopsy)))
-        sparkline = self.query_one("#autopsy-growth", Sparkline)
+        self.settings.update(settings_table(autopsy))
+        self.first.update(Text(first_difference_text(autopsy)))
+        self.growth_text.update(Text(growth_caption(autopsy)))
         values = growth_values(autopsy)
-        sparkline.data = values
-        sparkline.display = bool(values)
+        self.growth.data = values
+        self.growth.display = bool(values)
         self.scroll_home(animate=False)

@@ -24,7 +24,7 @@ class LineDrawn:
     def render_lines(self, crop: Region) -> list[Strip]:
         self._repaint_style = self.rich_style
         try:
-            return super().render_lines(crop)  # type: ignore[misc]
+            return super().render_lines(crop)  # type: ignore[misc,no-any-return]
         finally:
             self._repaint_style = None
 

@@ -39,3 +39,21 @@ class Line(Widget):
             cut.truncate(width, overflow="ellipsis")
             return cut
         return self._text
+
+
+class StatusLine(Line):
+    """The screen's status line: what the screen says now, and routine notes (theme,
+    fork found, nothing further) said first, before it, until it next changes; toasts
+    are for errors, as they sit over the panes."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__("", **kwargs)
+        self.said = ""
+        """The status without the note shown before it."""
+
+    def say(self, text: str) -> None:
+        self.said = text
+        self.set(text)
+
+    def note(self, text: str) -> None:
+        self.set(f"{text} · {self.said}" if self.said else text)

@@ -6,6 +6,7 @@ from rich.console import Group, RenderableType
 from rich.segment import SegmentLines
 from rich.text import Text
 from textual.geometry import Size
+from textual.reactive import reactive
 from textual.theme import Theme
 
 from specdiff.tui.widgets.base import ThemeAware
@@ -44,13 +45,18 @@ class Panel(ThemeAware):
             rows = self.wanted_rows(self.content_size.width or self.app.size.width)
             self.refresh(layout=rows != self._rows)
 
-    share = FIRST_SHARE
+    share: reactive[int] = reactive(FIRST_SHARE, init=False, repaint=False)
     """Which of SHARES the panel may take."""
+
+    def validate_share(self, share: int) -> int:
+        return max(0, min(len(SHARES) - 1, share))
+
+    def watch_share(self, share: int) -> None:
+        self.styles.max_height = f"{SHARES[share]}%"
 
     def change_share(self, step: int) -> int:
         """Step the share of the screen the panel may take; the share now, in percent."""
-        self.share = max(0, min(len(SHARES) - 1, self.share + step))
-        self.styles.max_height = f"{SHARES[self.share]}%"
+        self.share += step
         return SHARES[self.share]
 
     _rows = 0

@@ -234,6 +234,31 @@ def _panel_lines(
     return lines
 
 
+def _pick_text(view_of: PickView) -> str:
+    """One lane's pick as the other lane ranks it: its rank and logit there."""
+    return "outside top-k" if view_of.logit is None else f"#{view_of.rank} {view_of.logit:.3f}"
+
+
+def _fork_header(
+    view: PanelView, at_fork: tuple[Fork, TokenStep, TokenStep], palette: Palette | None
+) -> Text:
+    """FORK, where, its class badge and the two tokens."""
+    fork, a, b = at_fork
+    return _one_line(
+        ("FORK", "bold reverse"),
+        # the fork's index beside the tokens shown, never "N of M": an index next to
+        # a count reads as off by one
+        f" at token {fork.index} · {counted(view.generated, 'token')} shown ",
+        _class_badge(a, b, view.near_tie, palette),
+        " ",
+        ("a ", "bold"),
+        quoted_piece(fork.piece_a),
+        " vs ",
+        ("b ", "bold"),
+        quoted_piece(fork.piece_b),
+    )
+
+
 def _fork_lines(
     view: PanelView,
     at_fork: tuple[Fork, TokenStep, TokenStep],
@@ -246,17 +271,13 @@ def _fork_lines(
     needs them) and its margins (the similarity after the fork on a line of its own with
     `similarity_line`, where they do not fit one)."""
     fork, a, b = at_fork
-
-    def pick(view_of: PickView) -> str:
-        return "outside top-k" if view_of.logit is None else f"#{view_of.rank} {view_of.logit:.3f}"
-
     verdict = fork_verdict(a, b, near_tie=view.near_tie)
     similar = (
         f" · after the fork {view.similarity:.0%} similar" if view.similarity is not None else ""
     )
     margins = (
         f"margins a {fork.a.margin:.3f} · b {fork.b.margin:.3f} · "
-        f"b's pick in a {pick(fork.a.other)} · a's in b {pick(fork.b.other)}"
+        f"b's pick in a {_pick_text(fork.a.other)} · a's in b {_pick_text(fork.b.other)}"
     )
     margin_lines = [f"{margins}{similar}{p_note}"]
     if similarity_line and why_width and len(margin_lines[0]) > why_width and similar:
@@ -269,19 +290,7 @@ def _fork_lines(
     if len(why_lines) == 2:
         why_lines[1] = why[len(why_lines[0]) :].strip()
     return [
-        _one_line(
-            ("FORK", "bold reverse"),
-            # the fork's index beside the tokens shown, never "N of M": an index next to
-            # a count reads as off by one
-            f" at token {fork.index} · {counted(view.generated, 'token')} shown ",
-            _class_badge(a, b, view.near_tie, palette),
-            " ",
-            ("a ", "bold"),
-            quoted_piece(fork.piece_a),
-            " vs ",
-            ("b ", "bold"),
-            quoted_piece(fork.piece_b),
-        ),
+        _fork_header(view, at_fork, palette),
         *(
             _one_line(("why:", "bold") if not n else "", line[4:] if not n else line)
             for n, line in enumerate(why_lines)

@@ -62,12 +62,12 @@ class TokenView(LineDrawn, ScrollView, can_focus=False):
         self.trailer_lines: list[str] = []
         """The trailer wrapped to the view's width: a crash message is longer than a pane."""
         self.waiting: tuple[LaneState, TokenMarks] | None = None
+        """What was asked to be shown while the view had no width."""
         self.following = False
         """Last scrolled to the end: a resize (the panel growing at the fork) keeps the
         end in view instead of the rows above it."""
         self.kept_token: int | None = None
         """The token last scrolled to, kept in view the same way."""
-        """What was asked to be shown while the view had no width."""
 
     def set_tokens(self, state: LaneState, marks: TokenMarks) -> None:
         if not self.scrollable_content_region.width:
