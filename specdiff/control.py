@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 
-from specdiff.compare import counted
+from specdiff.fork_words import counted
 from specdiff.errors import LaneConfigError
 from specdiff.lanes import Lane, Pair
 from specdiff.safe_text import visible

@@ -20,16 +20,19 @@ from specdiff.compare import (
     DEFAULT_SPLIT_THRESHOLD,
     Comparison,
     Fork,
-    ForkExplanation,
     LaneAtFork,
     PickView,
-    counted,
-    fork_explanation,
     run_fork,
-    run_fork_explanation,
-    run_fork_sentence,
     run_fork_verdict,
     teacher_flips,
+)
+from specdiff.fork_words import (
+    verdict_description,
+    ForkExplanation,
+    counted,
+    fork_explanation,
+    run_fork_explanation,
+    run_fork_sentence,
 )
 from specdiff.control import control_sentence
 from specdiff.glossary import terms_footer
@@ -379,7 +382,7 @@ def _why_lines(result: PairResult, fork: Fork, layout: Layout = Layout()) -> lis
     if verdict is not None:
         explanation = fork_explanation(fork, verdict, teacher_forced=result.teacher_forced)
         lines.extend(explanation_lines(explanation, layout))
-        lines.append(f"fork class: {verdict.describe()}")
+        lines.append(f"fork class: {verdict_description(verdict)}")
     return lines
 
 

@@ -21,7 +21,7 @@ from textual.message import Message
 from textual.timer import Timer
 from textual.worker import get_current_worker
 
-from specdiff.compare import counted
+from specdiff.fork_words import counted
 from specdiff.control import control_brief
 from specdiff.engine.worker import PairWorker
 from specdiff.errors import SpecdiffError
