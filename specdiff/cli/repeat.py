@@ -224,7 +224,7 @@ def report(args: argparse.Namespace, data: dict[str, Any]) -> int:
     """Print the summary (or the sweep's table) and write the plot; the exit code counts
     a split at any value."""
     # deferred: only a sweep's plot needs the chart
-    from specdiff.repeat import format_summary, format_sweep
+    from specdiff.repeat_summary import format_summary, format_sweep
 
     sweep = "points" in data
     if args.json:
