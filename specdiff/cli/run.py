@@ -262,7 +262,7 @@ def start_session(
 ) -> SessionWriter:
     """A session file with its header written, once the input is known to be good."""
     # deferred: the engine, session and report modules load only for the command that runs
-    from specdiff.sessions.records import SessionHeader
+    from specdiff.sessions.header import SessionHeader
     from specdiff.sessions.store import SessionWriter
 
     runner.check(tokens, args.max_tokens)  # bad input leaves no file

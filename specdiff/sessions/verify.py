@@ -13,7 +13,7 @@ from typing import Any
 from specdiff.compare import DEFAULT_NEAR_TIE, ForkVerdict, fork_between, fork_verdict, run_fork
 from specdiff.fork_words import fork_sentence, quoted_piece, verdict_description
 from specdiff.safe_text import visible
-from specdiff.sessions.records import SessionHeader
+from specdiff.sessions.header import SessionHeader
 from specdiff.sessions.store import Session
 from specdiff.steps import TokenStep
 
