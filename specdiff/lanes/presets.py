@@ -20,6 +20,11 @@ SERVER_B = "http://127.0.0.1:8081"
 
 def presets() -> dict[str, Pair]:
     """The built-in pairs. Built on call so that each takes the current default threads."""
+    return {**_drafting_presets(), **_arithmetic_presets(), **_server_presets()}
+
+
+def _drafting_presets() -> dict[str, Pair]:
+    """The pairs in which lane a drafts tokens and verifies them."""
     return {
         "spec-vs-plain": Pair(
             "spec-vs-plain",
@@ -39,6 +44,13 @@ def presets() -> dict[str, Pair]:
             _lane(),
             "n-gram speculation accepting drafts within 1 logit of the best (lossy) vs plain",
         ),
+    }
+
+
+def _arithmetic_presets() -> dict[str, Pair]:
+    """The pairs that decode the same tokens with the arithmetic grouped or done
+    differently: batches, cached prefixes, weights, threads, devices."""
+    return {
         "cache-vs-fresh": Pair(
             "cache-vs-fresh",
             _lane(prefix="cached"),
@@ -70,7 +82,6 @@ def presets() -> dict[str, Pair]:
             "every layer offloaded to the GPU vs none (CPU only); needs a llama-cpp-python "
             "built with CUDA, Metal or Vulkan",
         ),
-        **_server_presets(),
     }
 
 
