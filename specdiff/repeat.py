@@ -33,7 +33,13 @@ from specdiff.engine.faults import fault_point
 from specdiff.errors import PromptError
 from specdiff.lanes import Lane, Pair
 from specdiff.prompts import load as load_prompts
-from specdiff.repeat_summary import RepeatResult, summary, sweep_summary
+from specdiff.repeat_summary import (
+    RepeatResult,
+    RepeatSummary,
+    SweepSummary,
+    summary,
+    sweep_summary,
+)
 
 if TYPE_CHECKING:
     from specdiff.engine.llama.batched import BatchedLane, BatchedRun
@@ -106,7 +112,7 @@ def run_repeat(
     on_run: RunDone | None = None,
     progress: Callable[[str], None] | None = None,
     cancel: threading.Event | None = None,
-) -> dict[str, Any]:
+) -> RepeatSummary:
     """The repeat the lane names (against its server, or batched in-process) as its
     `summary`: what the worker process hands back. `batch` batches the runs themselves
     (in-process only)."""
@@ -331,7 +337,7 @@ def run_sweep(
     on_run: RunDone | None = None,
     progress: Callable[[str], None] | None = None,
     cancel: threading.Event | None = None,
-) -> dict[str, Any]:
+) -> SweepSummary:
     """`run_repeat` at each value of the lane's width (a server's concurrency, else the
     companions), as `sweep_summary`: what the worker process hands back."""
     how = sweep_concurrency if lane.backend == "server" else sweep_companions

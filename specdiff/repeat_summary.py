@@ -9,7 +9,7 @@ summary, which is all the worker process hands back, reads without llama.cpp.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, final
 
 from specdiff.lanes import Lane, without_credentials
 from specdiff.steps import text_of
@@ -35,6 +35,88 @@ class RepeatResult:
     """Runs in flight at once, for a continuously batched repeat; None otherwise."""
 
 
+class AtSplit(TypedDict):
+    """A completion's pick at the first split: its token, margin and best candidates."""
+
+    token_id: int
+    piece: str
+    margin: float
+    top: list[list[object]]
+    """[token id, piece, logit] of the four best candidates."""
+
+
+class _GroupFields(TypedDict):
+    runs: list[int]
+    count: int
+    companions: list[int]
+    tokens: int
+    text: str
+
+
+class GroupJson(_GroupFields, total=False):
+    """One distinct completion of a repeat."""
+
+    departs_at: int
+    """The token where it leaves the largest group's completion."""
+    departs_at_char: int
+    at_split: AtSplit
+
+
+class RunJson(TypedDict):
+    """One run of a repeat: what it ran beside, its group, its speed."""
+
+    run: int
+    companions: list[str]
+    group: int
+    tokens_per_second: float
+
+
+class _SummaryFields(TypedDict):
+    prompt: str
+    lane: dict[str, Any]
+    runs: int
+    max_companions: int
+    max_tokens: int
+    cancelled: bool
+    unique: int
+    largest_share: float
+    first_split: int | None
+    groups: list[GroupJson]
+    per_run: list[RunJson]
+
+
+@final  # so that `"points" in data` tells a sweep from a repeat
+class RepeatSummary(_SummaryFields, total=False):
+    """A repeat as `specdiff repeat --json` writes it (`summary`)."""
+
+    batch: int
+    endpoint: str
+    concurrency: int
+
+
+class SweepPoint(TypedDict):
+    """One value of a sweep: its repeat's figures, and the repeat itself."""
+
+    value: int
+    runs: int
+    unique: int
+    largest_share: float
+    first_split: int | None
+    departs_at: int | None
+    summary: RepeatSummary
+
+
+@final
+class SweepSummary(TypedDict):
+    """A sweep as `specdiff repeat --json` writes it (`sweep_summary`)."""
+
+    sweep: str
+    values: list[int]
+    runs_per_value: int
+    cancelled: bool
+    points: list[SweepPoint]
+
+
 def first_split(completions: list[list[int]]) -> int | None:
     """The first index at which any two completions differ (a shorter one that is a
     prefix of a longer one splits where it ends); None when all are equal."""
@@ -48,7 +130,7 @@ def first_split(completions: list[list[int]]) -> int | None:
         index += 1
 
 
-def summary(result: RepeatResult) -> dict[str, Any]:
+def summary(result: RepeatResult) -> RepeatSummary:
     """The repeat as JSON: the distinct completions (most runs first), where they split,
     and each run's group and speed; a server repeat adds its endpoint and concurrency."""
     groups: dict[tuple[int, ...], list[int]] = {}
@@ -57,7 +139,7 @@ def summary(result: RepeatResult) -> dict[str, Any]:
     ordered = sorted(groups.items(), key=lambda item: (-len(item[1]), item[1][0]))
     split = first_split([list(tokens) for tokens in groups])
     largest = len(ordered[0][1]) if ordered else 0
-    data: dict[str, Any] = {
+    data: RepeatSummary = {
         "prompt": result.prompt,
         "lane": result.lane.as_dict(),
         "runs": len(result.runs),
@@ -93,12 +175,12 @@ def summary(result: RepeatResult) -> dict[str, Any]:
 
 def _group_json(
     result: RepeatResult, members: list[int], split: int | None, largest: BatchedRun
-) -> dict[str, Any]:
+) -> GroupJson:
     """One distinct completion: its runs, its pick and margin at the split, and where it
     leaves the largest group's completion (token and character), so two completions
     that read alike for a while can be shown from where they differ."""
     first = result.runs[members[0]]
-    entry: dict[str, Any] = {
+    entry: GroupJson = {
         "runs": members,
         "count": len(members),
         "companions": sorted({result.runs[m].companions for m in members}),
@@ -123,14 +205,14 @@ def _group_json(
     return entry
 
 
-def sweep_summary(results: list[RepeatResult], values: list[int], runs: int) -> dict[str, Any]:
+def sweep_summary(results: list[RepeatResult], values: list[int], runs: int) -> SweepSummary:
     """A sweep as JSON: per value, the unique completions, the largest group's share,
     the first split among its runs, and where its runs first depart from the first
     value's most common completion (the reference: alone, or one request at a time)."""
     summaries = [summary(result) for result in results]
     served = bool(results) and results[0].concurrency is not None
     reference: list[int] | None = None
-    points = []
+    points: list[SweepPoint] = []
     for value, result, data in zip(values, results, summaries):
         completions = [run.token_ids for run in result.runs]
         if reference is None and completions:
@@ -164,7 +246,7 @@ def _most_common(completions: list[list[int]]) -> tuple[int, ...]:
     return max(counts, key=lambda tokens: counts[tokens])
 
 
-def format_sweep(data: dict[str, Any]) -> str:
+def format_sweep(data: SweepSummary) -> str:
     """The sweep as a table: one line per value."""
     name = data["sweep"]
     lines = [
@@ -188,7 +270,9 @@ GROUPS_SHOWN = 10
 """A thousand runs may give dozens of completions: the text lists the largest."""
 
 
-def format_summary(data: dict[str, Any]) -> str:
+def format_summary(data: RepeatSummary) -> str:
+    """The repeat as text: how it ran, the unique completions, each group on a line,
+    and the picks at the first split."""
     if "endpoint" in data:
         how = f"sent to {data['endpoint']}, {data['concurrency']} at a time"
     elif "batch" in data:
@@ -228,7 +312,7 @@ CONTEXT_SHOWN = 20
 line shows, so the reader sees the words leading into the difference."""
 
 
-def _group_line(data: dict[str, Any], number: int, group: dict[str, Any]) -> str:
+def _group_line(data: RepeatSummary, number: int, group: GroupJson) -> str:
     text, where = group["text"], ""
     departs = group.get("departs_at_char")
     if departs is not None and departs > TEXT_SHOWN - CONTEXT_SHOWN:

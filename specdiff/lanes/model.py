@@ -278,7 +278,7 @@ IN_PROCESS_KEYS = (*OFFLOAD_KEYS, "chat", "speculation")
 [defaults] gives them to in-process lanes only."""
 SERVER_DEFAULTS = {item.name: item.default for item in fields(Lane) if item.name in SERVER_KEYS}
 
-FIELD_TYPES: dict[str, type] = {}
+FIELD_TYPES: dict[str, type[object]] = {}
 for _field in fields(Lane):
     _default = (
         _field.default_factory()
