@@ -37,9 +37,7 @@ def unscored_reason(verdict: ForkVerdict, names: tuple[str, str] = ("lane a", "l
     return f"no logits were recorded for {' or '.join(steps)}"
 
 
-def verdict_description(
-    verdict: ForkVerdict, names: tuple[str, str] = ("lane a", "lane b")
-) -> str:
+def verdict_description(verdict: ForkVerdict, names: tuple[str, str] = ("lane a", "lane b")) -> str:
     """A fork's class and what it was read from, on one line; `names` calls the two
     sides (two lanes, or a recording and a re-run)."""
     if verdict.unscored:

@@ -127,6 +127,7 @@ def run_repeat(
 
 def _handing_over(on_run: RunDone | None) -> Callable[[int, BatchedRun], None]:
     """What crosses back from the worker for each run: counts only, not its steps."""
+
     def handed_over(number: int, run: BatchedRun) -> None:
         fault_point(run.steps)
         if on_run is not None:

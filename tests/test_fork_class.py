@@ -15,7 +15,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specdiff.fork_words import verdict_description
 from specdiff.compare import (
     AMBIGUOUS,
     DEFAULT_NEAR_TIE,
@@ -28,6 +27,7 @@ from specdiff.compare import (
     fork_class_at,
     fork_verdict,
 )
+from specdiff.fork_words import verdict_description
 from specdiff.sessions.records import RunSummary
 from specdiff.sessions.store import SessionError, load_session
 from specdiff.steps import Candidate, TokenStep

@@ -20,6 +20,7 @@ from specdiff.json_numbers import finite_or_null
 
 T = TypeVar("T")
 
+
 def trial_json(trial: SettingTrial) -> dict[str, Any]:
     return {
         "setting": trial.setting,

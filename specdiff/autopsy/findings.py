@@ -40,6 +40,7 @@ from specdiff.autopsy.words import (
 from specdiff.json_numbers import finite_or_null
 from specdiff.safe_text import visible
 
+
 @dataclass(frozen=True)
 class Autopsy:
     """Everything `specdiff explain` found for one prompt and pair."""

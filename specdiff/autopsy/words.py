@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from specdiff.autopsy.records import DRAFT_KEY, SettingTrial
 from specdiff.safe_text import visible
 
+
 def draft_verdict(trials: Sequence[SettingTrial]) -> str | None:
     """What a sweep of the speculative server's draft length says, in one sentence;
     None when no trial ran one. A fork at the same token whatever the server drafts

@@ -43,6 +43,7 @@ from specdiff.lanes.values import (
     default_threads,
 )
 
+
 @dataclass(frozen=True)
 class Lane:
     """One decoding configuration of the in-process engine."""
@@ -264,7 +265,6 @@ class Lane:
         return data
 
 
-
 OFFLOAD_KEYS = ("gpu_layers", "main_gpu", "split_mode")
 """The keys that place an in-process lane's layers on GPUs."""
 OFFLOAD_DEFAULTS = {item.name: item.default for item in fields(Lane) if item.name in OFFLOAD_KEYS}
@@ -289,7 +289,6 @@ for _field in fields(Lane):
 LANE_KEYS = tuple(FIELD_TYPES)
 
 
-
 def _check_field(name: str, value: object) -> None:
     """One lane key's type, bounds and allowed values."""
     expected = FIELD_TYPES[name]
@@ -309,7 +308,6 @@ def _check_field(name: str, value: object) -> None:
     if name in CHOICES and value not in CHOICES[name]:
         allowed = ", ".join(repr(choice) for choice in CHOICES[name])
         raise LaneConfigError(f"lane key {name!r} cannot be {value!r}; allowed: {allowed}")
-
 
 
 def differences(a: Lane, b: Lane) -> list[str]:
@@ -345,7 +343,6 @@ def headline(lane: Lane, other: Lane) -> str:
     return " · ".join(f"{key} {lane.shown(key) or 'none'}" for key in changed)
 
 
-
 @dataclass(frozen=True)
 class Pair:
     """Two lanes compared on the same prompt: lane A and lane B."""
@@ -374,13 +371,11 @@ class Pair:
         )
 
 
-
 def unknown_key(key: str) -> LaneConfigError:
     """The error for a key no lane has, naming the nearest keys that exist."""
     close = difflib.get_close_matches(key, LANE_KEYS, n=3, cutoff=0.6)
     hint = f"did you mean {' or '.join(close)}?" if close else f"known keys: {', '.join(LANE_KEYS)}"
     return LaneConfigError(f"unknown lane key {key!r}; {hint}")
-
 
 
 def lane_from_dict(data: Mapping[str, Any]) -> Lane:

@@ -13,6 +13,7 @@ from specdiff.errors import LaneConfigError
 from specdiff.lanes.model import FIELD_TYPES, Lane, unknown_key
 from specdiff.lanes.values import REPACK_WORDS, bad_type
 
+
 def parse_value(key: str, text: str) -> Any:
     """Turn the text of a ``key=value`` override into the field's type."""
     if key not in FIELD_TYPES:

@@ -10,6 +10,7 @@ from typing import Any
 from specdiff.errors import LaneConfigError, did_you_mean
 from specdiff.lanes.model import Lane, Pair
 
+
 def _lane(**overrides: Any) -> Lane:
     return Lane(**overrides)
 

@@ -29,10 +29,10 @@ from specdiff.compare import (
     ForkVerdict,
     run_fork_verdict,
 )
-from specdiff.fork_words import run_fork_account, verdict_description
 from specdiff.control import control_sentence
 from specdiff.errors import SpecdiffError, did_you_mean
 from specdiff.files import lost_output, write_text_atomic
+from specdiff.fork_words import run_fork_account, verdict_description
 from specdiff.json_numbers import finite_everywhere
 from specdiff.lanes import differences, headline
 from specdiff.reports._markup import (

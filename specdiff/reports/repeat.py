@@ -4,6 +4,7 @@ the swept value (companions in the batch, or a server's concurrency)."""
 from __future__ import annotations
 
 import math
+
 from specdiff.repeat_summary import SweepSummary
 from specdiff.reports.svg import LANE_COLORS, Series, line_chart
 

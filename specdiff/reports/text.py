@@ -26,15 +26,15 @@ from specdiff.compare import (
     run_fork_verdict,
     teacher_flips,
 )
+from specdiff.control import control_sentence
 from specdiff.fork_words import (
-    verdict_description,
     ForkExplanation,
     counted,
     fork_explanation,
     run_fork_explanation,
     run_fork_sentence,
+    verdict_description,
 )
-from specdiff.control import control_sentence
 from specdiff.glossary import terms_footer
 from specdiff.lanes import Lane, differences, headline
 from specdiff.reports.styles import PLAIN, Paint

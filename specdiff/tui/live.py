@@ -21,10 +21,10 @@ from textual.message import Message
 from textual.timer import Timer
 from textual.worker import get_current_worker
 
-from specdiff.fork_words import counted
 from specdiff.control import control_brief
 from specdiff.engine.worker import PairWorker
 from specdiff.errors import SpecdiffError
+from specdiff.fork_words import counted
 from specdiff.lanes import Pair
 from specdiff.results import PairResult
 from specdiff.steps import TokenStep

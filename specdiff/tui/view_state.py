@@ -13,8 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from specdiff.compare import DEFAULT_NEAR_TIE, Fork, align_after, fork_at, near_ties
-from specdiff.fork_words import counted
 from specdiff.forecast import FlipModel, forecast
+from specdiff.fork_words import counted
 from specdiff.lanes import Pair, differences
 from specdiff.results import PairResult
 from specdiff.safe_text import visible
