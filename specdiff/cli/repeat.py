@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from specdiff.cli import options
 from specdiff.cli.common import (
@@ -178,21 +178,16 @@ def command_repeat(args: argparse.Namespace) -> int:
     status.message(opening_line(args, values, where, served))
     cancel = threading.Event()
     bar = RunProgress(status, args.runs * len(values))
-    function: Callable[..., RepeatSummary | SweepSummary]
-    arguments: tuple[Any, ...]
-    if len(values) > 1:
-        function, arguments = run_sweep, (lane, prompt, args.runs, values, args.max_tokens)
-    else:
-        function = run_repeat
-        arguments = (lane, prompt, args.runs, values[0], args.max_tokens, args.batch)
+    events: dict[str, Callable[..., None]] = {"on_run": bar.ended, "progress": status.message}
+    doing = "repeating the prompt" + (f" against {where}" if served else "")
+    data: RepeatSummary | SweepSummary
     with interrupt_sets(cancel):
-        data = call_in_worker(
-            function,
-            arguments,
-            {"on_run": bar.ended, "progress": status.message},
-            cancel,
-            doing="repeating the prompt" + (f" against {where}" if served else ""),
-        )
+        if len(values) > 1:
+            sweep = (lane, prompt, args.runs, values, args.max_tokens)
+            data = call_in_worker(run_sweep, sweep, events, cancel, doing=doing)
+        else:
+            one = (lane, prompt, args.runs, values[0], args.max_tokens, args.batch)
+            data = call_in_worker(run_repeat, one, events, cancel, doing=doing)
     status.done()
     return report(args, data)
 
