@@ -94,7 +94,8 @@ def _read_pairs_toml(path: Path) -> dict[str, Any]:
     except ValueError as error:
         raise LaneConfigError(f"the pairs file {path} {error}; {fix}") from None
     try:
-        return tomllib.loads(raw.decode("utf-8"))
+        parsed: dict[str, Any] = tomllib.loads(raw.decode("utf-8"))
+        return parsed
     except UnicodeDecodeError:
         raise LaneConfigError(f"{path}: not UTF-8 text; {fix}") from None
     except tomllib.TOMLDecodeError as error:

@@ -154,7 +154,7 @@ BUILD_FIELDS = (
 
 
 def _checked_table(value: object, what: str, fields: Mapping[str, Any]) -> dict[str, Any]:
-    table = check_plain(check_object(value, what), what)
+    table: dict[str, Any] = check_plain(check_object(value, what), what)
     for key, check in fields.items():
         if key in table:
             table[key] = check(table[key], f"{what}.{key}")
