@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import json
 
-from specdiff.compare import counted
 from specdiff.errors import LaneConfigError
+from specdiff.fork_words import counted
 from specdiff.lanes import Lane, Pair
 from specdiff.safe_text import visible
 from specdiff.sessions.records import CUT_SHORT, NOISE_FLOOR, RunSummary

@@ -23,7 +23,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from specdiff.compare import counted, first_divergence, quoted_piece
+from specdiff.compare import first_divergence
+from specdiff.fork_words import counted, quoted_piece
 from specdiff.safe_text import visible
 from specdiff.steps import TokenStep
 

@@ -12,7 +12,8 @@ from typing import Any
 from specdiff.compare import Comparison
 from specdiff.lanes import Lane, LaneId, Pair
 from specdiff.sessions.format import CRASHED
-from specdiff.sessions.records import ControlRun, RunSummary, SessionHeader
+from specdiff.sessions.header import SessionHeader
+from specdiff.sessions.records import ControlRun, RunSummary
 from specdiff.steps import TokenStep
 
 

@@ -300,7 +300,7 @@ def test_a_server_sweep_round_trips_and_shows_its_table_and_part_2_note() -> Non
 
 def saved_session(folder: Path, lane: Lane, teacher_forced: bool = False) -> Path:
     """A session cut short after its header: it still names its lanes and prompt."""
-    from specdiff.sessions.records import SessionHeader
+    from specdiff.sessions.header import SessionHeader
     from specdiff.sessions.store import SessionWriter
 
     pair = Pair("plain", lane, lane)

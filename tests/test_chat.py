@@ -36,7 +36,7 @@ from specdiff.engine.server.dialects import Chat
 from specdiff.engine.server.lane import SERVER_TEMPLATE
 from specdiff.errors import LaneConfigError
 from specdiff.lanes import Lane, Pair
-from specdiff.sessions.records import SessionHeader
+from specdiff.sessions.header import SessionHeader
 from specdiff.suite import SuiteError
 from specdiff.suite.prompts import load_suite_prompts
 from tests.in_process import specdiff_here

@@ -24,15 +24,9 @@ import pytest
 
 from specdiff.cli import main
 from specdiff.cli.common import Status, bar_line, wants_colour, with_suggestion
-from specdiff.compare import (
-    DEFAULT_NEAR_TIE,
-    NEAR_TIE,
-    fork_between,
-    fork_explanation,
-    fork_verdict,
-    percent,
-)
+from specdiff.compare import DEFAULT_NEAR_TIE, NEAR_TIE, fork_between, fork_verdict
 from specdiff.errors import did_you_mean
+from specdiff.fork_words import fork_explanation, percent
 from specdiff.glossary import GLOSSARY, terms_footer, terms_in
 from specdiff.lanes import presets, unknown_pair
 from specdiff.reports.styles import PLAIN, RESET, SEQUENCES, SGR, Paint

@@ -22,7 +22,8 @@ import pytest
 
 from specdiff import files as files_module
 from specdiff.cli import main
-from specdiff.compare import DEFAULT_NEAR_TIE, run_fork_account
+from specdiff.compare import DEFAULT_NEAR_TIE
+from specdiff.fork_words import run_fork_account
 from specdiff.reports.export import ExportError, export_session, token_texts, write_report
 from specdiff.reports.svg import (
     HEIGHT,

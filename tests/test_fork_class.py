@@ -27,6 +27,7 @@ from specdiff.compare import (
     fork_class_at,
     fork_verdict,
 )
+from specdiff.fork_words import verdict_description
 from specdiff.sessions.records import RunSummary
 from specdiff.sessions.store import SessionError, load_session
 from specdiff.steps import Candidate, TokenStep
@@ -133,7 +134,7 @@ def test_a_lane_that_left_its_argmax_is_a_split(
     verdict = fork_verdict(a, b)
     assert verdict.kind == LARGE_MARGIN_SPLIT
     assert (verdict.reference, verdict.not_greedy) == (reference, not_greedy)
-    assert "not greedy decoding" in verdict.describe()
+    assert "not greedy decoding" in verdict_description(verdict)
 
 
 @pytest.mark.parametrize(
@@ -186,7 +187,7 @@ def test_a_step_without_a_second_candidate_is_unscored(
     assert verdict.kind == UNSCORED and verdict.not_greedy is None
     unscored = tuple(lane for lane in "ab" if scored is None or scored.lane != lane)
     assert tuple(lane for lane, _ in verdict.unscored) == unscored
-    described = verdict.describe()
+    described = verdict_description(verdict)
     assert described.startswith("unscored (no logits were recorded for lane")
     assert ("an accepted draft without probabilities" in described) == drafted
     summary = RunSummary.of_steps([step_a], [step_b], teacher_forced=teacher_forced)

@@ -101,7 +101,7 @@ async def test_the_tui_streams_two_llama_servers(binary: Path, model_path: Path)
 
 
 def test_repeat_sweeps_concurrent_requests(plain_server: str, capsys, tmp_path: Path) -> None:
-    from specdiff.repeat import format_sweep
+    from specdiff.repeat_summary import format_sweep
 
     code = main(
         ["repeat", "--endpoint", plain_server, "--lane", "api=llama-server", "-n", "4",

@@ -17,9 +17,9 @@ from specdiff.engine.llama.lane import LocalLane
 from specdiff.errors import PromptError
 from specdiff.lanes import Lane
 from specdiff.prompts import DEFAULT_PROMPT
-from specdiff.repeat import (
+from specdiff.repeat import companions_for
+from specdiff.repeat_summary import (
     RepeatResult,
-    companions_for,
     first_split,
     format_summary,
     format_sweep,

@@ -14,8 +14,8 @@ import pytest
 
 from specdiff.cli import main
 from specdiff.cli.score import read_text
-from specdiff.compare import counted
 from specdiff.errors import PromptError
+from specdiff.fork_words import counted
 from specdiff.lanes import presets
 from specdiff.reports.score import score_json
 from specdiff.scoring import (

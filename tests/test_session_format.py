@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from specdiff.compare import teacher_flips
 from specdiff.lanes import presets
-from specdiff.sessions.records import RunSummary, SessionHeader
+from specdiff.sessions.header import SessionHeader
+from specdiff.sessions.records import RunSummary
 from specdiff.sessions.store import SessionError, load_session
 from specdiff.steps import Candidate, TokenStep
 

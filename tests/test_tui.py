@@ -449,7 +449,7 @@ async def test_the_current_lane_is_framed_and_l_moves_the_frame() -> None:
 
 
 def test_counts_take_the_noun_in_the_right_number() -> None:
-    from specdiff.compare import counted
+    from specdiff.fork_words import counted
 
     assert [counted(n, "token") for n in (0, 1, 2, 11)] == [
         "0 tokens",

@@ -23,13 +23,11 @@ from specdiff.compare import (
     NEAR_TIE,
     compare,
     fork_between,
-    fork_sentence,
     fork_verdict,
-    quoted_piece,
     run_fork,
-    run_fork_sentence,
     teacher_flips,
 )
+from specdiff.fork_words import fork_sentence, quoted_piece, run_fork_sentence
 from specdiff.reports.text import format_result, result_json
 from specdiff.results import LaneOutcome, PairResult
 from specdiff.sessions.store import load_session

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from specdiff.compare import quoted_piece
+from specdiff.fork_words import quoted_piece
 from specdiff.sessions.store import load_session
 from tests.conftest import ForkingPrompt
 from tests.test_cli import assert_one_line_error, specdiff

@@ -14,9 +14,9 @@ from specdiff.compare import (
     DEFAULT_SPLIT_THRESHOLD,
     NEAR_TIE,
     fork_verdict,
-    quoted_piece,
     run_fork,
 )
+from specdiff.fork_words import quoted_piece
 from specdiff.sessions.store import SessionError, load_session
 from specdiff.sessions.verify import (
     Drift,

@@ -12,7 +12,8 @@ import pytest
 from rich.console import Console
 from textual.color import Color
 
-from specdiff.compare import fork_at, fork_explanation, fork_verdict, quoted_piece
+from specdiff.compare import fork_at, fork_verdict
+from specdiff.fork_words import fork_explanation, quoted_piece
 from specdiff.steps import Candidate, TokenStep
 from specdiff.tui.app import SpecdiffApp
 from specdiff.tui.themes import contrast, load_themes

@@ -288,6 +288,7 @@ def read_request(args: argparse.Namespace) -> tuple[dict[str, Pair], Pair, str]:
 
 def read_prompt(args: argparse.Namespace) -> str:
     """--prompt, else --prompt-file (- = stdin), else the default prompt; never empty."""
+    prompt: str
     if args.prompt is not None:
         prompt = args.prompt
     elif args.prompt_file == "-":

@@ -17,17 +17,13 @@ import argparse
 import json
 import sys
 import threading
-import time
-from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specdiff.autopsy import (
-    DRAFT_KEY,
     Autopsy,
     AutopsyError,
     AutopsyInterrupted,
-    SettingTrial,
     missing_model,
     save_beside,
 )
@@ -48,15 +44,13 @@ from specdiff.errors import ModelError, SpecdiffError
 from specdiff.lanes import Pair
 from specdiff.safe_text import visible
 
+if TYPE_CHECKING:  # the engine loads only for the command that runs
+    from specdiff.engine.server_autopsy import DraftRestart
+
 DEFAULT_MAX_RUNS = 8
 """The pair as given, its one differing setting, and the six kernel switches."""
 DEFAULT_EXPLAIN_TOKENS = 100
-DEFAULT_DRAFT_LENGTHS = (1, 2, 4, 8)
-"""The speculative server's draft lengths serve-pair explain tries, as --max-runs allows."""
 MAX_DRAFT_LENGTH = 256
-DraftRestart = Callable[[int], tuple[str, str]]
-"""Starts the speculative server again drafting at most k tokens per step; returns its
-URL and its launch line (the lane's server_flags)."""
 
 
 def draft_lengths(text: str) -> tuple[int, ...]:
@@ -144,6 +138,7 @@ def command_explain(args: argparse.Namespace) -> int:
     pair, prompt, max_tokens = read_target(args)
     note_unread_keys((("a", pair.a), ("b", pair.b)))
     if pair.a.backend == "server" or pair.b.backend == "server":
+        refuse_in_process_options(args)
         return explain_servers(args, pair, prompt, max_tokens, None)
     if args.draft_lengths is not None:
         raise ArgumentError(
@@ -212,6 +207,18 @@ def check_serve_pair_options(args: argparse.Namespace) -> None:
         raise ArgumentError(SVG_NEEDS_PART2)
 
 
+def refuse_in_process_options(args: argparse.Namespace) -> None:
+    """What server lanes started elsewhere cannot do: part 2's chart, or a draft-length
+    sweep, which restarts a server specdiff started."""
+    if args.svg:
+        raise ArgumentError(SVG_NEEDS_PART2)
+    if args.draft_lengths is not None:
+        raise ArgumentError(
+            "--draft-lengths restarts the speculative server, so it needs servers specdiff "
+            "starts: specdiff serve-pair explain --draft-lengths LIST"
+        )
+
+
 SVG_NEEDS_PART2 = (
     "--svg draws part 2's per-layer growth, which needs in-process lanes (a server offers "
     "no eval callback); drop --svg"
@@ -225,68 +232,22 @@ def explain_servers(
     max_tokens: int,
     restart: DraftRestart | None,
 ) -> int:
-    """Part 1 for server lanes: the pair as given, then (under serve-pair) one run per
-    draft length of the speculative server. Part 2 is left out with one line saying why."""
-    from specdiff.engine.autopsy import SERVER_PART2_NOTE, server_trial  # deferred
-    from specdiff.engine.worker import call_in_worker
+    """Part 1 for server lanes (`ServerSweep`), its autopsy printed. Part 2 is left out
+    with one line saying why."""
+    from specdiff.engine.server_autopsy import ServerSweep  # deferred, as above
 
-    if args.svg:
-        raise ArgumentError(SVG_NEEDS_PART2)
-    if restart is None and args.draft_lengths is not None:
-        raise ArgumentError(
-            "--draft-lengths restarts the speculative server, so it needs servers specdiff "
-            "starts: specdiff serve-pair explain --draft-lengths LIST"
-        )
-    lengths = (args.draft_lengths or DEFAULT_DRAFT_LENGTHS) if restart is not None else ()
+    sweep = ServerSweep(pair, prompt, max_tokens, args.max_runs, restart, args.draft_lengths)
     status = Status(sys.stderr, not args.quiet)
     cancel = threading.Event()
-    began = time.perf_counter()
-
-    def trial(run_pair: Pair, setting: str, value: str, scope: str) -> SettingTrial:
-        key = DRAFT_KEY if restart is not None else ""
-        return call_in_worker(
-            server_trial,
-            (run_pair, prompt, max_tokens, setting, key, value, scope),
-            None,
-            cancel,
-            doing="running the pair on the servers",
-        )
-
     try:
         with interrupt_sets(cancel):
-            status.message(f"run 1/{min(args.max_runs, len(lengths) + 1)}: the pair as given")
-            trials = [trial(pair, "as given", "as started", "as given")]
-            if trials[0].error is not None:
-                raise AutopsyError(f"the pair as given failed: {trials[0].error}")
-            for number, length in enumerate(lengths[: args.max_runs - 1], start=2):
-                assert restart is not None  # lengths are empty without it
-                status.message(f"run {number}: server a drafting at most {length} tokens")
-                url, flags = restart(length)
-                moved = replace(pair, a=replace(pair.a, endpoint=url, server_flags=flags))
-                setting = f"draft length {length} (server a)"
-                trials.append(trial(moved, setting, str(length), "server a"))
+            autopsy = sweep.run(status.message, cancel)
     except AutopsyInterrupted:
         status.done()
         print("specdiff: interrupted", file=sys.stderr)
         return Exit.INTERRUPTED
     status.done()
-    not_tried = [f"draft length {k} (over --max-runs)" for k in lengths[args.max_runs - 1 :]]
-    if restart is None:
-        not_tried.append(
-            "the draft-length sweep: it restarts the speculative server, so it runs under "
-            "specdiff serve-pair explain"
-        )
-    autopsy = Autopsy(
-        pair.name,
-        max_tokens,
-        trials[0].fork,
-        trials=tuple(trials),
-        max_runs=args.max_runs,
-        not_tried=tuple(not_tried),
-        part2_note=SERVER_PART2_NOTE,
-        seconds=round(time.perf_counter() - began, 3),
-    )
-    print(f"specdiff: {SERVER_PART2_NOTE}", file=sys.stderr)
+    print(f"specdiff: {autopsy.part2_note}", file=sys.stderr)
     show(autopsy, args.json)
     return Exit.SAME
 

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from specdiff.cli import options
 from specdiff.cli.common import (
@@ -28,6 +28,9 @@ from specdiff.cli.common import (
 )
 from specdiff.lanes import Lane, apply_overrides, parse_overrides, without_credentials
 from specdiff.safe_text import terminal_text, visible
+
+if TYPE_CHECKING:
+    from specdiff.repeat_summary import RepeatSummary, SweepSummary
 
 
 def add_parser(commands: Subcommands) -> None:
@@ -175,21 +178,16 @@ def command_repeat(args: argparse.Namespace) -> int:
     status.message(opening_line(args, values, where, served))
     cancel = threading.Event()
     bar = RunProgress(status, args.runs * len(values))
-    function: Callable[..., dict[str, Any]]
-    arguments: tuple[Any, ...]
-    if len(values) > 1:
-        function, arguments = run_sweep, (lane, prompt, args.runs, values, args.max_tokens)
-    else:
-        function = run_repeat
-        arguments = (lane, prompt, args.runs, values[0], args.max_tokens, args.batch)
+    events: dict[str, Callable[..., None]] = {"on_run": bar.ended, "progress": status.message}
+    doing = "repeating the prompt" + (f" against {where}" if served else "")
+    data: RepeatSummary | SweepSummary
     with interrupt_sets(cancel):
-        data = call_in_worker(
-            function,
-            arguments,
-            {"on_run": bar.ended, "progress": status.message},
-            cancel,
-            doing="repeating the prompt" + (f" against {where}" if served else ""),
-        )
+        if len(values) > 1:
+            sweep = (lane, prompt, args.runs, values, args.max_tokens)
+            data = call_in_worker(run_sweep, sweep, events, cancel, doing=doing)
+        else:
+            one = (lane, prompt, args.runs, values[0], args.max_tokens, args.batch)
+            data = call_in_worker(run_repeat, one, events, cancel, doing=doing)
     status.done()
     return report(args, data)
 
@@ -220,30 +218,38 @@ def list_text(values: list[int]) -> str:
     return ",".join(str(value) for value in values)
 
 
-def report(args: argparse.Namespace, data: dict[str, Any]) -> int:
+def report(args: argparse.Namespace, data: RepeatSummary | SweepSummary) -> int:
     """Print the summary (or the sweep's table) and write the plot; the exit code counts
     a split at any value."""
-    # deferred: only a sweep's plot needs the chart
-    from specdiff.repeat import format_summary, format_sweep
+    from specdiff.repeat_summary import format_summary, format_sweep  # deferred, as above
 
-    sweep = "points" in data
     if args.json:
         # ASCII: a completion's control characters stay escapes on the terminal
         json.dump(data, sys.stdout, indent=1, ensure_ascii=True)
         sys.stdout.write("\n")
+    if "points" not in data:
+        if not args.json:
+            print(terminal_text(format_summary(data)))
+        unique = [data["unique"]]
     else:
-        print(terminal_text(format_sweep(data) if sweep else format_summary(data)))
-    if args.plot is not None:
-        # written after the table is out, so a failed write loses no result
-        from specdiff.reports.repeat import sweep_chart
-
-        options.write_output_file(Path(args.plot), sweep_chart(data), "--plot")
-        if not args.quiet:
-            print(f"plot: {visible(args.plot)}", file=sys.stderr)
+        if not args.json:
+            print(terminal_text(format_sweep(data)))
+        if args.plot is not None:
+            # written after the table is out, so a failed write loses no result
+            write_plot(args.plot, data, args.quiet)
+        unique = [point["unique"] for point in data["points"]]
     if data["cancelled"]:
         return Exit.INTERRUPTED
-    unique = [point["unique"] for point in data["points"]] if sweep else [data["unique"]]
     return Exit.SAME if max(unique, default=1) <= 1 else Exit.DIFFERENT
+
+
+def write_plot(plot: str, data: SweepSummary, quiet: bool) -> None:
+    """The sweep's chart as SVG to --plot's file (only a sweep takes --plot)."""
+    from specdiff.reports.repeat import sweep_chart  # deferred: only a plot needs the chart
+
+    options.write_output_file(Path(plot), sweep_chart(data), "--plot")
+    if not quiet:
+        print(f"plot: {visible(plot)}", file=sys.stderr)
 
 
 class RunProgress:

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import threading
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -82,10 +83,6 @@ def add_parser(commands: Subcommands) -> None:
 
 def command_run(args: argparse.Namespace) -> int:
     """Exit 0 when the lanes agree, 1 when they fork, 2 when a lane failed, 130 when stopped."""
-    # deferred: the engine, session and report modules load only for the command that runs
-    from specdiff.engine.worker import PairWorker
-    from specdiff.reports.text import format_result, result_json
-
     _, pair, prompt = read_chat_request(args)
     if args.control:
         refuse_uncontrollable(pair)
@@ -94,26 +91,51 @@ def command_run(args: argparse.Namespace) -> int:
         if note is not None:
             print(f"specdiff: note: {note}", file=sys.stderr)
     note_unread_keys((("a", pair.a), ("b", pair.b)))
-    status = Status(sys.stderr, not args.quiet)
-    cancel = threading.Event()
-    counts = {"a": 0, "b": 0}
-    writer: SessionWriter | None = None
+    result, writer = run_pair(args, pair, prompt)
+    if writer is not None:
+        saved = writer.finish(result.summary())
+        print(f"specdiff: saved session {visible(str(saved))}", file=sys.stderr)
+    show_result(result, args.json, args.forecast)
+    return exit_code(result)
 
-    def on_step(step: TokenStep) -> None:
-        counts[step.lane] += 1
-        if writer is not None:
-            writer.step(step)
-        status.update(
-            f"generating: lane a {counts['a']}/{args.max_tokens} · "
-            f"lane b {counts['b']}/{args.max_tokens} tokens"
+
+@dataclass
+class StepProgress:
+    """What each step arriving does: counted on the progress line, and saved where the
+    run writes a session."""
+
+    status: Status
+    max_tokens: int
+    writer: SessionWriter | None = None
+    counts: dict[str, int] = field(default_factory=lambda: {"a": 0, "b": 0})
+
+    def __call__(self, step: TokenStep) -> None:
+        self.counts[step.lane] += 1
+        if self.writer is not None:
+            self.writer.step(step)
+        self.status.update(
+            f"generating: lane a {self.counts['a']}/{self.max_tokens} · "
+            f"lane b {self.counts['b']}/{self.max_tokens} tokens"
         )
 
+
+def run_pair(
+    args: argparse.Namespace, pair: Pair, prompt: str
+) -> tuple[PairResult, SessionWriter | None]:
+    """The pair run in a worker process, with its session writer when --save asks for
+    one (its footer not yet written)."""
+    # deferred: the engine and session modules load only for the command that runs
+    from specdiff.engine.worker import PairWorker
+
+    status = Status(sys.stderr, not args.quiet)
+    cancel = threading.Event()
+    progress = StepProgress(status, args.max_tokens)
     with PairWorker(pair, status.message, cancel) as runner:
         tokens = runner.tokenize(prompt)
         status.message(f"running {pair.name} on a {len(tokens)}-token prompt")
         if args.save:
-            writer = start_session(args, runner, pair, prompt, tokens)
-            status.message(f"saving to {writer.partial}")
+            progress.writer = start_session(args, runner, pair, prompt, tokens)
+            status.message(f"saving to {progress.writer.partial}")
         try:
             with interrupt_sets(cancel):
                 result = runner.run(
@@ -121,25 +143,28 @@ def command_run(args: argparse.Namespace) -> int:
                     args.max_tokens,
                     args.stop,
                     args.near_tie,
-                    on_step,
+                    progress,
                     args.teacher_forced,
                     args.control,
                 )
         except SpecdiffError:
-            if writer is not None:
-                writer.abandon()
+            if progress.writer is not None:
+                progress.writer.abandon()
             raise
         status.done()
-    if writer is not None:
-        saved = writer.finish(result.summary())
-        print(f"specdiff: saved session {visible(str(saved))}", file=sys.stderr)
-    forecast = forecast_parts(result, args.forecast)
-    if args.json:
+    return result, progress.writer
+
+
+def show_result(result: PairResult, as_json: bool, forecast_top: int | None) -> None:
+    """The run on stdout: its JSON, or its text for a terminal or a file."""
+    from specdiff.reports.text import format_result, result_json  # deferred, as above
+
+    forecast = forecast_parts(result, forecast_top)
+    if as_json:
         json.dump(result_json(result) | forecast[0], sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         print_text(format_result(result, terminal_layout(), forecast[1]))
-    return exit_code(result)
 
 
 def terminal_layout() -> Layout:
@@ -237,7 +262,7 @@ def start_session(
 ) -> SessionWriter:
     """A session file with its header written, once the input is known to be good."""
     # deferred: the engine, session and report modules load only for the command that runs
-    from specdiff.sessions.records import SessionHeader
+    from specdiff.sessions.header import SessionHeader
     from specdiff.sessions.store import SessionWriter
 
     runner.check(tokens, args.max_tokens)  # bad input leaves no file

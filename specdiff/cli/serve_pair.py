@@ -13,7 +13,7 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -156,11 +156,30 @@ def speculation_arguments(args: argparse.Namespace, binary: Path) -> list[str]:
     against the ones its --help lists, the draft options under the names it accepts."""
     from specdiff.engine.server.process import spec_types, usable_option  # deferred, as below
 
-    known = spec_types(binary)
-    kinds = args.spec_type.split(",")
+    check_spec_types(args.spec_type, spec_types(binary))
+    draft = draft_model_given(args)
+    arguments = ["--spec-type", args.spec_type]
+    drafts = (
+        ("--draft-model", draft, ("--spec-draft-model", "--model-draft")),
+        ("--draft-max", args.draft_max, ("--spec-draft-n-max", "--draft-max")),
+    )
+    for option, value, names in drafts:
+        if value is None:
+            continue
+        flag = usable_option(binary, *names)
+        if flag is None:
+            raise ArgumentError(f"this llama-server takes no {option} (none of {', '.join(names)})")
+        arguments += [flag, str(value)]
+    return arguments
+
+
+def check_spec_types(spec_type: str, known: Sequence[str]) -> None:
+    """--spec-type: speculation types separated by commas, each once, each one the
+    llama-server build lists (when it lists any)."""
+    kinds = spec_type.split(",")
     if "" in (kind.strip() for kind in kinds):
         raise ArgumentError(
-            f"--spec-type '{visible(args.spec_type, 60)}' has an empty entry; give types "
+            f"--spec-type '{visible(spec_type, 60)}' has an empty entry; give types "
             "separated by commas, e.g. ngram-simple or ngram-mod,ngram-simple"
         )
     if "none" in kinds:
@@ -177,34 +196,26 @@ def speculation_arguments(args: argparse.Namespace, binary: Path) -> list[str]:
                 f"--spec-type '{visible(kind, 60)}' is not one this llama-server knows; "
                 f"it lists {', '.join(known)}"
             )
-    draft = None
-    if args.draft_model is not None and not args.draft_model.strip():
+
+
+def draft_model_given(args: argparse.Namespace) -> Path | None:
+    """--draft-model's file, checked; None when it is left out."""
+    if args.draft_model is None:
+        return None
+    if not args.draft_model.strip():
         raise ArgumentError("--draft-model is empty; give the draft GGUF's path, or leave it out")
-    if args.draft_model is not None:
-        draft = Path(args.draft_model).expanduser()
-        if not draft.is_file():
-            raise ArgumentError(
-                f"--draft-model {visible(str(draft), 120)} is not a file; give a GGUF's path"
-            )
-        if not any(kind.startswith("draft") for kind in args.spec_type.split(",")):
-            raise ArgumentError(
-                f"--draft-model is read only by a draft --spec-type (e.g. draft-simple); "
-                f"--spec-type {visible(args.spec_type, 60)} drafts without a model"
-            )
-        check_draft_model(draft)
-    arguments = ["--spec-type", args.spec_type]
-    drafts = (
-        ("--draft-model", draft, ("--spec-draft-model", "--model-draft")),
-        ("--draft-max", args.draft_max, ("--spec-draft-n-max", "--draft-max")),
-    )
-    for option, value, names in drafts:
-        if value is None:
-            continue
-        flag = usable_option(binary, *names)
-        if flag is None:
-            raise ArgumentError(f"this llama-server takes no {option} (none of {', '.join(names)})")
-        arguments += [flag, str(value)]
-    return arguments
+    draft = Path(args.draft_model).expanduser()
+    if not draft.is_file():
+        raise ArgumentError(
+            f"--draft-model {visible(str(draft), 120)} is not a file; give a GGUF's path"
+        )
+    if not any(kind.startswith("draft") for kind in args.spec_type.split(",")):
+        raise ArgumentError(
+            f"--draft-model is read only by a draft --spec-type (e.g. draft-simple); "
+            f"--spec-type {visible(args.spec_type, 60)} drafts without a model"
+        )
+    check_draft_model(draft)
+    return draft
 
 
 def check_draft_model(path: Path) -> None:

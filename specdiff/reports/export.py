@@ -27,12 +27,12 @@ from specdiff.compare import (
     Comparison,
     Fork,
     ForkVerdict,
-    run_fork_account,
     run_fork_verdict,
 )
 from specdiff.control import control_sentence
 from specdiff.errors import SpecdiffError, did_you_mean
 from specdiff.files import lost_output, write_text_atomic
+from specdiff.fork_words import run_fork_account, verdict_description
 from specdiff.json_numbers import finite_everywhere
 from specdiff.lanes import differences, headline
 from specdiff.reports._markup import (
@@ -256,7 +256,7 @@ def _findings(report: _Report) -> list[str]:
     where = "before the fork" if comparison.fork is not None else "in the whole run"
     lines = [] if report.why is None else [f"Why it forked: {report.why}."]
     if report.verdict is not None:
-        lines.append(f"Fork class: {report.verdict.describe()}.")
+        lines.append(f"Fork class: {verdict_description(report.verdict)}.")
     lines += [
         f"Near ties {where} (margin < {comparison.near_tie_threshold:g}): "
         f"lane a at {_indices(comparison.near_ties_a)}; "

@@ -4,14 +4,14 @@ the swept value (companions in the batch, or a server's concurrency)."""
 from __future__ import annotations
 
 import math
-from typing import Any
 
+from specdiff.repeat_summary import SweepSummary
 from specdiff.reports.svg import LANE_COLORS, Series, line_chart
 
 SWEPT = {"companions": "other sequences in each batch", "concurrency": "requests in flight"}
 
 
-def sweep_chart(data: dict[str, Any]) -> str:
+def sweep_chart(data: SweepSummary) -> str:
     """`repeat.sweep_summary`'s points as a standalone SVG; a value whose runs never
     split leaves a gap in the split line."""
     points = data["points"]

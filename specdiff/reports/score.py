@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from specdiff.compare import counted
+from specdiff.fork_words import counted
 from specdiff.lanes import Pair, headline
 from specdiff.reports.text import piece_text
 from specdiff.safe_text import visible

@@ -20,18 +20,21 @@ from specdiff.compare import (
     DEFAULT_SPLIT_THRESHOLD,
     Comparison,
     Fork,
-    ForkExplanation,
     LaneAtFork,
     PickView,
-    counted,
-    fork_explanation,
     run_fork,
-    run_fork_explanation,
-    run_fork_sentence,
     run_fork_verdict,
     teacher_flips,
 )
 from specdiff.control import control_sentence
+from specdiff.fork_words import (
+    ForkExplanation,
+    counted,
+    fork_explanation,
+    run_fork_explanation,
+    run_fork_sentence,
+    verdict_description,
+)
 from specdiff.glossary import terms_footer
 from specdiff.lanes import Lane, differences, headline
 from specdiff.reports.styles import PLAIN, Paint
@@ -379,7 +382,7 @@ def _why_lines(result: PairResult, fork: Fork, layout: Layout = Layout()) -> lis
     if verdict is not None:
         explanation = fork_explanation(fork, verdict, teacher_forced=result.teacher_forced)
         lines.extend(explanation_lines(explanation, layout))
-        lines.append(f"fork class: {verdict.describe()}")
+        lines.append(f"fork class: {verdict_description(verdict)}")
     return lines
 
 

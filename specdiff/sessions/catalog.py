@@ -16,7 +16,8 @@ from typing import Any
 
 from specdiff.errors import SpecdiffError
 from specdiff.sessions.format import LANE_IDS
-from specdiff.sessions.records import RunSummary, SessionHeader
+from specdiff.sessions.header import SessionHeader
+from specdiff.sessions.records import RunSummary
 from specdiff.sessions.store import (
     MAX_LINE_BYTES,
     PARTIAL_SUFFIX,

@@ -25,7 +25,8 @@ from specdiff.errors import SpecdiffError
 from specdiff.files import naming, open_for_reading
 from specdiff.lanes import Pair
 from specdiff.sessions.codec import step_from, step_record
-from specdiff.sessions.records import RunSummary, SessionHeader
+from specdiff.sessions.header import SessionHeader
+from specdiff.sessions.records import RunSummary
 from specdiff.steps import TokenStep
 
 SUFFIX = ".jsonl"

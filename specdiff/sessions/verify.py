@@ -10,17 +10,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specdiff.compare import (
-    DEFAULT_NEAR_TIE,
-    ForkVerdict,
-    fork_between,
-    fork_sentence,
-    fork_verdict,
-    quoted_piece,
-    run_fork,
-)
+from specdiff.compare import DEFAULT_NEAR_TIE, ForkVerdict, fork_between, fork_verdict, run_fork
+from specdiff.fork_words import fork_sentence, quoted_piece, verdict_description
 from specdiff.safe_text import visible
-from specdiff.sessions.records import SessionHeader
+from specdiff.sessions.header import SessionHeader
 from specdiff.sessions.store import Session
 from specdiff.steps import TokenStep
 
@@ -109,7 +102,7 @@ def drift_lines(
     return [
         f"{where}: recorded {token_shown(recorded)}, now {token_shown(now)} ({name})",
         f"why: {fork_sentence(fork, verdict, sides)}",
-        f"drift class: {verdict.describe(sides)}",
+        f"drift class: {verdict_description(verdict, sides)}",
     ]
 
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
-from specdiff.compare import run_fork_account
+from specdiff.fork_words import run_fork_account
 from specdiff.results import LaneOutcome
 from specdiff.sessions.records import RunSummary, Serving
 from specdiff.sessions.store import Session

@@ -35,7 +35,8 @@ from specdiff.grading.graders import NOT_RUN_LANE_FAILED, Grader, grade_text
 from specdiff.lanes import Pair
 from specdiff.results import LaneOutcome, PairResult
 from specdiff.sessions.format import CRASHED
-from specdiff.sessions.records import Grade, RunSummary, SessionHeader
+from specdiff.sessions.header import SessionHeader
+from specdiff.sessions.records import Grade, RunSummary
 from specdiff.sessions.store import (
     PARTIAL_SUFFIX,
     SessionWriter,

@@ -20,10 +20,10 @@ import time
 from collections.abc import Callable
 from functools import partial
 
-from specdiff.compare import counted
 from specdiff.control import control_brief
 from specdiff.engine.worker import PairWorker
 from specdiff.errors import SpecdiffError
+from specdiff.fork_words import counted
 from specdiff.lanes import Pair
 from specdiff.results import PairResult
 from specdiff.steps import TokenStep

@@ -14,15 +14,9 @@ import codecs
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from specdiff.compare import (
-    DEFAULT_NEAR_TIE,
-    Fork,
-    align_after,
-    counted,
-    fork_at,
-    near_ties,
-)
+from specdiff.compare import DEFAULT_NEAR_TIE, Fork, align_after, fork_at, near_ties
 from specdiff.forecast import FlipModel, forecast, model_for
+from specdiff.fork_words import counted
 from specdiff.lanes import Pair, differences
 from specdiff.results import PairResult
 from specdiff.safe_text import visible

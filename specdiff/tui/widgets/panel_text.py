@@ -20,11 +20,9 @@ from specdiff.compare import (
     UNSCORED,
     Fork,
     PickView,
-    counted,
-    fork_explanation,
     fork_verdict,
-    quoted_piece,
 )
+from specdiff.fork_words import counted, fork_explanation, quoted_piece
 from specdiff.safe_text import visible
 from specdiff.steps import TokenStep
 from specdiff.tui.themes import readable_on

@@ -1,0 +1,274 @@
+"""The Autopsy record: everything `specdiff explain` found for one prompt and pair,
+the cause in one plain sentence, and its JSON (`Autopsy.from_json` checks every field).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from specdiff.autopsy.codec import (
+    FieldReader,
+    margin_from,
+    margin_json,
+    pair_of,
+    tensor_from,
+    tensor_json,
+    trial_from,
+    trial_json,
+)
+from specdiff.autopsy.records import (
+    LAST_BITS,
+    MAX_TENSORS,
+    MAX_TRIALS,
+    SCHEMA,
+    AutopsyError,
+    ForkMargin,
+    LayerGrowth,
+    SettingTrial,
+    TensorDifference,
+)
+from specdiff.autopsy.words import (
+    DATA_MOVES,
+    draft_verdict,
+    made_before,
+    op_words,
+    percent,
+    relative_speed,
+    tensor_words,
+)
+from specdiff.json_numbers import finite_or_null
+from specdiff.safe_text import visible
+
+
+@dataclass(frozen=True)
+class Autopsy:
+    """Everything `specdiff explain` found for one prompt and pair."""
+
+    pair: str
+    max_tokens: int
+    fork: int | None
+    """Where the pair as given forks; None: nothing to explain."""
+    trials: tuple[SettingTrial, ...] = ()
+    max_runs: int = 0
+    not_tried: tuple[str, ...] = ()
+    """Settings left out: over the budget, or with no switch for these lanes."""
+    tensors: tuple[TensorDifference, ...] = ()
+    layers: tuple[LayerGrowth, ...] = ()
+    margin: ForkMargin | None = None
+    verify_width: tuple[int, int] = (0, 0)
+    """How many tokens the decode call of the fork step held, in lane a and lane b."""
+    tapping_neutral: bool = True
+    """Both lanes' logits came out the same bit for bit with the taps on and off."""
+    part2_note: str | None = None
+    """Why the layer comparison was not made (a server lane, a failure)."""
+    seconds: float = 0.0
+    notes: tuple[str, ...] = field(default=())
+
+    # -- what it found -------------------------------------------------------------
+    @property
+    def nothing_to_explain(self) -> bool:
+        return self.fork is None
+
+    @property
+    def first_difference(self) -> TensorDifference | None:
+        return next((t for t in self.tensors if not t.identical), None)
+
+    def removing(self) -> list[SettingTrial]:
+        """The trials (other than the run as given) after which the lanes agree."""
+        return [t for t in self.trials if t.scope != "as given" and t.identical]
+
+    def growth_series(self) -> list[float]:
+        """Per-layer largest difference, then the logits': a sparkline's values."""
+        series = [layer.max_abs for layer in self.layers]
+        if self.margin is not None:
+            series.append(self.margin.logits_max_abs)
+        return series
+
+    def attention_identical(self) -> bool | None:
+        """Whether every attention output (kqv_out) was bit-identical; None if none tapped."""
+        attention = [t for t in self.tensors if t.name.startswith("kqv_out")]
+        return all(t.identical for t in attention) if attention else None
+
+    # -- words ---------------------------------------------------------------------
+    def cause(self) -> str:
+        """One plain sentence (or three) naming the setting and the first operation."""
+        if self.fork is None:
+            nothing = (
+                f"Nothing to explain: the two lanes gave the same {self.max_tokens} tokens "
+                "or fewer, token for token."
+            )
+            verdict = draft_verdict(self.trials)
+            return f"{nothing} {verdict}" if verdict else nothing
+        parts = [self._picks_sentence(), self._setting_sentence()]
+        operation = self._operation_sentence()
+        if operation:
+            parts.append(operation)
+        return " ".join(part for part in parts if part)
+
+    def _picks_sentence(self) -> str:
+        margin = self.margin
+        if margin is None:
+            return f"The lanes fork at token {self.fork}."
+        pa, pb = margin.probability_a, margin.probability_b
+        return (
+            f"At token {self.fork} lane a picked {margin.piece_a} "
+            f"({percent(pa[0])} against {percent(pa[1])} for {margin.piece_b}) and lane b "
+            f"picked {margin.piece_b} ({percent(pb[1])} against {percent(pb[0])}); in "
+            f"logits (the model's raw scores, before they become probabilities) lane a's "
+            f"lead was {margin.margin:.3f}."
+        )
+
+    def _setting_sentence(self) -> str:
+        verdict = draft_verdict(self.trials)
+        if verdict is not None:
+            return verdict
+        removing = self.removing()
+        kernels = [t for t in removing if t.scope == "both lanes"]
+        baseline = next((t for t in self.trials if t.scope == "as given"), None)
+        if kernels:
+            named = "; ".join(f"{t.setting}" + relative_speed(t, baseline) for t in kernels)
+            return f"The fork disappears with {named}."
+        moved = [t for t in removing if t.scope == "lane b"]
+        if moved:
+            named = ", ".join(t.setting for t in moved)
+            return (
+                "No kernel switch tried removes the fork; only making the lanes' own "
+                f"difference the same does ({named})."
+            )
+        tried = len([t for t in self.trials if t.scope != "as given"])
+        if tried == 0 and any("serve-pair" in item for item in self.not_tried):
+            return (
+                "No setting was tried: specdiff cannot restart servers it did not start "
+                "(specdiff serve-pair explain sweeps the speculative server's draft length)."
+            )
+        if tried == 0:
+            return "No setting was tried (the run budget allowed only the run as given)."
+        return f"No single setting of the {tried} tried removes the fork."
+
+    def _operation_sentence(self) -> str:
+        first = self.first_difference
+        if first is None:
+            if self.tensors:
+                return "Every tapped tensor was identical: the fork comes from an earlier step."
+            return ""
+        where = f"layer {first.layer}'s " if first.layer is not None else ""
+        how = (
+            "in the last bits" if first.rel_l2 < LAST_BITS else f"by {first.rel_l2:.1e} of its size"
+        )
+        named = f"({visible(first.name, 60)}, {visible(first.op, 30)})"
+        if first.op in DATA_MOVES:
+            # a copy or reshape rounds nothing: the difference was made before it
+            sentence = (
+                f"The first tapped tensor that differs is {where}{tensor_words(first.name)} "
+                f"{named}, {how} (largest difference {first.max_abs:.2g}); its last "
+                f"operation only moves data, so the difference was made by "
+                f"{made_before(first.name)}"
+            )
+        else:
+            sentence = (
+                f"The first operation that differs is {op_words(first.op)} of {where}"
+                f"{tensor_words(first.name)} {named}, {how} (largest difference "
+                f"{first.max_abs:.2g})"
+            )
+        width_a, width_b = self.verify_width
+        if width_a != width_b:
+            sentence += f" when lane a computes the step {width_a} tokens wide and lane b {width_b}"
+        elif first.name.startswith("kqv_out"):
+            sentence += (
+                f". Both lanes computed this step {width_a} token{'s' if width_a != 1 else ''} "
+                "wide, so its own arithmetic matched until attention read the keys and values "
+                "earlier steps left in the KV memory: those were computed differently (in "
+                "wider verify batches, say), and the difference came in with them"
+            )
+        if self.attention_identical():
+            sentence += "; attention stays identical"
+        margin = self.margin
+        if margin is not None:
+            relation = "more than" if margin.shift >= margin.margin else "less than"
+            sentence += (
+                f"; the difference grows to {margin.shift:.2f} logits between the two picks"
+                f" at the fork, {relation} the {margin.margin:.2f} margin"
+            )
+        return sentence + "."
+
+    def panel_text(self) -> str:
+        """A few short lines for a fork panel beside a sparkline of growth_series()."""
+        if self.fork is None:
+            return "nothing to explain: the lanes agree"
+        lines = []
+        removing = self.removing()
+        if removing:
+            lines.append("fork gone with: " + ", ".join(t.setting for t in removing[:3]))
+        else:
+            lines.append("no single setting removes the fork")
+        first = self.first_difference
+        if first is not None:
+            lines.append(
+                f"first differing tensor: {visible(first.name, 40)} ({visible(first.op, 20)}) "
+                f"|Δ| {first.max_abs:.2g}"
+            )
+        if self.margin is not None:
+            lines.append(
+                f"at the fork: {self.margin.shift:.3f} of a {self.margin.margin:.3f} margin "
+                f"({self.margin.margin_used:.0%})"
+            )
+        if self.part2_note:
+            lines.append(visible(self.part2_note, 120))
+        return "\n".join(lines)
+
+    # -- JSON ------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        """The record as JSON: `settings`, `first_difference` and `layers` lead."""
+        first = self.first_difference
+        return {
+            "schema": SCHEMA,
+            "pair": self.pair,
+            "max_tokens": self.max_tokens,
+            "fork": self.fork,
+            "nothing_to_explain": self.nothing_to_explain,
+            "cause": self.cause(),
+            "settings": [trial_json(t) for t in self.trials],
+            "first_difference": None if first is None else tensor_json(first),
+            "layers": [
+                # rel_l2 is inf where lane a's tensor is all zeros: JSON holds it as null
+                {"layer": g.layer, "max_abs": g.max_abs, "rel_l2": finite_or_null(g.rel_l2)}
+                for g in self.layers
+            ],
+            "margin": None if self.margin is None else margin_json(self.margin),
+            "verify_width": list(self.verify_width),
+            "tapping_neutral": self.tapping_neutral,
+            "tensors": [tensor_json(t) for t in self.tensors],
+            "max_runs": self.max_runs,
+            "not_tried": list(self.not_tried),
+            "part2_note": self.part2_note,
+            "seconds": self.seconds,
+            "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> Autopsy:
+        """Read a record `to_json` wrote; anything else is one AutopsyError line."""
+        record = FieldReader(data, "autopsy")
+        if record.integer("schema") != SCHEMA:
+            raise AutopsyError(f"autopsy: schema is not {SCHEMA}; re-run specdiff explain")
+        margin = record.optional("margin")
+        return cls(
+            pair=record.text("pair"),
+            max_tokens=record.integer("max_tokens"),
+            fork=record.optional_integer("fork"),
+            trials=tuple(trial_from(item) for item in record.items("settings", MAX_TRIALS)),
+            max_runs=record.integer("max_runs"),
+            not_tried=tuple(record.texts("not_tried")),
+            tensors=tuple(tensor_from(item) for item in record.items("tensors", MAX_TENSORS)),
+            layers=tuple(
+                LayerGrowth(r.integer("layer"), r.number("max_abs"), r.unbounded("rel_l2"))
+                for r in record.items("layers", MAX_TENSORS)
+            ),
+            margin=None if margin is None else margin_from(FieldReader(margin, "margin")),
+            verify_width=pair_of(record.integers("verify_width"), "verify_width"),
+            tapping_neutral=record.boolean("tapping_neutral"),
+            part2_note=record.optional_text("part2_note"),
+            seconds=record.number("seconds"),
+            notes=tuple(record.texts("notes")),
+        )

@@ -1,0 +1,129 @@
+"""The autopsy in words: llama.cpp's tensor names and operations as a reader knows
+them, and what a sweep of draft lengths says about a fork.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from specdiff.autopsy.records import DRAFT_KEY, SettingTrial
+from specdiff.safe_text import visible
+
+
+def draft_verdict(trials: Sequence[SettingTrial]) -> str | None:
+    """What a sweep of the speculative server's draft length says, in one sentence;
+    None when no trial ran one. A fork at the same token whatever the server drafts
+    cannot come from which drafts it accepted and rolled back (that changes with the
+    draft length): the verify batch's arithmetic rounded differently."""
+    if not any(trial.key == DRAFT_KEY for trial in trials):
+        return None
+    ran = [t for t in trials if t.key == DRAFT_KEY and t.error is None]
+    if len(ran) < 2:
+        return (
+            "Fewer than two draft lengths ran, so the sweep cannot tell a numerics fork from "
+            "the accept/rollback logic; give more draft lengths or a larger --max-runs."
+        )
+    lengths = ", ".join(t.value for t in ran)
+    forked = [t for t in ran if t.fork is not None]
+    positions = sorted({t.fork for t in forked if t.fork is not None})
+    if not forked:
+        if all(t.identical for t in ran):
+            return f"The lanes agree at every draft length tried ({lengths})."
+        return (
+            f"No draft length tried ({lengths}) makes the lanes pick differently; they "
+            "differ only in length."
+        )
+    if len(forked) == len(ran) and len(positions) == 1:
+        return (
+            f"The fork stays at token {positions[0]} at every draft length tried ({lengths}): "
+            "a numerics fork (the verify batch's arithmetic), not the accept/rollback logic."
+        )
+    where = "; ".join(f"{t.outcome} with draft length {t.value}" for t in ran)
+    if len(forked) < len(ran):
+        return (
+            f"The fork disappears at some draft lengths ({where}): whether the lanes part "
+            "depends on what the speculative server drafts and accepts, not on one fixed "
+            "rounding difference."
+        )
+    return (
+        f"The fork moves with the draft length ({where}): where it lands depends on what "
+        "the speculative server drafts and accepts (the accept/rollback path, or the width "
+        "of the batches it verifies), not on one fixed rounding difference."
+    )
+
+
+_TENSOR_WORDS = {
+    "inp_embd": "the token embedding",
+    "inp_scaled": "the scaled token embedding",
+    "attn_norm": "attention input norm",
+    "Qcur": "attention query",
+    "Qcur_normed": "normalised attention query",
+    "Kcur": "attention key",
+    "Kcur_normed": "normalised attention key",
+    "Vcur": "attention value",
+    "kqv_out": "attention output",
+    "attn_out": "attention output projection",
+    "attn_post_norm": "attention output norm",
+    "sa_out": "sum after attention",
+    "ffn_inp": "feed-forward input",
+    "ffn_norm": "feed-forward input norm",
+    "ffn_up": "feed-forward up projection",
+    "ffn_gate": "feed-forward gate projection",
+    "ffn_geglu": "feed-forward gated activation",
+    "ffn_swiglu": "feed-forward gated activation",
+    "ffn_out": "feed-forward output",
+    "ffn_post_norm": "feed-forward output norm",
+    "l_out": "output",
+    "result_norm": "the final norm",
+    "result_output": "the output logits",
+}
+_OP_WORDS = {
+    "MUL_MAT": "the matrix multiply",
+    "ADD": "the addition",
+    "MUL": "the multiplication",
+    "RMS_NORM": "the RMS normalisation",
+    "NORM": "the normalisation",
+    "SCALE": "the scaling",
+    "ROPE": "the rotary position encoding",
+    "SOFT_MAX": "the softmax",
+    "GET_ROWS": "the row lookup",
+    "FLASH_ATTN_EXT": "flash attention",
+    "GLU": "the gated activation",
+    "GEGLU": "the gated activation",
+    "CPY": "the copy",
+    "CONT": "the copy",
+}
+
+
+DATA_MOVES = frozenset({"CONT", "CPY", "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE", "DUP"})
+"""Operations that move values without arithmetic."""
+
+
+def made_before(name: str) -> str:
+    """What made a difference that a data move (a copy, a reshape) only carried."""
+    if name.startswith("kqv_out"):
+        return "the attention before it (its scores, softmax and weighted sum, not tapped)"
+    return "the operation before it"
+
+
+def tensor_words(name: str) -> str:
+    """ "feed-forward output" for "ffn_out-0"; the name itself for one not known."""
+    base = name.rsplit("-", 1)[0] if name.rsplit("-", 1)[-1].isdigit() else name
+    return _TENSOR_WORDS.get(base, visible(base, 60))
+
+
+def op_words(op: str) -> str:
+    """ "the matrix multiply" for MUL_MAT; "the X operation" for one not known."""
+    return _OP_WORDS.get(op, f"the {visible(op, 30)} operation")
+
+
+def percent(probability: float) -> str:
+    """A pick's probability in a cause sentence: 39%, or 3.2e-04 below one percent."""
+    return f"{probability:.0%}" if probability >= 0.01 else f"{probability:.1e}"
+
+
+def relative_speed(trial: SettingTrial, baseline: SettingTrial | None) -> str:
+    """How fast lane a ran with a setting, against the run as given; "" unknown."""
+    if baseline is None or baseline.speed_a <= 0 or trial.speed_a <= 0:
+        return ""
+    return f" (lane a at {trial.speed_a / baseline.speed_a:.2f}x its speed)"
