@@ -349,7 +349,8 @@ def test_the_fork_panel_carries_a_class_badge(b_logits: dict[int, float], badge:
 
 @pytest.mark.parametrize("unscored", [0, 3])
 def test_suite_tables_count_unscored_forks_only_where_there_are_some(unscored: int) -> None:
-    from specdiff.reports.suite import _class_counts_cell, paired_line
+    from specdiff.reports.suite import paired_line
+    from specdiff.reports.suite_tables import _class_counts_cell
 
     counts = {NEAR_TIE: 4, AMBIGUOUS: 1, LARGE_MARGIN_SPLIT: 2, UNSCORED: unscored}
     summary = {"identical_rate": {"count": 1, "of": 11, "interval": None}}

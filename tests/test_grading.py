@@ -235,7 +235,7 @@ def test_suite_json_and_the_report_say_how_programs_were_confined(
     tmp_path: Path, no_exec: bool
 ) -> None:
     from specdiff.lanes import presets
-    from specdiff.reports.suite import _grading_text
+    from specdiff.reports.suite_words import grading_text
     from specdiff.suite.settings import SuiteSettings
 
     source = tmp_path / "set.jsonl"
@@ -244,7 +244,7 @@ def test_suite_json_and_the_report_say_how_programs_were_confined(
     prompts_read, _ = load_suite_prompts(str(source))
     settings = SuiteSettings(str(source), (presets()["ubatch"],), 8, grade=True, no_exec=no_exec)
     stored = settings.as_json(prompts_read)
-    said = _grading_text(stored)
+    said = grading_text(stored)
     if no_exec:
         assert "confinement" not in stored and "no code executed" in said
     else:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from specdiff.cli import options
 from specdiff.cli.common import (
@@ -33,9 +33,9 @@ from specdiff.prompts import SETS
 from specdiff.suite import MAX_CONCURRENCY
 
 if TYPE_CHECKING:
-    from specdiff.suite.outcome import SuiteOutcome
+    from specdiff.suite.outcome import SuiteOutcome, SuiteReport
+    from specdiff.suite.progress import Progress
     from specdiff.suite.prompts import SuitePrompt
-    from specdiff.suite.runner import Progress
     from specdiff.suite.settings import SuiteSettings
 
 LOG_SECONDS = 60.0
@@ -70,6 +70,22 @@ def add_parser(commands: Subcommands) -> None:
     options.add_max_tokens(suite, default=None)
     suite.add_argument("--report", required=True, metavar="DIR", help="the report folder")
     options.add_near_tie(suite)
+    add_variant_options(suite)
+    options.add_stop(suite)
+    add_grading_options(suite)
+    add_load_options(suite)
+    suite.add_argument("--resume", action="store_true", help="continue a stopped suite in DIR")
+    suite.add_argument("--force", action="store_true", help="replace the report in DIR")
+    options.add_allow_servers(suite)
+    suite.add_argument(
+        "--skip-bad", action="store_true", help="run the good prompts when some lines are bad"
+    )
+    options.add_quiet(suite)
+
+
+def add_variant_options(suite: argparse.ArgumentParser) -> None:
+    """What each run measures beside the plain pair: teacher forcing and its KL pass,
+    the noise-floor control, and a variant of each pair per weight type or prompt length."""
     options.add_teacher_forced(suite)
     suite.add_argument(
         "--no-kld",
@@ -89,16 +105,6 @@ def add_parser(commands: Subcommands) -> None:
         help="run each pair once per token length, e.g. 128,512: every prompt padded to it "
         "with fixed filler text before it (a longer prompt is skipped at that length)",
     )
-    options.add_stop(suite)
-    add_grading_options(suite)
-    add_load_options(suite)
-    suite.add_argument("--resume", action="store_true", help="continue a stopped suite in DIR")
-    suite.add_argument("--force", action="store_true", help="replace the report in DIR")
-    options.add_allow_servers(suite)
-    suite.add_argument(
-        "--skip-bad", action="store_true", help="run the good prompts when some lines are bad"
-    )
-    options.add_quiet(suite)
 
 
 def add_load_options(suite: argparse.ArgumentParser) -> None:
@@ -434,7 +440,7 @@ def refuse_run_options(args: argparse.Namespace) -> None:
 
 def progress_figures(progress: Progress) -> str:
     """`12/164 (7%) · 3 in flight · 0.52 prompts/s · 180 tokens/s · ETA 4m05s`."""
-    from specdiff.suite.runner import duration
+    from specdiff.suite.progress import duration
 
     def rate(value: float | None, unit: str, digits: int) -> str:
         return f"… {unit}" if value is None else f"{value:.{digits}f} {unit}"
@@ -447,7 +453,7 @@ def progress_figures(progress: Progress) -> str:
     )
 
 
-def print_summary(data: dict[str, Any], paths: list[Path]) -> None:
+def print_summary(data: SuiteReport, paths: list[Path]) -> None:
     """A line per pair (identical runs, pass@1 and McNemar when graded, fork classes,
     speed, flips, failures, crashes), then where the report is."""
     from specdiff.reports.suite import backoff_text, left_out_text, paired_line

@@ -3,16 +3,15 @@ per length variant and a plot of the fork rate against the prompt's length."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from specdiff.reports.svg import Series, line_chart
 from specdiff.suite.lengths import LABEL_SUFFIX, TOO_LONG
+from specdiff.suite.outcome import PairReport, SuiteReport
 
 LENGTH_HEADER = ("variant", "prompt tokens", "runs", "skipped (too long)", "forked", "fork rate")
 SERIES_COLORS = ("#3b7dd8", "#e0761b", "#2e9e5b", "#a23bd8", "#d83b5e", "#6b6b6b")
 
 
-def _swept(data: dict[str, Any]) -> list[tuple[dict[str, Any], int, float | None, int]]:
+def _swept(data: SuiteReport) -> list[tuple[PairReport, int, float | None, int]]:
     """(pair entry, its length, fork rate in % of finished runs or None, prompts skipped
     as too long) for every length variant, in the suite's order."""
     out = []
@@ -31,7 +30,7 @@ def _swept(data: dict[str, Any]) -> list[tuple[dict[str, Any], int, float | None
     return out
 
 
-def length_rows(data: dict[str, Any]) -> list[list[str]]:
+def length_rows(data: SuiteReport) -> list[list[str]]:
     """One row per length variant: its length, runs, prompts skipped as too long, forks
     and the fork rate."""
     return [
@@ -47,7 +46,7 @@ def length_rows(data: dict[str, Any]) -> list[list[str]]:
     ]
 
 
-def fork_rate_by_prompt_length_svg(data: dict[str, Any]) -> str:
+def fork_rate_by_prompt_length_svg(data: SuiteReport) -> str:
     """A line per pair (weight type): the fork rate at each swept length."""
     lengths = data["settings"].get("prompt_lengths", [])
     by_variant: dict[str, dict[int, float]] = {}

@@ -100,7 +100,8 @@ def _nice_ceiling(value: float) -> float:
     """The smallest 1-2-5 step at or above value, so an axis ends on a round number."""
     if value <= 0 or not math.isfinite(value):
         return 1.0
-    power = 10 ** math.floor(math.log10(value))
+    # an int or a float, as the exponent's sign has it
+    power: float = 10 ** math.floor(math.log10(value))
     return next(m * power for m in (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10) if m * power >= value)
 
 

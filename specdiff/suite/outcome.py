@@ -5,12 +5,14 @@ that the figures (stats.py) and the ledger that holds them never import the runn
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from specdiff import __version__
 from specdiff.suite.ledger import Ledger
 from specdiff.suite.prompts import SuitePrompt
+from specdiff.suite.records import Configuration
 from specdiff.suite.settings import SuiteSettings
 from specdiff.suite.stats import PairFigures
 
@@ -21,7 +23,7 @@ class SuiteOutcome:
     prompts: list[SuitePrompt]
     ledger: Ledger
     """Every run's record, read back in suite order, and each pair's figures."""
-    executed: dict[str, dict[str, Any]]
+    executed: dict[str, Configuration]
     """Per variant label: the header's lanes, executed settings and build."""
     skipped: list[str]
     cancelled: bool
@@ -59,16 +61,46 @@ class SuiteOutcome:
         return "the prompt set is empty" if not self.prompts else None
 
 
+class PairReport(TypedDict):
+    """One pair (variant) as every report shows it."""
+
+    label: str
+    quant: str
+    summary: dict[str, Any]
+    """The pair's figures (`PairFigures.summary`), with the load and the KL divergence."""
+    configuration: Configuration | None
+    prompt_length: int | None
+
+
+class SuiteReport(TypedDict):
+    """The one JSON-able object every report file is rendered from (report.json is it)."""
+
+    specdiff: str
+    created: str
+    complete: bool
+    jobs: int
+    finished: int
+    resumed: int
+    wall_seconds: float
+    settings: dict[str, Any]
+    """`SuiteSettings.as_json`: what the suite ran."""
+    skipped_prompts: list[str]
+    prompt_texts: dict[str, str]
+    pairs: list[PairReport]
+    prompts: Iterable[dict[str, Any]]
+    """Every run's record, in suite order; last, and read as it is iterated."""
+
+
 PROMPT_TEXT_KEPT = 200
 """Characters of each prompt report.json keeps: enough to recognise it by."""
 
 
-def outcome_json(outcome: SuiteOutcome) -> dict[str, Any]:
+def outcome_json(outcome: SuiteOutcome) -> SuiteReport:
     """Everything the reports show, as one JSON-able object; its `prompts` are read from
     the ledger as they are iterated (a `RecordView`), never held together."""
     settings = outcome.settings
     ledger = outcome.ledger
-    pairs = []
+    pairs: list[PairReport] = []
     for label, _pair, quant in settings.variants():
         figures = ledger.figures.get(label) or PairFigures()
         pairs.append(

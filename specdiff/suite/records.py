@@ -6,12 +6,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard
+from pathlib import Path
+from typing import Any, TypedDict, TypeGuard
 
+from specdiff.errors import SpecdiffError, printable
 from specdiff.fork_words import run_fork_account
 from specdiff.results import LaneOutcome
 from specdiff.sessions.records import RunSummary, Serving
-from specdiff.sessions.store import Session
+from specdiff.sessions.store import Session, load_session
 from specdiff.steps import TokenStep
 
 MARGIN_BUCKETS = (0.0, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, math.inf)
@@ -168,4 +170,38 @@ def unreadable_record(
             cancelled=False,
         ),
         near_ties=(0, 0),
+    )
+
+
+UNREADABLE_ERRORS = (SpecdiffError, ValueError, TypeError, KeyError, IndexError, RecursionError)
+"""What reading a session file back may raise: a file shared, edited or cut short must
+fail its own run, never the suite."""
+
+
+class Configuration(TypedDict):
+    """What one pair (variant) of a suite ran, from the header of its first readable
+    session file: the report's configuration table and build."""
+
+    lanes: dict[str, Any]
+    executed: dict[str, Any]
+    build: dict[str, Any]
+
+
+def read_record(
+    path: Path, relative: str, label: str, quant: str, prompt_id: str, near_tie: float
+) -> tuple[PromptRecord, Configuration] | str:
+    """The run's record from its session file and what the session ran, or why the file
+    cannot give them."""
+    try:
+        session = load_session(path)
+        if session.footer is None:
+            return f"{relative} ends before its footer (the run was cut short)"
+        record = record_from_session(session, label, quant, prompt_id, relative, near_tie)
+        header = session.header.to_json()
+    except UNREADABLE_ERRORS as error:
+        if isinstance(error, SpecdiffError):
+            return printable(str(error), 300)
+        return f"cannot read {relative}: {printable(repr(error), 300)}"
+    return record, Configuration(
+        lanes=header["lanes"], executed=header["executed"], build=header["build"]
     )

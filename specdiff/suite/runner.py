@@ -30,191 +30,37 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specdiff.errors import SpecdiffError, printable
-from specdiff.grading.graders import NOT_RUN_LANE_FAILED, Grader, grade_text
+from specdiff.errors import SpecdiffError
 from specdiff.lanes import Pair
-from specdiff.results import LaneOutcome, PairResult
-from specdiff.sessions.format import CRASHED
+from specdiff.results import PairResult
 from specdiff.sessions.header import SessionHeader
-from specdiff.sessions.records import Grade, RunSummary
-from specdiff.sessions.store import (
-    PARTIAL_SUFFIX,
-    SessionWriter,
-    load_session,
-)
+from specdiff.sessions.records import RunSummary
+from specdiff.sessions.store import PARTIAL_SUFFIX, SessionWriter
 from specdiff.steps import TokenStep
 from specdiff.suite import SuiteError
 from specdiff.suite.folder import session_path
+from specdiff.suite.grades import RunGrader
 from specdiff.suite.kld import score_teacher_forced
 from specdiff.suite.ledger import Ledger
 from specdiff.suite.lengths import padded_prompt, skipped_message
 from specdiff.suite.outcome import SuiteOutcome
+from specdiff.suite.progress import FinishedRun, Progress, Tally, duration
 from specdiff.suite.prompts import SuitePrompt
-from specdiff.suite.records import (
-    PromptRecord,
-    lane_serving,
-    record_from_session,
-    unreadable_record,
-)
+from specdiff.suite.records import PromptRecord, lane_serving, read_record, unreadable_record
+from specdiff.suite.restarts import Restart, restart_of
+from specdiff.suite.runners import Runners
 from specdiff.suite.settings import SuiteSettings
 
 if TYPE_CHECKING:
-    from specdiff.engine.llama.context import ModelPool
     from specdiff.engine.pairrun import PairRun
     from specdiff.engine.worker import PairWorker
 
-UNREADABLE_ERRORS = (SpecdiffError, ValueError, TypeError, KeyError, IndexError, RecursionError)
-"""What reading a session file back may raise: a file shared, edited or cut short must
-fail its own run, never the suite."""
+# a caller of SuiteRun reads its progress from these records too
+__all__ = ["FinishedRun", "Progress", "PromptSkipped", "SuiteRun", "duration"]
 
 
 class PromptSkipped(Exception):
     """One prompt cannot run (too long for the context, ...); the others can."""
-
-
-@dataclass
-class Progress:
-    """Where a running suite is, for a progress bar: runs finished, those in flight, and
-    the rates of this invocation's runs."""
-
-    label: str
-    prompt_id: str
-    """The run last heard of."""
-    job: int
-    """Jobs (prompt x pair) finished, read back or skipped."""
-    jobs: int
-    tokens: int
-    """Tokens produced by this invocation's runs so far (both lanes, in flight too; not
-    those of a run sent again from the start)."""
-    within: float
-    """The runs in flight, each counted by the share of its token budget produced."""
-    in_flight: int
-    elapsed: float
-    run_seconds: float
-    """Wall time since this invocation's first run started."""
-    run_jobs: int
-    """How many jobs were run (not resumed) so far."""
-
-    @property
-    def fraction(self) -> float:
-        return min(1.0, (self.job + self.within) / self.jobs) if self.jobs else 1.0
-
-    @property
-    def prompts_per_second(self) -> float | None:
-        return self.run_jobs / self.run_seconds if self.run_jobs and self.run_seconds else None
-
-    @property
-    def tokens_per_second(self) -> float | None:
-        return self.tokens / self.run_seconds if self.run_seconds > 0 else None
-
-    @property
-    def eta_seconds(self) -> float | None:
-        rate = self.prompts_per_second
-        if rate is None:
-            return None
-        return max(0.0, (self.jobs - self.job - self.within) / rate)
-
-
-@dataclass(frozen=True)
-class FinishedRun:
-    """One run that came to an end (or failed), with where the suite stands after it:
-    what a log that cannot rewrite a progress line shows, one line a run."""
-
-    progress: Progress
-    record: PromptRecord
-    seconds: float
-    """The run's wall time, grading included."""
-
-    def line(self) -> str:
-        """`suite: 12/164 HumanEval/11 forked at 37 (near tie) 4.1 s, eta 9m05s`."""
-        progress, summary = self.progress, self.record.summary
-        if summary.crashed:
-            result = "crashed" + (
-                "" if summary.fork_index is None else f" after a fork at {summary.fork_index}"
-            )
-        elif summary.failed:
-            why = next((e for e in summary.errors if e), "no reason given")
-            result = f"failed: {printable(why, 160)}"
-        elif summary.fork_index is not None:
-            kind = f" ({summary.fork_class})" if summary.fork_class else ""
-            result = f"forked at {summary.fork_index}{kind}"
-        elif summary.identical:
-            result = f"identical ({summary.generated[0]} tokens)"
-        else:
-            result = f"same tokens, lengths {summary.generated[0]} / {summary.generated[1]}"
-        return (
-            f"suite: {progress.job}/{progress.jobs} {progress.label} {progress.prompt_id} "
-            f"{result} {self.seconds:.1f} s, eta {duration(progress.eta_seconds)}"
-        )
-
-
-def duration(seconds: float | None) -> str:
-    """`…` (not known yet), `42s`, `3m07s` or `1h05m`: a time short enough for a
-    progress line."""
-    if seconds is None:
-        return "…"
-    whole = int(seconds)
-    if whole >= 3600:
-        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
-    return f"{whole // 60}m{whole % 60:02d}s" if whole >= 60 else f"{whole}s"
-
-
-@dataclass
-class _Tally:
-    """What one `SuiteRun.run()` has done so far; the runs in flight share it, under
-    `lock`."""
-
-    began: float
-    jobs: int
-    ledger: Ledger
-    executed: dict[str, dict[str, Any]] = field(default_factory=dict)
-    job: int = 0
-    """Jobs finished, read back or skipped."""
-    resumed: int = 0
-    run_jobs: int = 0
-    done_tokens: int = 0
-    """Tokens of the runs that ended."""
-    running: dict[str, tuple[int, int]] = field(default_factory=dict)
-    """Per run in flight (label and prompt id): tokens produced and the most it can."""
-    run_began: float | None = None
-    lock: threading.RLock = field(default_factory=threading.RLock)
-
-    def progress(self, label: str, prompt_id: str) -> Progress:
-        with self.lock:
-            now = time.perf_counter()
-            return Progress(
-                label=label,
-                prompt_id=prompt_id,
-                job=self.job,
-                jobs=self.jobs,
-                tokens=self.done_tokens + sum(done for done, _ in self.running.values()),
-                within=sum(done / most for done, most in self.running.values() if most),
-                in_flight=len(self.running),
-                elapsed=now - self.began,
-                run_seconds=0.0 if self.run_began is None else now - self.run_began,
-                run_jobs=self.run_jobs,
-            )
-
-    def started(self, key: str, most: int) -> None:
-        with self.lock:
-            if self.run_began is None:
-                self.run_began = time.perf_counter()
-            self.running[key] = (0, most)
-
-    def produced(self, key: str, tokens: int) -> None:
-        with self.lock:
-            self.running[key] = (tokens, self.running.get(key, (0, 0))[1])
-
-    def ended(self, key: str, counted: bool, kept: bool = True) -> None:
-        """A run in flight is over; `counted` when it ran to its end (not skipped or
-        stopped); not `kept` when its steps were thrown away (it runs again from the
-        start), so its tokens are no part of the rate."""
-        with self.lock:
-            tokens, _ = self.running.pop(key, (0, 0))
-            self.done_tokens += tokens if kept else 0
-            if counted:
-                self.run_jobs += 1
-                self.job += 1
 
 
 @dataclass
@@ -261,14 +107,12 @@ class SuiteRun:
         self.drain = drain or threading.Event()
         """Start no new run; those in flight finish."""
         self._drain_noted = False
-        self._loading = threading.Lock()
-        self._models: ModelPool | None = None
-        """The weights the runs side by side share (their tokenizers), while they run."""
+        self.runners = Runners(settings.concurrency, self.cancel)
         self.skipped_runs = 0
         """Runs that could not start (a prompt too long, a pair that would not load)."""
         self.unloaded: list[str] = []
-        self.grading_seconds = 0.0
-        self.program_seconds = 0.0
+        self.grader = RunGrader(settings)
+        """Grades each run's lanes as it ends, and keeps the time that took."""
         self._pair_places: dict[str, int] = {}
         self._prompt_places: dict[str, int] = {}
 
@@ -277,7 +121,7 @@ class SuiteRun:
         variants = self.settings.variants()
         labels = [label for label, _, _ in variants]
         ledger = Ledger(labels, self.report_dir, graded=self.settings.grade)
-        tally = _Tally(time.perf_counter(), len(variants) * len(self.prompts), ledger)
+        tally = Tally(time.perf_counter(), len(variants) * len(self.prompts), ledger)
         # a run's place in the report: its pair's, then its prompt's
         self._pair_places = {label: n * len(self.prompts) for n, label in enumerate(labels)}
         self._prompt_places = {prompt.id: n for n, prompt in enumerate(self.prompts)}
@@ -303,12 +147,12 @@ class SuiteRun:
             skipped_runs=self.skipped_runs,
             unloaded=self.unloaded,
             executed_code=self.settings.executes_code(self.prompts),
-            grading_seconds=self.grading_seconds,
-            program_seconds=self.program_seconds,
+            grading_seconds=self.grader.grading_seconds,
+            program_seconds=self.grader.program_seconds,
             kld=kld,
         )
 
-    def _kld(self, tally: _Tally, cancelled: bool) -> dict[str, dict[str, Any]]:
+    def _kld(self, tally: Tally, cancelled: bool) -> dict[str, dict[str, Any]]:
         """A teacher-forced suite's KL divergence figures; a stopped suite scores no
         new run."""
         return score_teacher_forced(
@@ -316,7 +160,7 @@ class SuiteRun:
             score_new=not cancelled,
         )  # fmt: skip
 
-    def _read_back(self, label: str, quant: str, tally: _Tally) -> list[SuitePrompt]:
+    def _read_back(self, label: str, quant: str, tally: Tally) -> list[SuitePrompt]:
         """Record the prompts whose session files a stopped run left; returns the others:
         crashed runs, and files that cannot be read or were cut short, among them (their
         files are replaced when they run again)."""
@@ -340,7 +184,7 @@ class SuiteRun:
         return pending
 
     def _run_variant(
-        self, label: str, pair: Pair, quant: str, pending: list[SuitePrompt], tally: _Tally
+        self, label: str, pair: Pair, quant: str, pending: list[SuitePrompt], tally: Tally
     ) -> bool:
         """Run the pending prompts under one pair (variant), up to --concurrency of them at
         once, each on a runner of its own; True when the suite was stopped."""
@@ -365,16 +209,14 @@ class SuiteRun:
         finally:
             for helper in helpers:
                 helper.join()
-            if self._models is not None:
-                self._models.close()
-                self._models = None
+            self.runners.release()
         return queue.stopped
 
     def _slot(
         self,
         variant: _Variant,
         queue: _Pending,
-        tally: _Tally,
+        tally: Tally,
         loaded: threading.Barrier,
         loud: bool = True,
     ) -> None:
@@ -422,7 +264,7 @@ class SuiteRun:
         return self.drain.is_set() or self.cancel.is_set()
 
     def _run_job(
-        self, variant: _Variant, prompt: SuitePrompt, queue: _Pending, tally: _Tally
+        self, variant: _Variant, prompt: SuitePrompt, queue: _Pending, tally: Tally
     ) -> None:
         """Run one prompt and record it; a prompt that cannot run is skipped, and a
         stopped run marks the suite stopped."""
@@ -435,7 +277,7 @@ class SuiteRun:
                 try:
                     path, stopped = self._run_one(variant, prompt, tally, key, restarts)
                     break
-                except _Restart as restart:
+                except Restart as restart:
                     tally.ended(key, counted=False, kept=False)
                     restarts[restart.lane_id] += 1
                     self.on_message(
@@ -471,7 +313,7 @@ class SuiteRun:
         self,
         variant: _Variant,
         pending: Callable[[], list[SuitePrompt]],
-        tally: _Tally,
+        tally: Tally,
         loud: bool = True,
     ) -> PairWorker | PairRun | None:
         """A runner with the pair loaded; None, with the `pending` prompts skipped, when
@@ -479,7 +321,7 @@ class SuiteRun:
         can."""
         label = variant.label
         try:
-            return self._new_runner(variant.pair, self.on_message if loud else _quiet)
+            return self.runners.new(variant.pair, self.on_message if loud else _quiet)
         except SpecdiffError as error:
             with tally.lock:
                 # the runners side by side load the same pair: its failure is told once
@@ -489,30 +331,7 @@ class SuiteRun:
             self._skip(tally, label, [f"{p.id}: {error}" for p in pending()], str(error))
             return None
 
-    def _new_runner(self, pair: Pair, progress: Callable[[str], None]) -> PairWorker | PairRun:
-        """The runs side by side (server lanes only) are threads of this process, so each
-        lane's runs share its endpoint pool; one at a time, a worker process."""
-        # the engine loads only once something runs, so the input checks before it stay
-        # quick; an in-process lane's llama.cpp loads in the worker process only
-        from specdiff.engine.worker import PairWorker
-
-        if self.settings.concurrency == 1:
-            return PairWorker(pair, progress, self.cancel)
-        from specdiff.engine.pairrun import PairRun
-        from specdiff.engine.server.pool import configure
-
-        # each endpoint's connections, shared by the runs, are sized to the concurrency
-        configure(concurrency=self.settings.concurrency)
-        from specdiff.engine.llama.context import ModelPool
-
-        # one lane loads its tokenizer at a time (llama.cpp's loader is not to be raced),
-        # and all load it from one pool: N copies of the weights would grow with N
-        with self._loading:
-            if self._models is None:
-                self._models = ModelPool()
-            return PairRun(pair, progress, self.cancel, self._models)
-
-    def _skip(self, tally: _Tally, label: str, runs: list[str], why: str) -> None:
+    def _skip(self, tally: Tally, label: str, runs: list[str], why: str) -> None:
         """Note runs that cannot start, one entry each, and say why once."""
         with tally.lock:
             self.skipped.extend(f"{label}: {run}" for run in runs)
@@ -521,28 +340,20 @@ class SuiteRun:
         self.on_message(f"skipped {label}: {why}")
 
     def _read_record(
-        self, path: Path, label: str, quant: str, prompt: SuitePrompt, tally: _Tally
+        self, path: Path, label: str, quant: str, prompt: SuitePrompt, tally: Tally
     ) -> PromptRecord | str:
         """The run's record from its session file, or why the file cannot give one; the
         first readable file of a variant gives its configuration."""
         relative = str(path.relative_to(self.report_dir))
-        try:
-            session = load_session(path)
-            if session.footer is None:
-                return f"{relative} ends before its footer (the run was cut short)"
-            record = record_from_session(
-                session, label, quant, prompt.id, relative, self.settings.near_tie
-            )
-            header = session.header.to_json()
-        except UNREADABLE_ERRORS as error:
-            if isinstance(error, SpecdiffError):
-                return printable(str(error), 300)
-            return f"cannot read {relative}: {printable(repr(error), 300)}"
-        tally.executed.setdefault(label, {k: header[k] for k in ("lanes", "executed", "build")})
+        read = read_record(path, relative, label, quant, prompt.id, self.settings.near_tie)
+        if isinstance(read, str):
+            return read
+        record, configuration = read
+        tally.executed.setdefault(label, configuration)
         return record
 
     def _record_run(
-        self, path: Path, label: str, quant: str, prompt: SuitePrompt, tally: _Tally
+        self, path: Path, label: str, quant: str, prompt: SuitePrompt, tally: Tally
     ) -> PromptRecord:
         """Record the run just written; one that cannot be read back is a failed run."""
         read = self._read_record(path, label, quant, prompt, tally)
@@ -554,7 +365,7 @@ class SuiteRun:
             self._keep(read, tally)
         return read
 
-    def _keep(self, record: PromptRecord, tally: _Tally) -> None:
+    def _keep(self, record: PromptRecord, tally: Tally) -> None:
         # runs side by side end in any order; the report lists them in the suite's
         place = self._pair_places[record.pair] + self._prompt_places[record.prompt_id]
         tally.ledger.add(record, place)
@@ -563,34 +374,21 @@ class SuiteRun:
         self,
         variant: _Variant,
         prompt: SuitePrompt,
-        tally: _Tally,
+        tally: Tally,
         key: str,
         restarts: dict[str, int],
     ) -> tuple[Path, bool]:
         """Run one prompt into its session file, counted in flight under `key`; True when
-        the suite was stopped. _Restart when a server lane's endpoint failed in a way
+        the suite was stopped. Restart when a server lane's endpoint failed in a way
         that sending the prompt again (to another endpoint) may mend."""
-        # deferred, as in _open_worker, which has loaded it by now
+        # deferred, as in Runners.new, which has loaded it by now
         from specdiff.engine.worker import WorkerCrashed
 
         path = session_path(self.report_dir, variant.label, prompt)
         max_tokens = prompt.max_tokens or self.settings.max_tokens
         writer = self._open_session(variant, prompt, path, max_tokens)
         tally.started(key, 2 * max_tokens)
-        produced = 0
-        last_report = 0.0
-
-        def on_step(step: TokenStep) -> None:
-            nonlocal produced, last_report
-            writer.step(step)
-            produced += 1
-            now = time.perf_counter()
-            if now - last_report >= 0.1:
-                last_report = now
-                tally.produced(key, produced)
-                self._stopping()  # says so as soon as a Ctrl+C asks to drain
-                self.on_progress(tally.progress(variant.label, prompt.id))
-
+        recorder = _StepRecorder(writer, self._teller(tally, key, variant.label, prompt.id))
         assert variant.runner is not None  # a variant takes prompts only once loaded
         try:
             result = variant.runner.run(
@@ -598,7 +396,7 @@ class SuiteRun:
                 max_tokens,
                 self._stop(prompt),
                 self.settings.near_tie,
-                on_step,
+                recorder,
                 teacher_forced=self.settings.teacher_forced,
                 control=self.settings.control,
             )
@@ -606,11 +404,40 @@ class SuiteRun:
             # died before its first step: nothing to keep, and --resume runs it again
             writer.abandon()
             raise PromptSkipped(f"{prompt.where}: {crash}") from None
-        tally.produced(key, produced)
+        tally.produced(key, recorder.produced)
+        if self._stopped(result, writer, variant, prompt, restarts, recorder.produced):
+            return path, True
+        final = writer.finish(self._footer(result, prompt, restarts))
+        if final != path:
+            raise SuiteError(f"{path} appeared while the suite was writing it; start again")
+        return path, False
+
+    def _teller(self, tally: Tally, key: str, label: str, prompt_id: str) -> Callable[[int], None]:
+        """What a run in flight does with its count of steps produced so far."""
+
+        def tell(produced: int) -> None:
+            tally.produced(key, produced)
+            self._stopping()  # says so as soon as a Ctrl+C asks to drain
+            self.on_progress(tally.progress(label, prompt_id))
+
+        return tell
+
+    def _stopped(
+        self,
+        result: PairResult,
+        writer: SessionWriter,
+        variant: _Variant,
+        prompt: SuitePrompt,
+        restarts: dict[str, int],
+        produced: int,
+    ) -> bool:
+        """True, the session file left partial, when the suite was stopped; Restart, the
+        file thrown away, when a lane's endpoint failed in a way a fresh start may mend. A
+        crash is said here; its run is finished like any other."""
         if result.cancelled:
             writer.handle.close()  # the partial file stays; --resume runs the prompt again
-            return path, True
-        restart = _restart_of(result.a, restarts) or _restart_of(result.b, restarts)
+            return True
+        restart = restart_of(result.a, restarts) or restart_of(result.b, restarts)
         if restart is not None:
             writer.abandon()
             raise restart
@@ -619,16 +446,14 @@ class SuiteRun:
                 f"crashed: {variant.label} {prompt.id} after {produced} steps; "
                 f"{result.error_lines()[0]}"
             )
-        final = writer.finish(self._footer(result, prompt, restarts))
-        if final != path:
-            raise SuiteError(f"{path} appeared while the suite was writing it; start again")
-        return path, False
+        return False
 
     def _footer(
         self, result: PairResult, prompt: SuitePrompt, restarts: dict[str, int]
     ) -> RunSummary:
         """The run's summary with its grades and how each server lane was served."""
-        summary = self._graded(result.summary(), (result.a, result.b), prompt)
+        lanes = (result.a, result.b)
+        summary = self.grader.graded(result.summary(), lanes, prompt, self._stop(prompt))
         serving = (lane_serving(result.a, restarts["a"]), lane_serving(result.b, restarts["b"]))
         return summary if serving == (None, None) else replace(summary, serving=serving)
 
@@ -673,55 +498,28 @@ class SuiteRun:
         """The suite's stop strings (--stop), then the prompt's own."""
         return list(dict.fromkeys((*self.settings.stop, *prompt.stop)))
 
-    def _graded(
-        self, summary: RunSummary, lanes: tuple[LaneOutcome, LaneOutcome], prompt: SuitePrompt
-    ) -> RunSummary:
-        """The summary with each lane's grade, when the suite grades this prompt: with
-        --grade, a grader on the prompt, and, for tests, no --no-exec."""
-        grader = prompt.grader
-        settings = self.settings
-        if not settings.grade or grader is None or (grader.executes and settings.no_exec):
-            return summary
-        began = time.perf_counter()
-        grades = (self._grade(grader, prompt, lanes[0]), self._grade(grader, prompt, lanes[1]))
-        with self._said:
-            self.grading_seconds += time.perf_counter() - began
-        return replace(summary, grades=grades)
 
-    def _grade(self, grader: Grader, prompt: SuitePrompt, lane: LaneOutcome) -> Grade:
-        if lane.error is not None or lane.stop_reason == CRASHED:
-            # a lane cut short by its failure has no answer to grade: it solved nothing
-            return Grade(False, NOT_RUN_LANE_FAILED, grader.kind)
-        text = b"".join(step.piece for step in lane.steps).decode("utf-8", "replace")
-        grade, program_seconds = grade_text(
-            grader, prompt.prompt, text, self._stop(prompt), self.settings.grade_timeout
-        )
-        with self._said:
-            self.program_seconds += program_seconds
-        return grade
+PROGRESS_SECONDS = 0.1
+"""How often a run in flight tells its progress: a step can take a millisecond."""
 
 
-MAX_RESTARTS = 3
-"""How often one prompt is sent again from the start after its server lane's endpoint
-failed (refused, broke the stream, stayed busy past its retries)."""
+class _StepRecorder:
+    """A run's steps written to its session file as they arrive, its count told at most
+    every PROGRESS_SECONDS."""
 
+    def __init__(self, writer: SessionWriter, tell: Callable[[int], None]) -> None:
+        self.writer = writer
+        self.tell = tell
+        self.produced = 0
+        self._last_told = 0.0
 
-class _Restart(Exception):
-    """A server lane's endpoint failed in a way a fresh start may mend."""
-
-    def __init__(self, lane_id: str, why: str) -> None:
-        super().__init__(why)
-        self.lane_id = lane_id
-        self.why = why
-
-
-def _restart_of(outcome: LaneOutcome, restarts: dict[str, int]) -> _Restart | None:
-    """A _Restart for a lane that failed where its pool says the whole prompt may be
-    sent again, within MAX_RESTARTS; None otherwise."""
-    restartable = outcome.executed.get("restartable") is True
-    if outcome.error is None or not restartable or restarts[outcome.lane_id] >= MAX_RESTARTS:
-        return None
-    return _Restart(outcome.lane_id, printable(outcome.error, 300))
+    def __call__(self, step: TokenStep) -> None:
+        self.writer.step(step)
+        self.produced += 1
+        now = time.perf_counter()
+        if now - self._last_told >= PROGRESS_SECONDS:
+            self._last_told = now
+            self.tell(self.produced)
 
 
 @dataclass

@@ -243,7 +243,7 @@ def _concurrency(data: dict[str, Any]) -> int:
     """suite.json's concurrency; 1 in a file written before it was recorded."""
     if "concurrency" not in data:
         return 1
-    value = _typed(data, "concurrency", int)
+    value: int = _typed(data, "concurrency", int)
     if not 1 <= value <= MAX_CONCURRENCY:
         raise ValueError(f"concurrency must be from 1 to {MAX_CONCURRENCY}, not {value}")
     return value
