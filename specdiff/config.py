@@ -34,6 +34,7 @@ def read_config() -> dict[str, str]:
         return {}
     except (OSError, ValueError) as error:
         raise ConfigError(f"{path}: cannot read the config file ({error})") from None
+    settings: dict[str, str] = {}
     for key, value in data.items():
         if key not in KNOWN_KEYS:
             raise ConfigError(
@@ -42,7 +43,8 @@ def read_config() -> dict[str, str]:
             )
         if not isinstance(value, str) or not value:
             raise ConfigError(f"{path}: {key} must be a non-empty string, got {value!r}")
-    return data
+        settings[key] = value
+    return settings
 
 
 def config_value(key: str) -> str | None:
