@@ -269,7 +269,8 @@ def show_result(result: PairResult, as_json: bool, forecast_top: int | None) -> 
 
 
 def stopped_before_first_token(result: PairResult) -> bool:
-    return result.cancelled and not result.a.steps and not result.b.steps
+    # the summary is worked out only for a stopped run: the others never are this
+    return result.cancelled and result.summary().stopped_before_first_token
 
 
 def stopped_early_text(result: PairResult, layout: Layout) -> str:
