@@ -10,6 +10,7 @@ import pytest
 
 from specdiff.cli import main
 from specdiff.sessions.catalog import list_sessions, resolve_in
+from specdiff.sessions.records import RunSummary
 from specdiff.sessions.store import SessionError, load_session
 
 DEMOS = sorted((Path(__file__).resolve().parent.parent / "sessions").glob("*.jsonl"))
@@ -209,3 +210,63 @@ def test_a_flat_folder_shows_no_folder_column(folder: Path, capsys) -> None:
     head = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("  #"))
     assert "date (UTC)" in head and "folder" not in head
     assert {info.folder for info in list_sessions(folder)} == {""}
+
+
+def test_a_link_that_loops_is_skipped_and_named_like_a_dangling_one(folder: Path, capsys) -> None:
+    """One bad link must not hide every session: it is left out of the list, `--json`
+    and `open`, with a line on stderr naming it, as a link to a missing file is."""
+    (folder / "loop.jsonl").symlink_to("loop.jsonl")
+    (folder / "gone.jsonl").symlink_to(folder / "missing.jsonl")
+    assert main(["sessions", "--sessions-dir", str(folder)]) == 0
+    captured = capsys.readouterr()
+    rows = [line for line in captured.out.splitlines() if line[:3].strip().isdigit()]
+    assert len(rows) == len(DEMOS) and "loop.jsonl" not in captured.out
+    assert captured.err.splitlines() == [
+        "specdiff: note: skipped gone.jsonl: a symbolic link to a missing file",
+        "specdiff: note: skipped loop.jsonl: a symbolic link that loops",
+    ]
+    assert main(["sessions", "--sessions-dir", str(folder), "--json"]) == 0
+    captured = capsys.readouterr()
+    records = [json.loads(line) for line in captured.out.splitlines()]
+    assert {Path(r["path"]).name for r in records} == {demo.name for demo in DEMOS}
+    assert len(captured.err.splitlines()) == 2
+    # open gets past the listing to its own checks, and names the loop when asked for it
+    assert main(["sessions", "--sessions-dir", str(folder), "open", "1", "--speed", "-2"]) == 2
+    assert "--speed" in capsys.readouterr().err
+    assert main(["sessions", "--sessions-dir", str(folder), "open", "loop.jsonl"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "specdiff: error: loop.jsonl is a symbolic link that loops, not a session"
+
+
+def stopped_early_copy(source: Path, target: Path, *, as_written_before: bool) -> None:
+    """`source`'s header with the footer of a run stopped before its first token: as
+    specdiff writes it now, or as earlier releases wrote it (called identical)."""
+    header = source.read_text(encoding="utf-8").splitlines()[0]
+    footer = RunSummary.of_steps([], [], cancelled=True, stop_reasons=("cancelled",) * 2)
+    record = footer.to_json()
+    if as_written_before:
+        record.pop("stopped_before_first_token", None)
+        record["identical"] = True
+    target.write_text(f"{header}\n{json.dumps(record)}\n", encoding="utf-8")
+
+
+@pytest.mark.parametrize("as_written_before", [False, True], ids=["now", "before"])
+def test_a_run_stopped_before_its_first_token_is_listed_as_such(
+    folder: Path, capsys, as_written_before: bool
+) -> None:
+    path = folder / "stopped.jsonl"
+    stopped_early_copy(DEMOS[0], path, as_written_before=as_written_before)
+    assert main(["sessions", "--sessions-dir", str(folder)]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if "stopped before any token" in line)
+    assert " 0/0 " in row and "identical" not in row
+    head = next(line for line in out.splitlines() if line.startswith("  #"))
+    # the columns after the verdict still line up under their heads
+    assert row.index(" 0/0 ") + len(" 0/0") == head.index("tokens") + len("tokens")
+    assert main(["sessions", "--sessions-dir", str(folder), "--json"]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    (record,) = [r for r in records if r["path"].endswith("stopped.jsonl")]
+    assert record["stopped_before_first_token"] is True and record["identical"] is False
+    assert not any(r["stopped_before_first_token"] for r in records if r is not record)
+    summary = load_session(path).summary()
+    assert summary.stopped_before_first_token and not summary.identical

@@ -3,15 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from specdiff.engine.pairrun import PairRun
-from specdiff.lanes import presets
+from specdiff.lanes import Pair, presets
 from specdiff.results import PairResult
-from specdiff.sessions.store import SessionError, load_session, save_result, session_name
+from specdiff.sessions.catalog import list_sessions
+from specdiff.sessions.header import SessionHeader
+from specdiff.sessions.records import RunSummary
+from specdiff.sessions.store import (
+    Session,
+    SessionError,
+    load_session,
+    save_result,
+    session_name,
+)
 from tests.conftest import ForkingPrompt
+
+DEMO_SESSION = sorted((Path(__file__).resolve().parent.parent / "sessions").glob("*.jsonl"))[0]
 
 
 @pytest.fixture(scope="module")
@@ -64,3 +77,55 @@ def test_names_are_sanitised() -> None:
     name = session_name("../../etc/passwd pair", "prompt")
     assert "/" not in name and name.endswith(name[-8:])
     assert all(c.isalnum() or c in "._-" for c in name)
+
+
+@dataclass(frozen=True)
+class SavedRun:
+    """A session read back, offered to `save_result` as a run is: the fields a
+    PairResult gives it."""
+
+    session: Session
+    header_record: SessionHeader
+
+    @property
+    def pair(self) -> Pair:
+        return self.session.pair
+
+    @property
+    def prompt(self) -> str:
+        return self.session.prompt
+
+    @property
+    def a(self) -> SimpleNamespace:
+        return SimpleNamespace(steps=self.session.steps["a"])
+
+    @property
+    def b(self) -> SimpleNamespace:
+        return SimpleNamespace(steps=self.session.steps["b"])
+
+    def header(self) -> SessionHeader:
+        return self.header_record
+
+    def summary(self) -> RunSummary:
+        return self.session.summary()
+
+
+@pytest.mark.parametrize(
+    "started, stamp, listed",
+    [
+        ("2026-11-29T09:56:47+00:00", "20261129T095647Z", "2026-11-29 09:56"),
+        # a start written with another zone is named and listed in UTC alike
+        ("2026-01-02T03:04:05+02:00", "20260102T010405Z", "2026-01-02 01:04"),
+    ],
+)
+def test_a_run_saved_later_is_named_and_listed_by_its_start(
+    tmp_path: Path, started: str, stamp: str, listed: str
+) -> None:
+    """The TUI saves a run when asked, minutes or days after it started: its file is
+    named by the time the list shows, the run's start, not the time it was saved."""
+    session = load_session(DEMO_SESSION)
+    run = SavedRun(session, replace(session.header, created=started))
+    path = save_result(run, tmp_path)
+    assert path.name.startswith(f"{stamp}-{session.pair.name}-")
+    (info,) = list_sessions(tmp_path)
+    assert info.when == listed and info.path == path

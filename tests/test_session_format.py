@@ -158,6 +158,20 @@ def test_a_teacher_forced_summary_forks_at_the_first_flip() -> None:
     assert RunSummary.of_steps(a, b).identical
 
 
+def test_a_run_stopped_before_its_first_token_is_not_identical() -> None:
+    """Two empty texts compare equal, but a run stopped before either lane produced a
+    token compared nothing: its footer says it stopped, not that the lanes agreed."""
+    stopped = RunSummary.of_steps([], [], cancelled=True)
+    assert stopped.stopped_before_first_token and not stopped.identical
+    assert stopped.fork_index is None
+    assert stopped.to_json()["stopped_before_first_token"] is True
+    assert RunSummary.from_json(json.loads(json.dumps(stopped.to_json()))) == stopped
+    # stopped after its first tokens, it agreed as far as it went
+    later = RunSummary.of_steps([_step("a", 0, 10, 10)], [_step("b", 0, 10, 10)], cancelled=True)
+    assert later.identical and not later.stopped_before_first_token
+    assert "stopped_before_first_token" not in later.to_json()
+
+
 @given(
     st.builds(
         RunSummary,

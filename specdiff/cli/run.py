@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from specdiff.chat import (
     EXAMPLE,
@@ -26,7 +30,6 @@ from specdiff.cli.common import (
     Status,
     Subcommands,
     add_command,
-    interrupt_sets,
     note_unread_keys,
     read_request,
     terminal_columns,
@@ -47,6 +50,9 @@ if TYPE_CHECKING:
     from specdiff.results import PairResult
     from specdiff.sessions.store import SessionWriter
 
+Handler = Callable[[int, FrameType | None], Any] | int | None
+"""A signal's handler as `signal.getsignal` gives it: a function, SIG_DFL or SIG_IGN."""
+
 
 def add_parser(commands: Subcommands) -> None:
     run = add_command(
@@ -58,6 +64,11 @@ def add_parser(commands: Subcommands) -> None:
         "Output: on a terminal, wrapped to its width and coloured (NO_COLOR=1 turns\n"
         "colour off, FORCE_COLOR=1 on); in a pipe or file, plain: texts wrapped at 100\n"
         "columns, a sentence a line. Exit 0 identical, 1 forked, 2 a lane failed.\n\n"
+        "Stopping: Ctrl+C (SIGINT) or SIGTERM stops both lanes where they are; the\n"
+        "summary covers the tokens produced and a --save session is finished, marked\n"
+        "stopped. Exit 130 after Ctrl+C, 143 after SIGTERM (128 + the signal, as a\n"
+        "shell reports a process the signal ended). A second one leaves at once, and\n"
+        "a --save session then stays NAME.jsonl.partial.\n\n"
         "terms:\n" + glossary_text(78)
     )
     options.add_request_options(run)
@@ -82,7 +93,8 @@ def add_parser(commands: Subcommands) -> None:
 
 
 def command_run(args: argparse.Namespace) -> int:
-    """Exit 0 when the lanes agree, 1 when they fork, 2 when a lane failed, 130 when stopped."""
+    """Exit 0 when the lanes agree, 1 when they fork, 2 when a lane failed; 130 when
+    Ctrl+C stopped the run, 143 when SIGTERM did."""
     _, pair, prompt = read_chat_request(args)
     if args.control:
         refuse_uncontrollable(pair)
@@ -91,12 +103,98 @@ def command_run(args: argparse.Namespace) -> int:
         if note is not None:
             print(f"specdiff: note: {note}", file=sys.stderr)
     note_unread_keys((("a", pair.a), ("b", pair.b)))
-    result, writer = run_pair(args, pair, prompt)
-    if writer is not None:
-        saved = writer.finish(result.summary())
-        print(f"specdiff: saved session {visible(str(saved))}", file=sys.stderr)
-    show_result(result, args.json, args.forecast)
-    return exit_code(result)
+    with stop_requests(threading.Event()) as stops:
+        try:
+            result, writer = run_pair(args, pair, prompt, stops)
+            if writer is not None:
+                saved = writer.finish(result.summary())
+                print(f"specdiff: saved session {visible(str(saved))}", file=sys.stderr)
+            show_result(result, args.json, args.forecast)
+            code = exit_code(result, stops.signum)
+            stops.pass_on()
+            return code
+        except Stopped as stop:
+            print(f"specdiff: {stop_words(stop.signum)}", file=sys.stderr)
+            return 128 + stop.signum
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+"""The signals that stop a run in order; the exit status is 128 + the signal."""
+
+
+class Stopped(KeyboardInterrupt):
+    """A stop signal that came when the run could not end in order: before it was
+    under way, or a second time. Raised as Ctrl+C raises KeyboardInterrupt, so that
+    whatever cleans up after Ctrl+C cleans up after it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def stop_words(signum: int | None) -> str:
+    """How the run was stopped, in the words of the line on stderr."""
+    if signum in (None, signal.SIGINT):
+        return "interrupted"
+    return f"stopped by {signal.Signals(signum).name}"
+
+
+@dataclass
+class StopRequests:
+    """Ctrl+C (SIGINT) and SIGTERM, handled alike while `specdiff run` runs.
+
+    Before the run is under way a stop leaves at once, as the signal alone would. From
+    then on (its session file about to start, with --save) the first asks the lanes to
+    stop, so the run ends in order: the summary covers the tokens produced, and the
+    session is finished and marked stopped. A second one leaves at once."""
+
+    cancel: threading.Event
+    signum: int | None = None
+    """The signal that stopped the run in order; None while none has."""
+    under_way: bool = False
+    previous: dict[int, Handler] = field(default_factory=dict)
+    """Each signal's handler before the run took it."""
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if self.under_way and self.signum is None:
+            self.signum = signum
+            self.cancel.set()
+            return
+        # Python's own Ctrl+C handler raises KeyboardInterrupt; a command that runs this
+        # one (serve-pair) has its own; the default ends the process, as Stopped does
+        handler = self.previous.get(signum)
+        if callable(handler):
+            handler(signum, frame)
+        elif handler == signal.SIG_IGN and not self.under_way:
+            return  # ignored until the run is under way, as it was before it was taken
+        raise Stopped(signum)
+
+    def pass_on(self) -> None:
+        """Once a run a stop ended is saved and shown, a handler of the command running
+        this one (serve-pair stops its servers) still hears of the stop."""
+        if self.signum is None:
+            return
+        handler = self.previous.get(self.signum)
+        if callable(handler) and handler is not signal.default_int_handler:
+            handler(self.signum, None)
+
+
+@contextlib.contextmanager
+def stop_requests(cancel: threading.Event) -> Iterator[StopRequests]:
+    """StopRequests in charge of SIGINT and SIGTERM while the block runs."""
+    stops = StopRequests(cancel)
+    for signum in STOP_SIGNALS:
+        handler = signal.getsignal(signum)
+        stops.previous[signum] = signal.SIG_DFL if handler is None else handler
+        signal.signal(signum, stops)
+    try:
+        yield stops
+    finally:
+        for taken, previous in stops.previous.items():
+            # a handler that took over meanwhile (serve-pair ignoring a second stop while
+            # it stops its servers) stays
+            if signal.getsignal(taken) is stops:
+                signal.signal(taken, previous)
 
 
 @dataclass
@@ -120,33 +218,34 @@ class StepProgress:
 
 
 def run_pair(
-    args: argparse.Namespace, pair: Pair, prompt: str
+    args: argparse.Namespace, pair: Pair, prompt: str, stops: StopRequests
 ) -> tuple[PairResult, SessionWriter | None]:
     """The pair run in a worker process, with its session writer when --save asks for
-    one (its footer not yet written)."""
+    one (its footer not yet written). A stop once the prompt is read ends the run in
+    order (`StopRequests`): one before the first token leaves a run of no tokens."""
     # deferred: the engine and session modules load only for the command that runs
     from specdiff.engine.worker import PairWorker
 
     status = Status(sys.stderr, not args.quiet)
-    cancel = threading.Event()
     progress = StepProgress(status, args.max_tokens)
-    with PairWorker(pair, status.message, cancel) as runner:
+    with PairWorker(pair, status.message, stops.cancel) as runner:
         tokens = runner.tokenize(prompt)
         status.message(f"running {pair.name} on a {len(tokens)}-token prompt")
+        # from here a stop cannot leave the session file unfinished
+        stops.under_way = True
         if args.save:
             progress.writer = start_session(args, runner, pair, prompt, tokens)
             status.message(f"saving to {progress.writer.partial}")
         try:
-            with interrupt_sets(cancel):
-                result = runner.run(
-                    prompt,
-                    args.max_tokens,
-                    args.stop,
-                    args.near_tie,
-                    progress,
-                    args.teacher_forced,
-                    args.control,
-                )
+            result = runner.run(
+                prompt,
+                args.max_tokens,
+                args.stop,
+                args.near_tie,
+                progress,
+                args.teacher_forced,
+                args.control,
+            )
         except SpecdiffError:
             if progress.writer is not None:
                 progress.writer.abandon()
@@ -163,8 +262,28 @@ def show_result(result: PairResult, as_json: bool, forecast_top: int | None) -> 
     if as_json:
         json.dump(result_json(result) | forecast[0], sys.stdout, indent=1)
         sys.stdout.write("\n")
+    elif stopped_before_first_token(result):
+        print_text(stopped_early_text(result, terminal_layout()))
     else:
         print_text(format_result(result, terminal_layout(), forecast[1]))
+
+
+def stopped_before_first_token(result: PairResult) -> bool:
+    # the summary is worked out only for a stopped run: the others never are this
+    return result.cancelled and result.summary().stopped_before_first_token
+
+
+def stopped_early_text(result: PairResult, layout: Layout) -> str:
+    """A run stopped before either lane produced a token: no comparison to show (the
+    full report would call two empty texts identical)."""
+    return "\n".join(
+        [
+            f"pair {visible(result.pair.name)}: {visible(result.pair.description)}".rstrip(": "),
+            f"prompt: {len(result.prompt_tokens)} tokens, max {result.max_tokens} new",
+            layout.paint("warn", "STOPPED BEFORE ANY TOKEN")
+            + ": neither lane produced a token, so nothing was compared.",
+        ]
+    )
 
 
 def terminal_layout() -> Layout:
@@ -266,7 +385,9 @@ def start_session(
     from specdiff.sessions.store import SessionWriter
 
     runner.check(tokens, args.max_tokens)  # bad input leaves no file
-    writer = SessionWriter(args.sessions_dir, pair.name, prompt)
+    # one time names the file and dates the header, which the list shows
+    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    writer = SessionWriter(args.sessions_dir, pair.name, prompt, started=created)
     writer.header(
         SessionHeader(
             pair=pair,
@@ -276,18 +397,24 @@ def start_session(
             stop=tuple(args.stop),
             executed=runner.executed(),
             build=runner.build,
-            created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            created=created,
             teacher_forced=args.teacher_forced,
         )
     )
     return writer
 
 
-def exit_code(result: PairResult) -> int:
-    """The run's exit code, with a line on stderr for a stop or a failed lane."""
+def exit_code(result: PairResult, stopped_by: int | None = None) -> int:
+    """The run's exit code, with a line on stderr for a stop or a failed lane;
+    `stopped_by`, the signal that stopped the run."""
     if result.cancelled:
-        print("specdiff: interrupted; the summary covers the tokens produced", file=sys.stderr)
-        return Exit.INTERRUPTED
+        covers = (
+            "before any token, so nothing was compared"
+            if stopped_before_first_token(result)
+            else "the summary covers the tokens produced"
+        )
+        print(f"specdiff: {stop_words(stopped_by)}; {covers}", file=sys.stderr)
+        return 128 + (stopped_by or signal.SIGINT)
     errors = result.error_lines()
     if errors:
         for error in errors:

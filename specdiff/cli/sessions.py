@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,13 +39,18 @@ def add_parser(commands: Subcommands) -> None:
 
 def command_sessions(args: argparse.Namespace) -> int:
     # deferred: the engine, session and report modules load only for the command that runs
-    from specdiff.sessions.catalog import list_sessions, resolve_in
+    from specdiff.sessions.catalog import resolve_in, scan_sessions
     from specdiff.sessions.store import sessions_dir
 
     directory = sessions_dir(args.sessions_dir).absolute()
-    infos = list_sessions(directory)
+    listing = scan_sessions(directory)
+    infos = listing.sessions
     if args.sessions_command == "open":
         return replay_file(resolve_in(directory, args.reference, infos), args)
+    for link in listing.skipped:
+        # on stderr, so that --json stays a session a line
+        where = visible(str(link.path.relative_to(directory)))
+        print(f"specdiff: note: skipped {where}: {link.why}", file=sys.stderr)
     if args.json:
         for info in infos:
             # ASCII: control characters in a shared file stay escapes on the terminal
@@ -69,10 +75,12 @@ def print_listing(directory: Path, infos: list[SessionInfo]) -> None:
     width = min(FOLDER_WIDTH, max(len(visible(info.folder)) for info in infos))
     folders = width > 0
     folder_head = f"{'folder':<{width}}  " if folders else ""
+    # as wide as its widest entry ("stopped before any token" is the longest)
+    verdict = max(12, *(len(info.diverged) for info in infos))
     print(f"sessions in {visible(str(directory))}:")
     print(
-        f"{'#':>3}  {folder_head}{'date (UTC)':<16}  {'pair':<16}  {'diverged at':<12}  "
-        f"{'tokens':>9}  prompt"
+        f"{'#':>3}  {folder_head}{'date (UTC)':<16}  {'pair':<16}  "
+        f"{'diverged at':<{verdict}}  {'tokens':>9}  prompt"
     )
     for number, info in enumerate(infos, 1):
         folder = f"{visible(info.folder or '.', width):<{width}}  " if folders else ""
@@ -86,7 +94,7 @@ def print_listing(directory: Path, infos: list[SessionInfo]) -> None:
         prompt = visible(" ".join(info.prompt.split()), limit=40)
         print(
             f"{number:>3}  {folder}{visible(info.when, 16):<16}  {visible(info.pair, 16):<16}  "
-            f"{info.diverged:<12}  {tokens:>9}  {prompt}"
+            f"{info.diverged:<{verdict}}  {tokens:>9}  {prompt}"
         )
     print("open one with: specdiff sessions open NUMBER (or replay, verify, export its file)")
 
@@ -100,6 +108,7 @@ def session_json(info: SessionInfo) -> dict[str, Any]:
         "prompt": info.prompt,
         "partial": info.partial,
         "identical": info.identical,
+        "stopped_before_first_token": info.stopped_before_first_token,
         "fork_index": info.fork_index,
         "generated": list(info.generated) if info.generated else None,
         "problem": info.problem,

@@ -8,9 +8,10 @@ and the last FOOTER_WINDOW bytes of each file, whatever its size.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
-from dataclasses import dataclass, replace
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import timezone
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +26,16 @@ from specdiff.sessions.store import (
     SessionError,
     ends_mid_line,
     parse_line,
+    start_time,
 )
 
 FOOTER_WINDOW = 64 * 1024
 """A footer is a few hundred bytes; reading this much from the end always holds it, and
 a partial session's last steps of both lanes (a step is about 1 KB)."""
+
+
+STOPPED_EARLY = "stopped before any token"
+"""What the list says of a run stopped before either lane produced a token."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,8 @@ class SessionInfo:
     generated: tuple[int | None, int | None] | None = None
     """Each lane's steps; None for a lane a long partial file no longer shows near its end."""
     partial: bool = False
+    stopped_before_first_token: bool = False
+    """Stopped before either lane produced a token: nothing was compared."""
     problem: str | None = None
     """Why the file could not be read; the other fields are then empty."""
     folder: str = ""
@@ -55,16 +63,19 @@ class SessionInfo:
             return "unreadable"
         if self.partial:
             return "partial"
+        if self.stopped_before_first_token:
+            return STOPPED_EARLY
         if self.fork_index is not None:
             return f"token {self.fork_index}"
         return "identical" if self.identical else "lengths differ"
 
     @property
     def when(self) -> str:
-        try:
-            return datetime.fromisoformat(self.created).strftime("%Y-%m-%d %H:%M")
-        except ValueError:
+        """The run's start, in UTC: the time its file is named by."""
+        started = start_time(self.created)
+        if started is None:
             return self.created[:16]
+        return started.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M")
 
 
 def _tail_records(path: Path) -> tuple[list[dict[str, Any]], bool]:
@@ -131,8 +142,11 @@ def read_info(path: Path) -> SessionInfo:
         return replace(
             info,
             fork_index=footer.fork_index,
-            identical=footer.identical,
+            # a footer written before a stop before the first token was told apart
+            # calls that run identical
+            identical=footer.identical and not footer.stopped_before_first_token,
             generated=footer.generated,
+            stopped_before_first_token=footer.stopped_before_first_token,
         )
     except KeyError as error:
         return SessionInfo(path=path, problem=f"missing field {error.args[0]!r}")
@@ -145,25 +159,59 @@ SUBFOLDER_DEPTH = 2
 holds sessions/PAIR/*.jsonl, so its report folder or its sessions folder both list."""
 
 
-def _session_files(directory: Path, folder: Path, depth: int) -> list[Path]:
-    """Session files in `directory` and its subfolders down to `depth` more levels; a
-    symlinked folder is not entered (no loop, nothing outside), and a file that leads
-    out of `folder` is not listed (what the list shows, `open` opens)."""
-    found = []
-    with os.scandir(directory) as entries:
-        for entry in entries:
-            path = Path(entry.path)
-            if entry.is_dir(follow_symlinks=False):
-                if depth > 0:
-                    with contextlib.suppress(OSError):  # a subfolder it may not read
-                        found += _session_files(path, folder, depth - 1)
-            elif (
-                entry.name.endswith((SUFFIX, PARTIAL_SUFFIX))
-                and entry.is_file()
-                and path.resolve().is_relative_to(folder)
-            ):
-                found.append(path)
-    return found
+@dataclass(frozen=True)
+class SkippedLink:
+    """A symbolic link named like a session that leads to no file: left out of the
+    list, and named beside it, so that one bad link neither hides the rest nor goes
+    unseen."""
+
+    path: Path
+    why: str
+
+
+def _broken_link(entry: os.DirEntry[str]) -> str | None:
+    """Why a link named like a session leads to no file; None for anything else."""
+    if not entry.is_symlink():
+        return None
+    try:
+        os.stat(entry.path)
+    except FileNotFoundError:
+        return "a symbolic link to a missing file"
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return "a symbolic link that loops"
+        return f"a symbolic link that cannot be followed ({error.strerror})"
+    return None
+
+
+@dataclass
+class _Walk:
+    """Session files found under `folder` (its resolved path), and the links skipped."""
+
+    folder: Path
+    found: list[Path] = field(default_factory=list)
+    skipped: list[SkippedLink] = field(default_factory=list)
+
+    def scan(self, directory: Path, depth: int) -> None:
+        """Session files in `directory` and its subfolders down to `depth` more levels;
+        a symlinked folder is not entered (no loop, nothing outside), and a file that
+        leads out of `folder` is not listed (what the list shows, `open` opens)."""
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                path = Path(entry.path)
+                if entry.is_dir(follow_symlinks=False):
+                    if depth > 0:
+                        with contextlib.suppress(OSError):  # a subfolder it may not read
+                            self.scan(path, depth - 1)
+                elif entry.name.endswith((SUFFIX, PARTIAL_SUFFIX)):
+                    self._consider(entry, path)
+
+    def _consider(self, entry: os.DirEntry[str], path: Path) -> None:
+        broken = _broken_link(entry)
+        if broken is not None:
+            self.skipped.append(SkippedLink(path, broken))
+        elif entry.is_file() and path.resolve().is_relative_to(self.folder):
+            self.found.append(path)
 
 
 def _subfolder(path: Path, directory: Path) -> str:
@@ -171,19 +219,36 @@ def _subfolder(path: Path, directory: Path) -> str:
     return "" if relative == Path() else relative.as_posix()
 
 
-def list_sessions(directory: Path) -> list[SessionInfo]:
+@dataclass(frozen=True)
+class Listing:
+    """The sessions of a folder, oldest first, and the links named like one that were
+    skipped because they lead to no file."""
+
+    sessions: list[SessionInfo]
+    skipped: list[SkippedLink]
+
+
+def scan_sessions(directory: Path) -> Listing:
     """Every session in `directory` and its subfolders (finished and partial), oldest
-    first."""
+    first, and every link named like a session that leads nowhere."""
+    walk = _Walk(directory.resolve())
     try:
-        paths = _session_files(directory, directory.resolve(), SUBFOLDER_DEPTH)
+        walk.scan(directory, SUBFOLDER_DEPTH)
     except FileNotFoundError:
-        return []
+        return Listing([], [])
     except OSError as error:
         raise SessionError(
             f"cannot list the sessions folder {directory}: {error.strerror}"
         ) from None
-    infos = [replace(read_info(path), folder=_subfolder(path, directory)) for path in paths]
-    return sorted(infos, key=lambda info: (info.created, info.folder, info.path.name))
+    infos = [replace(read_info(path), folder=_subfolder(path, directory)) for path in walk.found]
+    infos.sort(key=lambda info: (info.created, info.folder, info.path.name))
+    return Listing(infos, sorted(walk.skipped, key=lambda link: link.path))
+
+
+def list_sessions(directory: Path) -> list[SessionInfo]:
+    """Every session in `directory` and its subfolders (finished and partial), oldest
+    first."""
+    return scan_sessions(directory).sessions
 
 
 def resolve_in(directory: Path, reference: str, infos: list[SessionInfo]) -> Path:
@@ -206,7 +271,12 @@ def resolve_in(directory: Path, reference: str, infos: list[SessionInfo]) -> Pat
         candidate = directory / candidate
     try:
         target = candidate.resolve()
-    except (OSError, ValueError):
+    except (OSError, RuntimeError, ValueError) as error:
+        # a loop is a RuntimeError before Python 3.13, an OSError (ELOOP) from it on
+        if isinstance(error, RuntimeError) or getattr(error, "errno", None) == errno.ELOOP:
+            raise SessionError(
+                f"{reference} is a symbolic link that loops, not a session"
+            ) from None
         raise SessionError(f"{reference!r} is not a path specdiff can open") from None
     if not target.is_relative_to(folder):
         raise SessionError(

@@ -236,6 +236,12 @@ class RunSummary:
         return noise_floor_label(self.fork_index, self.control.fork_index, self.control.generated)
 
     @property
+    def stopped_before_first_token(self) -> bool:
+        """Stopped (Ctrl+C, SIGTERM, the TUI's stop) before either lane produced a token:
+        nothing was compared, so the run is neither identical nor forked."""
+        return self.cancelled and self.generated == (0, 0)
+
+    @property
     def generation_seconds(self) -> float:
         return sum(self.seconds) if self.seconds is not None else 0.0
 
@@ -260,8 +266,15 @@ class RunSummary:
         its own pick first differs (the first flip)."""
         fork_index = run_fork_index(a, b, teacher_forced)
         stop_reasons = measured.pop("stop_reasons", ("", ""))
-        # a run cut short by a crash is not identical, whatever it held so far
-        identical = fork_index is None and len(a) == len(b) and CRASHED not in stop_reasons
+        cancelled = measured.pop("cancelled", False)
+        # a run cut short by a crash is not identical, whatever it held so far; nor is
+        # one stopped before its first token, which compared nothing
+        identical = (
+            fork_index is None
+            and len(a) == len(b)
+            and CRASHED not in stop_reasons
+            and not (cancelled and not a and not b)
+        )
         margins = None if fork_index is None else (a[fork_index].margin, b[fork_index].margin)
         near_tie = measured.pop("near_tie", DEFAULT_NEAR_TIE)
         verdict = run_fork_verdict(a, b, teacher_forced, near_tie)
@@ -274,7 +287,7 @@ class RunSummary:
             output_sha256=(output_sha256(a), output_sha256(b)),
             stop_reasons=stop_reasons,
             errors=measured.pop("errors", (None, None)),
-            cancelled=measured.pop("cancelled", False),
+            cancelled=cancelled,
             fork_class=None if verdict is None else verdict.kind,
             near_tie=None if verdict is None else near_tie,
             **measured,
@@ -298,6 +311,9 @@ class RunSummary:
             "drafted": list(self.drafted),
             "accepted": list(self.accepted),
         }
+        if self.stopped_before_first_token:
+            # said outright for a reader of the file; a reader works it out again
+            record["stopped_before_first_token"] = True
         if self.seconds is not None:
             record["seconds"] = list(self.seconds)
         if self.first_token_seconds is not None:

@@ -54,10 +54,20 @@ def sessions_dir(override: str | Path | None = None) -> Path:
 
 
 def session_name(pair: str, prompt: str, when: datetime | None = None) -> str:
-    """Time, pair and a short hash of the prompt; only [A-Za-z0-9._-]."""
-    when = when or datetime.now(timezone.utc)
+    """Time (UTC), pair and a short hash of the prompt; only [A-Za-z0-9._-]."""
+    when = (when or datetime.now(timezone.utc)).astimezone(timezone.utc)
     digest = hashlib.sha256(prompt.encode("utf-8")).hexdigest()[:8]
     return f"{when.strftime('%Y%m%dT%H%M%SZ')}-{safe_name(pair)[:40]}-{digest}"
+
+
+def start_time(created: str) -> datetime | None:
+    """A header's `created` (ISO 8601) as a time, None where it is not one; a time
+    without a zone is UTC, as specdiff writes it."""
+    try:
+        when = datetime.fromisoformat(created)
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
 
 
 def safe_name(text: str) -> str:
@@ -83,8 +93,10 @@ class SessionWriter:
         pair_name: str,
         prompt: str,
         name: str | None = None,
+        started: str | None = None,
     ) -> None:
-        """`name` (sanitised) replaces the generated time-pair-hash name."""
+        """`name` (sanitised) replaces the generated time-pair-hash name; `started`, the
+        header's `created`, is the time in that name (the list shows it), else now."""
         self.folder = sessions_dir(directory)
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -92,7 +104,8 @@ class SessionWriter:
             raise SessionError(
                 f"cannot create the sessions folder {self.folder}: {error.strerror}"
             ) from None
-        self.base = session_name(pair_name, prompt) if name is None else safe_name(name)
+        when = None if started is None else start_time(started)
+        self.base = session_name(pair_name, prompt, when) if name is None else safe_name(name)
         for attempt in range(1000):
             name = self.base if attempt == 0 else f"{self.base}-{attempt}"
             self.final = self.folder / f"{name}{SUFFIX}"
@@ -167,9 +180,11 @@ class FinishedRun(Protocol):
 
 
 def save_result(result: FinishedRun, directory: str | Path | None = None) -> Path:
-    """Write a finished run as a session; never overwrites; returns the final path."""
-    writer = SessionWriter(directory, result.pair.name, result.prompt)
-    writer.header(result.header())
+    """Write a finished run as a session, named by the time it started (as the list
+    shows it), not the time it is saved; never overwrites; returns the final path."""
+    header = result.header()
+    writer = SessionWriter(directory, result.pair.name, result.prompt, started=header.created)
+    writer.header(header)
     for step in interleaved(result):
         writer.step(step)
     return writer.finish(result.summary())
@@ -222,7 +237,10 @@ class Session:
         drafts, errors) where there is one: the comparison is always recomputed, so a
         file whose footer was written by an older release, or lost, reads the same."""
         derived = RunSummary.of_steps(
-            self.steps["a"], self.steps["b"], teacher_forced=self.header.teacher_forced
+            self.steps["a"],
+            self.steps["b"],
+            teacher_forced=self.header.teacher_forced,
+            cancelled=self.footer is not None and self.footer.cancelled,
         )
         if self.footer is None:
             return derived
