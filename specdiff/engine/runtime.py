@@ -20,7 +20,7 @@ from types import ModuleType
 from typing import Any
 
 from specdiff.errors import LaneConfigError
-from specdiff.lanes import Lane
+from specdiff.lanes import Lane, LaneId
 
 _LOCK = threading.Lock()
 _STATE: dict[str, Any] = {}
@@ -116,7 +116,7 @@ def supports_gpu_offload() -> bool:
     return bool(llama().llama_supports_gpu_offload())
 
 
-def refuse_unsupported_offload(lanes: Iterable[tuple[str, Lane]]) -> None:
+def refuse_unsupported_offload(lanes: Iterable[tuple[LaneId, Lane]]) -> None:
     """Stop before any model loads when an in-process lane asks for GPU layers that this
     llama-cpp-python cannot place (llama.cpp would quietly keep them on the CPU, and the
     comparison would not be the one asked for)."""

@@ -25,7 +25,7 @@ from specdiff.engine.llama.probe import trusted_repack
 from specdiff.engine.models import resolve_model
 from specdiff.engine.runtime import llama
 from specdiff.errors import PromptError
-from specdiff.lanes import BOUNDS, Lane, LaneConfigError, Pair
+from specdiff.lanes import BOUNDS, Lane, LaneConfigError, LaneId, Pair
 from specdiff.scoring import (
     ROWS_PER_BLOCK,
     Chunk,
@@ -48,7 +48,7 @@ class ScoringLane:
     size or the text's, whichever is smaller."""
 
     def __init__(
-        self, lane: Lane, lane_id: str, chunk: int, pool: ModelPool, cancel: threading.Event,
+        self, lane: Lane, lane_id: LaneId, chunk: int, pool: ModelPool, cancel: threading.Event,
         progress: Progress,
     ) -> None:  # fmt: skip
         self.lane = replace(lane, n_ctx=chunk)
