@@ -492,8 +492,9 @@ def fork_margin(a: StepTaps, b: StepTaps) -> ForkMargin:
 
 
 def _softmax(logits: np.ndarray) -> np.ndarray:
-    shifted = np.exp(logits - np.max(logits))
-    return shifted / shifted.sum()
+    shifted: np.ndarray = np.exp(logits - np.max(logits))
+    normalized: np.ndarray = shifted / shifted.sum()
+    return normalized
 
 
 def _quoted(piece: bytes) -> str:

@@ -149,7 +149,9 @@ class LaneCapabilities:
     it the run's StreamGate. A lane that steps only when the runner's thread asks takes
     no part (that thread may be waiting on the rescoring lane)."""
 
-    def send_ahead(self, prompt: Sequence[int], max_tokens: int, stop: Sequence[bytes] = ()) -> None:
+    def send_ahead(
+        self, prompt: Sequence[int], max_tokens: int, stop: Sequence[bytes] = ()
+    ) -> None:
         """Send now the request the next generate() with these arguments reads."""
         raise NotImplementedError(f"{type(self).__name__} does not send ahead")
 
@@ -205,7 +207,9 @@ class LaneBackend(Protocol):
     def vocab_digest(self) -> str:
         """Identifies the vocabulary, so two lanes' token ids can be compared."""
 
-    def send_ahead(self, prompt: Sequence[int], max_tokens: int, stop: Sequence[bytes] = ()) -> None:
+    def send_ahead(
+        self, prompt: Sequence[int], max_tokens: int, stop: Sequence[bytes] = ()
+    ) -> None:
         """Where SENDS_AHEAD: start the request the next generate() with these arguments
         reads (LaneCapabilities)."""
 

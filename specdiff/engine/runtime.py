@@ -17,13 +17,25 @@ import sys
 import threading
 from collections.abc import Iterable
 from types import ModuleType
-from typing import Any
+from typing import Any, TypedDict
 
 from specdiff.errors import LaneConfigError
 from specdiff.lanes import Lane, LaneId
 
+
+
+class _State(TypedDict, total=False):
+    """What this process holds of llama.cpp once it is loaded."""
+
+    module: ModuleType
+    callback: object
+    """The log callback: a ctypes callback must outlive its registration."""
+    offloaded: tuple[int, int]
+    devices: list[dict[str, Any]]
+
+
 _LOCK = threading.Lock()
-_STATE: dict[str, Any] = {}
+_STATE: _State = {}
 _ERRORS: collections.deque[str] = collections.deque(maxlen=20)
 _LEVEL_ERROR = 3
 _LEVEL_CONT = 5

@@ -185,9 +185,7 @@ class PairWorker(StreamsARun):
         worker.begin_streaming()
         cancelled = self.cancel.is_set()
         worker.send(
-            StreamRun(
-                cancelled, prompt, max_tokens, list(stop), near_tie, teacher_forced, control
-            )
+            StreamRun(cancelled, prompt, max_tokens, list(stop), near_tie, teacher_forced, control)
         )
         worker.streaming = worker.busy = True
         try:
@@ -275,9 +273,7 @@ def call_in_worker(
     SPECDIFF_FAULT fires when an event hands over that lane's step.
     """
     handlers = dict(events or {})
-    worker = WorkerProcess(
-        "the worker", repack_off, cancel or threading.Event(), f"while {doing}"
-    )
+    worker = WorkerProcess("the worker", repack_off, cancel or threading.Event(), f"while {doing}")
     try:
         worker.send(CallFunction(function, tuple(args), tuple(handlers)))
         worker.build = worker.reply(_quiet, Ready).build

@@ -14,7 +14,7 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 from specdiff.engine.base import Live
 from specdiff.errors import SpecdiffError
@@ -87,7 +87,7 @@ class Close:
     """End the worker, which is idle."""
 
 
-Request = Union[OpenPair, CallFunction, StreamRun, Tokenize, Check, AskExecuted, Close]
+Request = OpenPair | CallFunction | StreamRun | Tokenize | Check | AskExecuted | Close
 
 # -- the worker's replies -------------------------------------------------------------
 
@@ -152,7 +152,7 @@ class Bug:
     traceback: str
 
 
-Reply = Union[Progressed, Ready, Answer, StepMade, RunFinished, EventFired, Raised, Bug]
+Reply = Progressed | Ready | Answer | StepMade | RunFinished | EventFired | Raised | Bug
 
 # -- the due step ---------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from specdiff.engine.runtime import (
 from specdiff.errors import ModelError
 from specdiff.lanes import Lane, LaneId
 
+
 class Placement(TypedDict):
     """Where a model's layers went, as a lane's executed table records it."""
 

@@ -129,8 +129,9 @@ def scoring_lanes(
     trust_kernels(pair, progress)
     pool = ModelPool()
     lanes: list[ScoringLane] = []
+    order: tuple[tuple[LaneId, Lane], ...] = (("a", pair.a), ("b", pair.b))
     try:
-        for lane_id, lane in (("a", pair.a), ("b", pair.b)):
+        for lane_id, lane in order:
             lanes.append(ScoringLane(lane, lane_id, chunk, pool, cancel, progress))
         yield lanes[0], lanes[1]
     finally:

@@ -197,7 +197,7 @@ class LlamaServer:
     log: Path | None = None
     say: Callable[[str], None] = _to_stderr
     """Where the one line about a --no-repack restart goes."""
-    process: subprocess.Popen | None = None
+    process: subprocess.Popen[bytes] | None = None
     fell_back: bool = False
     """Started again with --no-repack after the first start died by a signal."""
     output: collections.deque[str] = field(

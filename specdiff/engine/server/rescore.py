@@ -16,10 +16,8 @@ wait for both lanes' streams to end, and the lanes rescore one at a time (Stream
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
