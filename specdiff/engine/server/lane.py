@@ -4,7 +4,8 @@ Each streamed token becomes a TokenStep: the token id where the server gives it 
 looked up in the lane's tokenizer vocabulary by its exact bytes or text), its bytes, the
 top-k candidates with their log-probabilities as logits (a difference of two
 log-probabilities equals the difference of the logits, so margins mean the same thing),
-and the time it arrived. The APIs are in ``dialects``, the HTTP side in ``client``.
+and the time it arrived. The APIs are in ``dialects``, the HTTP side in ``client``, a
+token's step and the echo guard in ``tokens``.
 
 The lane holds a server to its word: it stops reading at the token budget whatever the
 server sends, and the steps whose text could be the start of the API key or the
