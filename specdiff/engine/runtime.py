@@ -23,7 +23,6 @@ from specdiff.errors import LaneConfigError
 from specdiff.lanes import Lane, LaneId
 
 
-
 class _State(TypedDict, total=False):
     """What this process holds of llama.cpp once it is loaded."""
 
