@@ -8,8 +8,10 @@ A fault-injection switch read only here makes every crash path testable on any C
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
+import os
 import signal
 import threading
 import traceback
@@ -59,9 +61,12 @@ class _CancelFlag(threading.Event):
         self._flag = True  # type: ignore[attr-defined]
 
 
-def serve(descriptor: int, due_path: str) -> None:
+def serve(descriptor: int, due_path: str, lifeline: int | None = None) -> None:
     """The child's main: load the pair it is sent (or call the function), then answer
-    requests until told to close or until the front end goes away."""
+    requests until told to close or until the front end goes away. `lifeline` is a
+    pipe's end whose other end only the front end holds: at its EOF the worker ends."""
+    if lifeline is not None:
+        _end_with_front_end(lifeline)
     # the front end decides what Ctrl+C means (the worker runs in its own session, but
     # a caller may still signal the group)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -82,6 +87,21 @@ def serve(descriptor: int, due_path: str) -> None:
         _serve_pair(conn, cancel, request.pair, due_path)
     else:
         conn.send(Bug(f"unknown first request {type(request).__name__}"))
+
+
+def _end_with_front_end(lifeline: int) -> None:
+    """End this process, and whatever it started, once the front end has gone, however
+    it went (a SIGTERM or SIGKILL leaves no time to close this worker): a busy worker
+    reads no requests, so only a thread of its own sees the front end's end."""
+
+    def watch() -> None:
+        with contextlib.suppress(OSError):
+            while os.read(lifeline, 1):  # the front end never writes: only EOF comes
+                pass
+        # the worker leads its own process group: a kernel probe it started goes too
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="front-end-lifeline", daemon=True).start()
 
 
 def _serve_pair(conn: Connection, cancel: threading.Event, pair: Pair, due_path: str) -> None:

@@ -40,7 +40,7 @@ WORKER_MAIN = (
     # the current folder first on sys.path (python -c puts it there) could shadow the
     # installed packages with whatever the user's folder holds
     "import sys; sys.path.pop(0); from specdiff.engine.worker_child import serve; "
-    "serve(int(sys.argv[1]), sys.argv[2])"
+    "serve(int(sys.argv[1]), sys.argv[2], int(sys.argv[3]))"
 )
 POLL_SECONDS = 0.05
 """How often a silent worker is checked for death and a cancel is passed on."""
@@ -103,14 +103,19 @@ class WorkerProcess:
         self._log = None if keep_stderr else self._folder / "log"
         ours, theirs = socket.socketpair()
         self._conn = Connection(ours.detach())
+        # the child reads the other end and ends itself at EOF: this end closes however
+        # this process ends (a SIGKILL included), and no other process holds it
+        lifeline, self._lifeline = os.pipe()
         try:
             with theirs, contextlib.ExitStack() as files:
+                files.callback(os.close, lifeline)
                 # llama.cpp's own aborts (GGML_ASSERT) write to fd 2: keep them off the
                 # terminal, where a TUI is drawn, and let the crash message quote them
                 log = None if self._log is None else files.enter_context(self._log.open("ab"))
+                arguments = (str(theirs.fileno()), str(self._due), str(lifeline))
                 self.process = subprocess.Popen(
-                    [sys.executable, "-c", WORKER_MAIN, str(theirs.fileno()), str(self._due)],
-                    pass_fds=[theirs.fileno()],
+                    [sys.executable, "-c", WORKER_MAIN, *arguments],
+                    pass_fds=(theirs.fileno(), lifeline),
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL if log is None else log,
                     stderr=None if log is None else subprocess.STDOUT,
@@ -249,6 +254,8 @@ class WorkerProcess:
         if process is not None:
             self.kill()
         self._conn.close()
+        with contextlib.suppress(OSError):
+            os.close(self._lifeline)
         shutil.rmtree(self._folder, ignore_errors=True)
 
     def kill(self) -> None:
