@@ -22,6 +22,7 @@ records, and the child's side ``worker_child``.
 
 from __future__ import annotations
 
+import subprocess
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
@@ -130,8 +131,8 @@ class PairWorker(StreamsARun):
         return self._worker.build
 
     @property
-    def process(self) -> Any:
-        """The worker's process (a subprocess.Popen)."""
+    def process(self) -> subprocess.Popen[bytes]:
+        """The worker's process."""
         return self._worker.process
 
     @property
