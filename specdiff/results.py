@@ -6,10 +6,11 @@ these records.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from specdiff.compare import Comparison
+from specdiff.compare import Comparison, compare
 from specdiff.lanes import Lane, LaneId, Pair
 from specdiff.sessions.format import CRASHED
 from specdiff.sessions.header import SessionHeader
@@ -58,6 +59,23 @@ class LaneOutcome:
         return [step.token_id for step in self.steps]
 
 
+@dataclass(frozen=True)
+class RunRequest:
+    """One run as it was asked for: the prompt, its settings, and when it started. The
+    in-process runner and the worker's front end each make one and build their result
+    from it, so a run cut short by a crash reads like one that finished."""
+
+    prompt: str
+    prompt_tokens: list[int]
+    """Lane a's token ids of the prompt."""
+    max_tokens: int
+    stop: list[str]
+    near_tie: float
+    teacher_forced: bool
+    started: str
+    """ISO time, to the second, in UTC."""
+
+
 @dataclass
 class PairResult:
     """Both lanes of one run on one prompt, with what executed them."""
@@ -77,6 +95,34 @@ class PairResult:
     stop: list[str] = field(default_factory=list)
     control: LaneOutcome | None = None
     """Lane a run again, cold, after the pair (--control); None without it."""
+
+    @classmethod
+    def assemble(
+        cls,
+        pair: Pair,
+        request: RunRequest,
+        outcomes: Mapping[LaneId, LaneOutcome],
+        build: dict[str, str],
+        cancelled: bool = False,
+        control: LaneOutcome | None = None,
+    ) -> PairResult:
+        """The result of `request` on `pair` from both lanes' outcomes, compared."""
+        a, b = outcomes["a"], outcomes["b"]
+        return cls(
+            pair=pair,
+            prompt=request.prompt,
+            prompt_tokens=request.prompt_tokens,
+            max_tokens=request.max_tokens,
+            a=a,
+            b=b,
+            comparison=compare(a.steps, b.steps, request.near_tie),
+            build=build,
+            started=request.started,
+            cancelled=cancelled,
+            teacher_forced=request.teacher_forced,
+            stop=list(request.stop),
+            control=control,
+        )
 
     @property
     def speedup(self) -> float | None:

@@ -10,7 +10,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:  # annotations only: a step names its lane, the lanes module need not load
+    from specdiff.lanes import LaneId
 
 
 class Candidate(NamedTuple):
@@ -41,7 +44,7 @@ class Probe:
 class TokenStep:
     """One generated token and the distribution it was picked from."""
 
-    lane: str
+    lane: LaneId
     """Which lane produced it: "a" or "b"."""
     index: int
     """Position in the generated text, 0-based."""

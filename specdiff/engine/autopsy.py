@@ -197,18 +197,7 @@ def explain_pair(
             progress(f"run {number}/{min(max_runs, len(moves) + 1)}: {move.setting}")
             trials.append(_trial(move, prompt, max_tokens, pool, cancel, cache))
         not_tried = tuple(f"{move.setting} (over --max-runs)" for move in moves[room:])
-        if baseline.fork is None:
-            # one lane stopped early with the same tokens: no step holds two picks
-            part2 = Autopsy(
-                pair.name,
-                max_tokens,
-                min(baseline.tokens_a, baseline.tokens_b),
-                part2_note="the lanes differ only in length (one stopped early); "
-                "there is no fork step to trace",
-            )
-        else:
-            progress(f"tapping both lanes at token {baseline.fork}")
-            part2 = _layers(pair, prompt, max_tokens, baseline.fork, pool, cancel)
+        part2 = _part2(pair, prompt, max_tokens, baseline, pool, cancel, progress)
         return replace(
             part2,
             trials=tuple(trials),
@@ -220,6 +209,30 @@ def explain_pair(
         raise AutopsyInterrupted("interrupted before the autopsy was complete") from None
     finally:
         pool.close()
+
+
+def _part2(
+    pair: Pair,
+    prompt: str,
+    max_tokens: int,
+    baseline: SettingTrial,
+    pool: ModelPool,
+    cancel: threading.Event,
+    progress: Progress,
+) -> Autopsy:
+    """Both lanes tapped at the fork the pair as given reached; a note instead where
+    the lanes differ only in length."""
+    if baseline.fork is None:
+        # one lane stopped early with the same tokens: no step holds two picks
+        return Autopsy(
+            pair.name,
+            max_tokens,
+            min(baseline.tokens_a, baseline.tokens_b),
+            part2_note="the lanes differ only in length (one stopped early); "
+            "there is no fork step to trace",
+        )
+    progress(f"tapping both lanes at token {baseline.fork}")
+    return _layers(pair, prompt, max_tokens, baseline.fork, pool, cancel)
 
 
 def server_trial(
@@ -479,8 +492,9 @@ def fork_margin(a: StepTaps, b: StepTaps) -> ForkMargin:
 
 
 def _softmax(logits: np.ndarray) -> np.ndarray:
-    shifted = np.exp(logits - np.max(logits))
-    return shifted / shifted.sum()
+    shifted: np.ndarray = np.exp(logits - np.max(logits))
+    normalized: np.ndarray = shifted / shifted.sum()
+    return normalized
 
 
 def _quoted(piece: bytes) -> str:

@@ -1,4 +1,5 @@
-"""Which class runs a lane: a lane's `backend` key names one, and `open_lane` builds it."""
+"""Which class runs a lane: a lane's `backend` key names one, and `open_lane` builds it
+from the pool of weights (ModelPool) that a pair's lanes share."""
 
 from __future__ import annotations
 
@@ -10,16 +11,18 @@ from specdiff.engine.llama.context import ModelPool
 from specdiff.engine.llama.lane import LocalLane
 from specdiff.engine.models import Progress
 from specdiff.engine.server.lane import ServerLane
-from specdiff.lanes import Lane
+from specdiff.lanes import Lane, LaneId
 
-LaneFactory = Callable[[Lane, str, ModelPool, Progress, threading.Event], LaneBackend]
+LaneFactory = Callable[[Lane, LaneId, ModelPool, Progress, threading.Event], LaneBackend]
+
+__all__ = ["BACKENDS", "LaneFactory", "ModelPool", "open_lane"]
 
 BACKENDS: dict[str, LaneFactory] = {"local": LocalLane, "server": ServerLane}
 """Every value a lane's `backend` key takes, and the class that runs it."""
 
 
 def open_lane(
-    lane: Lane, lane_id: str, pool: ModelPool, progress: Progress, cancel: threading.Event
+    lane: Lane, lane_id: LaneId, pool: ModelPool, progress: Progress, cancel: threading.Event
 ) -> LaneBackend:
     """Load a lane's model or connect to its server; models come from (and stay in) `pool`,
     so lanes of one pair share their weights."""

@@ -8,14 +8,16 @@ backend is one new package that satisfies it (and one entry in ``engine.backends
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+import contextlib
+import threading
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import ClassVar, Protocol, TypedDict
 
 from specdiff.compare import DEFAULT_NEAR_TIE
 from specdiff.errors import SpecdiffError
-from specdiff.lanes import Lane
+from specdiff.lanes import Lane, LaneId
 from specdiff.results import PairResult
 from specdiff.steps import Probe, TokenStep
 
@@ -34,8 +36,16 @@ class LiveStats:
     accepted: int = 0
 
 
-Live = dict[str, LiveStats]
+Live = dict[LaneId, LiveStats]
 """Lane id -> its live numbers."""
+
+
+class ChatPrompt(TypedDict):
+    """A chat lane's prompt as it was formatted: the text and its token ids (a session
+    keeps them in `lane_prompts`)."""
+
+    text: str
+    token_ids: list[int]
 
 
 class EngineError(SpecdiffError):
@@ -76,12 +86,88 @@ class Prompt(tuple[int, ...]):
         return prompt
 
 
+class StreamGate:
+    """The server streams of one run, and the rescoring that must not run beside them:
+    a lane's rescoring starts only while no stream runs, and no stream begins while a
+    lane rescores; lanes rescore one at a time. A lone lane waits for nothing."""
+
+    def __init__(self) -> None:
+        self._streaming: set[LaneId] = set()
+        self._changed = threading.Condition()
+        self._turn = threading.Lock()
+        """Held while one lane rescores, and for a moment by a stream that begins."""
+
+    def begin(self, lane_id: LaneId) -> None:
+        """Lane `lane_id` is about to send its requests; waits while a lane rescores."""
+        with self._turn, self._changed:
+            self._streaming.add(lane_id)
+
+    def ended(self, lane_id: LaneId) -> None:
+        """Lane `lane_id` streams no more (saying it twice, or unbegun, is harmless)."""
+        with self._changed:
+            self._streaming.discard(lane_id)
+            self._changed.notify_all()
+
+    @contextlib.contextmanager
+    def quiet(self, stopped: Callable[[], bool]) -> Iterator[bool]:
+        """True, and the turn held for the block, once no stream runs; False (and no
+        turn) once `stopped()` says so first."""
+        held = self._take_turn(stopped)
+        try:
+            yield held
+        finally:
+            if held:
+                self._turn.release()
+
+    def _take_turn(self, stopped: Callable[[], bool]) -> bool:
+        while True:
+            with self._changed:
+                while self._streaming:
+                    if stopped():
+                        return False
+                    self._changed.wait(0.1)
+            self._turn.acquire()
+            with self._changed:
+                if not self._streaming:
+                    return True
+            self._turn.release()  # a stream began in between: wait for it too
+
+
+class LaneCapabilities:
+    """What a backend can do beyond the Protocol's calls, declared by the backend (as a
+    flag the runner reads) rather than found out from its class: PairRun sees only
+    LaneBackend. Every capability is off unless a backend turns it on, and its method
+    is then the backend's own."""
+
+    SENDS_AHEAD: ClassVar[bool] = False
+    """generate() reads a request another process serves: `send_ahead` puts it in
+    flight before any lane steps, so a pair's requests run at once, as a bare client
+    sends them (stepping in turn, lane b's would wait for lane a's first token)."""
+    GATES_STREAMS: ClassVar[bool] = False
+    """The lane has work of its own to do once its stream has ended (a server lane's
+    rescoring) that must not run beside the other lane's stream: `share_streams` hands
+    it the run's StreamGate. A lane that steps only when the runner's thread asks takes
+    no part (that thread may be waiting on the rescoring lane)."""
+
+    def send_ahead(
+        self, prompt: Sequence[int], max_tokens: int, stop: Sequence[bytes] = ()
+    ) -> None:
+        """Send now the request the next generate() with these arguments reads."""
+        raise NotImplementedError(f"{type(self).__name__} does not send ahead")
+
+    def share_streams(self, gate: StreamGate) -> None:
+        """Wait at `gate` for the run's other streams before working after this one."""
+        raise NotImplementedError(f"{type(self).__name__} takes no part in a StreamGate")
+
+
 class LaneBackend(Protocol):
     """One lane of a pair: loads its model or connects to its server when built, then
     generates greedily on as many prompts as asked."""
 
+    SENDS_AHEAD: ClassVar[bool]
+    GATES_STREAMS: ClassVar[bool]
     lane: Lane
-    lane_id: str
+    lane_id: LaneId
     model_path: Path
     """The GGUF file whose vocabulary this lane's token ids index (a server lane's
     tokenizer)."""
@@ -121,8 +207,19 @@ class LaneBackend(Protocol):
     def vocab_digest(self) -> str:
         """Identifies the vocabulary, so two lanes' token ids can be compared."""
 
-    def executed(self) -> dict[str, Any]:
-        """What actually ran: model file and hash, settings as applied, server identity."""
+    def send_ahead(
+        self, prompt: Sequence[int], max_tokens: int, stop: Sequence[bytes] = ()
+    ) -> None:
+        """Where SENDS_AHEAD: start the request the next generate() with these arguments
+        reads (LaneCapabilities)."""
+
+    def share_streams(self, gate: StreamGate) -> None:
+        """Where GATES_STREAMS: the run's gate to wait at before rescoring."""
+
+    def executed(self) -> Mapping[str, object]:
+        """What actually ran: model file and hash, settings as applied, server identity;
+        each backend's table is a TypedDict of its own (LocalExecuted, ServerExecuted)
+        whose values a session file holds as JSON."""
 
     def close(self) -> None: ...
 

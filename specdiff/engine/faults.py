@@ -13,16 +13,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from specdiff.engine.base import EngineError
+from specdiff.lanes import LaneId
 from specdiff.steps import TokenStep
 
 FAULT_ENV = "SPECDIFF_FAULT"
+_LANE_IDS: dict[str, LaneId] = {"a": "a", "b": "b"}
 
 
 @dataclass(frozen=True)
 class Fault:
     """Where SPECDIFF_FAULT asks the worker to die, and how."""
 
-    lane: str
+    lane: LaneId
     step: int
     kind: str
 
@@ -32,17 +34,18 @@ class Fault:
     def from_env(cls) -> Fault | None:
         value = os.environ.get(FAULT_ENV, "")
         parts = value.split(":")
-        if len(parts) != 3 or parts[0] not in ("a", "b") or not parts[1].isdigit():
+        if len(parts) != 3 or not parts[1].isdigit():
             return None
-        if parts[2] not in cls.KINDS and parts[2] != "error":
+        lane = _LANE_IDS.get(parts[0])
+        if lane is None or parts[2] not in cls.KINDS and parts[2] != "error":
             return None
-        return cls(parts[0], int(parts[1]), parts[2])
+        return cls(lane, int(parts[1]), parts[2])
 
     def fire_at(self, step: TokenStep) -> None:
         """For a function's events: die as the step is handed over."""
         self.fire_before(step.lane, step.index)
 
-    def fire_before(self, lane: str, index: int) -> None:
+    def fire_before(self, lane: LaneId, index: int) -> None:
         """Die (or fail, KIND error) at the lane's step, before it leaves the decode loop:
         where a native crash in a kernel would strike."""
         if lane != self.lane or index != self.step:

@@ -78,7 +78,7 @@ def sha256_file(path: Path, progress: Progress = _quiet) -> str:
         and known.get("mtime_ns") == stat.st_mtime_ns
         and isinstance(known.get("sha256"), str)
     ):
-        return known["sha256"]
+        return str(known["sha256"])
     progress(f"hashing {path.name} ({stat.st_size / 1e6:.0f} MB)")
     digest = hashlib.sha256()
     with path.open("rb") as handle:

@@ -26,9 +26,9 @@ from typing import Any
 
 from specdiff import __version__
 from specdiff.chat import EMPTY_CONVERSATION, Conversation
-from specdiff.compare import DEFAULT_NEAR_TIE, compare
+from specdiff.compare import DEFAULT_NEAR_TIE
 from specdiff.control import warm_second_run
-from specdiff.engine.backends import open_lane
+from specdiff.engine.backends import ModelPool, open_lane
 from specdiff.engine.base import (
     Cancelled,
     Generation,
@@ -37,15 +37,13 @@ from specdiff.engine.base import (
     LiveStats,
     Prompt,
     Steps,
+    StreamGate,
     StreamsARun,
 )
-from specdiff.engine.llama.context import ModelPool
 from specdiff.engine.runtime import build_info
-from specdiff.engine.server.lane import ServerLane
-from specdiff.engine.server.rescore import StreamGate
 from specdiff.errors import PromptError, SpecdiffError, lane_failure
 from specdiff.lanes import Lane, LaneId, Pair, headline
-from specdiff.results import LaneOutcome, PairResult
+from specdiff.results import LaneOutcome, PairResult, RunRequest
 from specdiff.steps import TokenStep
 
 Progress = Callable[[str], None]
@@ -97,7 +95,7 @@ class PairRun(StreamsARun):
         self.result: PairResult | None = None
         self.outcomes: dict[LaneId, LaneOutcome] = {}
         """The current run's outcomes, filled in while it streams."""
-        self.lane_tokens: dict[str, list[int]] = {}
+        self.lane_tokens: dict[LaneId, list[int]] = {}
         """Each lane's token ids of the prompt last tokenized."""
         self.streams = StreamGate()
         """The current run's server streams, which rescoring waits for."""
@@ -141,55 +139,57 @@ class PairRun(StreamsARun):
         text as A's. `control`: lane a then runs again, cold, into `result.control`."""
         tokens = self.tokenize(prompt)
         self.check(tokens, max_tokens)
+        request = RunRequest(
+            prompt,
+            tokens,
+            max_tokens,
+            list(stop),
+            near_tie,
+            teacher_forced,
+            started=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        )
         stop_bytes = [s.encode("utf-8") for s in stop if s]
-        started = datetime.now(timezone.utc).isoformat(timespec="seconds")
         outcomes = self._begin(len(tokens))
-        # each lane takes the ids or, a server lane, the text they came from
-        ids = Prompt(prompt, tokens)
-        generators = {
-            lane_id: local.generate(ids, max_tokens, stop_bytes)
-            for lane_id, local in self.lanes.items()
-            if not (teacher_forced and lane_id == "b")
-        }
-        self._gate_streams()
-        for lane_id in generators:
-            local = self.lanes[lane_id]
-            if isinstance(local, ServerLane):
-                # both requests in flight at once, as a bare client sends them: stepping
-                # in turn, lane b's would wait for lane a's first token
-                local.send_ahead(ids, max_tokens, stop_bytes)
-
-        def forced_b(forced: list[int]) -> Steps:
-            return self.lanes["b"].generate(ids, max_tokens, stop_bytes, forced=forced)
-
-        try:
-            cancelled, stopped = yield from self._lockstep(
-                generators, forced_b if teacher_forced else None
-            )
-        finally:
-            # also on an error or a second Ctrl+C: a server lane's reader thread must stop
-            for generator in generators.values():
-                generator.close()
+        cancelled, stopped = yield from self._run_lanes(request, stop_bytes)
         self._settle(stopped)
         again = (
             None if cancelled or not control else self._control_run(prompt, max_tokens, stop_bytes)
         )
         cancelled = cancelled or again is not None and again.stop_reason == "cancelled"
-        self.result = PairResult(
-            pair=self.pair,
-            prompt=prompt,
-            prompt_tokens=tokens,
-            max_tokens=max_tokens,
-            a=outcomes["a"],
-            b=outcomes["b"],
-            comparison=compare(outcomes["a"].steps, outcomes["b"].steps, near_tie),
-            build=self.build,
-            started=started,
-            cancelled=cancelled,
-            teacher_forced=teacher_forced,
-            stop=list(stop),
-            control=again,
+        self.result = PairResult.assemble(
+            self.pair, request, outcomes, self.build, cancelled=cancelled, control=again
         )
+
+    def _run_lanes(
+        self, request: RunRequest, stop: list[bytes]
+    ) -> Generator[TokenStep, None, tuple[bool, set[LaneId]]]:
+        """Start each lane's generation (lane b's later, when teacher-forced) and step
+        them in lockstep; returns what `_lockstep` does."""
+        # each lane takes the ids or, a server lane, the text they came from
+        ids = Prompt(request.prompt, request.prompt_tokens)
+        max_tokens = request.max_tokens
+        generators = {
+            lane_id: local.generate(ids, max_tokens, stop)
+            for lane_id, local in self.lanes.items()
+            if not (request.teacher_forced and lane_id == "b")
+        }
+        self._gate_streams()
+        for lane_id in generators:
+            local = self.lanes[lane_id]
+            if local.SENDS_AHEAD:
+                local.send_ahead(ids, max_tokens, stop)
+
+        def forced_b(forced: list[int]) -> Steps:
+            return self.lanes["b"].generate(ids, max_tokens, stop, forced=forced)
+
+        try:
+            return (
+                yield from self._lockstep(generators, forced_b if request.teacher_forced else None)
+            )
+        finally:
+            # also on an error or a second Ctrl+C: a server lane's reader thread must stop
+            for generator in generators.values():
+                generator.close()
 
     def _begin(self, prompt_tokens: int) -> dict[LaneId, LaneOutcome]:
         """A run's new outcomes, each lane's counters cleared: a lane whose loop never
@@ -227,7 +227,7 @@ class PairRun(StreamsARun):
             finally:
                 generator.close()
             outcome.stop_reason = outcome.stop_reason or again.generation.stop_reason
-            outcome.executed = again.executed()
+            outcome.executed = dict(again.executed())
             outcome.reported_tokens_per_second = again.tokens_per_second(outcome.steps)
         except SpecdiffError as error:
             outcome.error = str(error)
@@ -239,7 +239,7 @@ class PairRun(StreamsARun):
         self,
         generators: dict[LaneId, Steps],
         forced_b: Callable[[list[int]], Steps] | None,
-    ) -> Generator[TokenStep, None, tuple[bool, set[str]]]:
+    ) -> Generator[TokenStep, None, tuple[bool, set[LaneId]]]:
         """Step the lanes in turn until all have finished or a cancel; with `forced_b`,
         lane b starts when lane a has finished, fed a's tokens (and is added to
         `generators`). Returns whether the run was cancelled, and the lanes that were
@@ -274,8 +274,8 @@ class PairRun(StreamsARun):
         when this thread asks, and this thread may be waiting on the rescoring lane."""
         self.streams = StreamGate()
         for local in self.lanes.values():
-            if isinstance(local, ServerLane):
-                local.streams = self.streams
+            if local.GATES_STREAMS:
+                local.share_streams(self.streams)
 
     def _advance(self, outcome: LaneOutcome, generator: Iterator[TokenStep]) -> TokenStep | None:
         """A lane's next step, its time added to the lane's outcome; None once the lane
@@ -296,7 +296,7 @@ class PairRun(StreamsARun):
         outcome.steps.append(step)
         return step
 
-    def _settle(self, stopped: set[str]) -> None:
+    def _settle(self, stopped: set[LaneId]) -> None:
         """Copy each lane's counters into its outcome; lanes in `stopped` were cut short
         by a cancel."""
         for lane_id, local in self.lanes.items():
@@ -307,12 +307,13 @@ class PairRun(StreamsARun):
             outcome.accepted = generation.accepted
             outcome.verify_calls = generation.verify_calls
             outcome.prefix_tokens = generation.prefix_tokens
-            outcome.executed = local.executed()
+            outcome.executed = dict(local.executed())
             outcome.reported_tokens_per_second = local.tokens_per_second(outcome.steps)
 
     def executed(self) -> dict[str, dict[str, Any]]:
-        """What each lane runs on: model path and sha256, context settings as applied."""
-        return {lane_id: local.executed() for lane_id, local in self.lanes.items()}
+        """What each lane runs on: model path and sha256, context settings as applied;
+        plain tables keyed by lane id, as a session header holds them."""
+        return {lane_id: dict(local.executed()) for lane_id, local in self.lanes.items()}
 
     def live(self) -> Live:
         """Per lane, while a run streams: its tokens/s so far, drafted and accepted."""

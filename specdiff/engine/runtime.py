@@ -17,13 +17,24 @@ import sys
 import threading
 from collections.abc import Iterable
 from types import ModuleType
-from typing import Any
+from typing import Any, TypedDict
 
 from specdiff.errors import LaneConfigError
-from specdiff.lanes import Lane
+from specdiff.lanes import Lane, LaneId
+
+
+class _State(TypedDict, total=False):
+    """What this process holds of llama.cpp once it is loaded."""
+
+    module: ModuleType
+    callback: object
+    """The log callback: a ctypes callback must outlive its registration."""
+    offloaded: tuple[int, int]
+    devices: list[dict[str, Any]]
+
 
 _LOCK = threading.Lock()
-_STATE: dict[str, Any] = {}
+_STATE: _State = {}
 _ERRORS: collections.deque[str] = collections.deque(maxlen=20)
 _LEVEL_ERROR = 3
 _LEVEL_CONT = 5
@@ -116,7 +127,7 @@ def supports_gpu_offload() -> bool:
     return bool(llama().llama_supports_gpu_offload())
 
 
-def refuse_unsupported_offload(lanes: Iterable[tuple[str, Lane]]) -> None:
+def refuse_unsupported_offload(lanes: Iterable[tuple[LaneId, Lane]]) -> None:
     """Stop before any model loads when an in-process lane asks for GPU layers that this
     llama-cpp-python cannot place (llama.cpp would quietly keep them on the CPU, and the
     comparison would not be the one asked for)."""

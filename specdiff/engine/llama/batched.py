@@ -184,12 +184,7 @@ class BatchedLane:
         self._check_continuous(len(prompt), max_tokens)
         context = self.context
         context.clear()
-        # the sequence holding the decoded prompt, and the logits its last token gave
-        prefix: tuple[int, np.ndarray] | None = None
-        if self._prefix_sequence is not None:
-            context.decode_chunks(prompt, 0, self._prefix_sequence)
-            # copied: the next decode overwrites llama.cpp's
-            prefix = (self._prefix_sequence, np.array(context.row(-1)))
+        prefix = self._shared_prompt(prompt)
         free = list(range(self.sequences - 1, -1, -1))
         flying: list[_InFlight] = []
         entered = 0
@@ -218,15 +213,36 @@ class BatchedLane:
                 else:
                     joining.append(newcomer)  # its first pick is a row of the next call
             if rows:
-                context.decode_rows(rows, wanted)
-                # the rows that asked for logits: one per run, a newcomer's at its prompt's end
-                outputs = [index for index, flag in enumerate(wanted) if flag]
-                width = len(flying)
-                for output, flight in zip(outputs, list(flying)):
-                    if self._advance(flight, context.row(output), width, max_tokens):
-                        flying.remove(flight)
-                        end(flight)
+                self._decode_flying(rows, wanted, flying, max_tokens, end)
             flying += joining
+
+    def _shared_prompt(self, prompt: Sequence[int]) -> tuple[int, np.ndarray] | None:
+        """The sequence holding the decoded prompt, and the logits its last token gave;
+        None without a sequence to spare (each run then decodes the prompt itself)."""
+        if self._prefix_sequence is None:
+            return None
+        self.context.decode_chunks(prompt, 0, self._prefix_sequence)
+        # copied: the next decode overwrites llama.cpp's
+        return self._prefix_sequence, np.array(self.context.row(-1))
+
+    def _decode_flying(
+        self,
+        rows: list[Row],
+        wanted: list[bool],
+        flying: list[_InFlight],
+        max_tokens: int,
+        end: Callable[[_InFlight], None],
+    ) -> None:
+        """Decode one call's rows and advance each run in flight by its row; a run that
+        has ended leaves `flying` and goes to `end`, in turn."""
+        self.context.decode_rows(rows, wanted)
+        # the rows that asked for logits: one per run, a newcomer's at its prompt's end
+        outputs = [index for index, flag in enumerate(wanted) if flag]
+        width = len(flying)
+        for output, flight in zip(outputs, list(flying)):
+            if self._advance(flight, self.context.row(output), width, max_tokens):
+                flying.remove(flight)
+                end(flight)
 
     def _advance(self, flight: _InFlight, row: np.ndarray, width: int, max_tokens: int) -> bool:
         """Take a run's next step from its logits row; True when the run has ended."""

@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
-from specdiff.engine.base import Cancelled, EngineError
+from specdiff.engine.base import Cancelled, EngineError, LaneCapabilities
 from specdiff.engine.gguf import GGUFInfo, read_gguf
 from specdiff.engine.models import sha256_file
 from specdiff.engine.runtime import (
@@ -30,7 +30,35 @@ from specdiff.engine.runtime import (
     take_offloaded,
 )
 from specdiff.errors import ModelError
-from specdiff.lanes import Lane
+from specdiff.lanes import Lane, LaneId
+
+
+class Placement(TypedDict):
+    """Where a model's layers went, as a lane's executed table records it."""
+
+    gpu_layers: int
+    main_gpu: int
+    split_mode: str
+    gpu_offload: bool
+    layers_offloaded: int
+    layers_total: int
+    devices: list[dict[str, Any]]
+
+
+class AppliedSettings(Placement):
+    """A context's settings as llama.cpp applied them (it may round n_ctx or n_ubatch),
+    and where its model's layers went."""
+
+    n_ctx: int
+    n_batch: int
+    n_ubatch: int
+    threads: int
+    threads_batch: int
+    flash_attn: str
+    type_k: str
+    type_v: str
+    repack: bool
+
 
 _KV_TYPES = {
     "f32": 0,
@@ -132,7 +160,7 @@ class LoadedModel:
         self._pieces: dict[int, bytes] = {}
         self._sha256: str | None = None
 
-    def _placement(self, reported: tuple[int, int] | None) -> dict[str, Any]:
+    def _placement(self, reported: tuple[int, int] | None) -> Placement:
         """Where the layers went, for the executed record: llama.cpp's own count where it
         logged one, else what it does with the request (it counts the output layer as one
         more, and offloads nothing without a GPU device)."""
@@ -223,6 +251,30 @@ class ModelPool:
         self._models.clear()
 
 
+class PooledLane(LaneCapabilities):
+    """What every backend's constructor does first: it keeps its settings and its
+    cancel event, and takes its weights (a server lane: its tokenizer) from the pool
+    it is given, or from one of its own that it closes with itself."""
+
+    def __init__(
+        self,
+        lane: Lane,
+        lane_id: LaneId,
+        pool: ModelPool | None,
+        cancel: threading.Event | None,
+    ) -> None:
+        self.lane = lane
+        self.lane_id: LaneId = lane_id
+        self.cancel = cancel or threading.Event()
+        self._own_pool = pool is None
+        self.pool = pool or ModelPool()
+
+    def _close_pool(self) -> None:
+        """The pool's weights, where the pool is this lane's own."""
+        if self._own_pool:
+            self.pool.close()
+
+
 def context_params(lane: Lane, sequences: int = 1) -> Any:
     """llama_context_params for a lane; several sequences share one KV memory."""
     params = llama().llama_context_default_params()
@@ -284,7 +336,7 @@ class Context:
             self.executed = self._applied()
             self._resources = resources.pop_all()
 
-    def _applied(self) -> dict[str, Any]:
+    def _applied(self) -> AppliedSettings:
         """The settings as llama.cpp applied them (it may round n_ctx or n_ubatch)."""
         lib, pointer, lane = llama(), self.pointer, self.lane
         return {

@@ -23,18 +23,23 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 from specdiff.chat import messages_of
-from specdiff.engine.base import Generation, Prompt, Steps
-from specdiff.engine.llama.context import Context, ModelPool, Offload
+from specdiff.engine.base import ChatPrompt, Generation, Prompt, Steps
+from specdiff.engine.llama.context import (
+    AppliedSettings,
+    Context,
+    ModelPool,
+    Offload,
+    PooledLane,
+)
 from specdiff.engine.llama.drafts import Verification, make_drafter
 from specdiff.engine.llama.probe import trusted_repack
 from specdiff.engine.llama.templates import ChatTemplate
 from specdiff.engine.models import Progress, resolve_model, sha256_file
 from specdiff.engine.topk import TopK, logsumexp, rank_of
 from specdiff.errors import PromptError
-from specdiff.lanes import Lane
+from specdiff.lanes import Lane, LaneId
 from specdiff.steps import Candidate, Probe, TokenStep
 
 
@@ -59,27 +64,43 @@ class _StopText:
         return any(s in tail for s in self.stop)
 
 
-class LocalLane:
+class _LocalTable(AppliedSettings):
+    model_path: str
+    model_sha256: str
+    model_size: int
+    quantization: str
+    architecture: str
+    repack_choice: str
+
+
+class LocalExecuted(_LocalTable, total=False):
+    """An in-process lane's executed table: its model, its context's settings as
+    applied, and its chat template and draft model where it has them."""
+
+    spec_accept: str
+    chat_template: str
+    chat_prompt: ChatPrompt
+    draft_model_path: str
+    draft_model_sha256: str
+
+
+class LocalLane(PooledLane):
     """One lane of the in-process engine: a model, a context, and a decode loop."""
 
     def __init__(
         self,
         lane: Lane,
-        lane_id: str = "a",
+        lane_id: LaneId = "a",
         pool: ModelPool | None = None,
         progress: Progress = _quiet,
         cancel: threading.Event | None = None,
     ) -> None:
-        self.lane = lane
-        self.lane_id = lane_id
-        self.cancel = cancel or threading.Event()
-        self._own_pool = pool is None
-        self.pool = pool or ModelPool()
+        super().__init__(lane, lane_id, pool, cancel)
         self.model_path = resolve_model(lane.model, lane.quant, lane.threads, progress)
         self.repack = trusted_repack(lane_id, lane, self.model_path, progress)
         self.model = self.pool.get(self.model_path, self.repack.on, Offload.of(lane))
         self.chat = ChatTemplate(self.model.pointer, lane.chat, lane_id) if lane.chat else None
-        self.chat_prompt: dict[str, Any] | None = None
+        self.chat_prompt: ChatPrompt | None = None
         """A chat lane's last formatted prompt: its text and token ids."""
         self.context = Context(self.model, lane, self.cancel)
         try:
@@ -96,8 +117,8 @@ class LocalLane:
         """Step index -> the output row of the last decode that holds its logits."""
 
     # -- what a session or report needs to know about this lane ------------------------
-    def executed(self) -> dict[str, Any]:
-        record: dict[str, Any] = {
+    def executed(self) -> LocalExecuted:
+        record: LocalExecuted = {
             "model_path": str(self.model_path),
             "model_sha256": self.model.sha256,
             "model_size": self.model.info.file_size,
@@ -111,7 +132,7 @@ class LocalLane:
         if self.chat is not None:
             record["chat_template"] = self.chat.name
         if self.chat_prompt is not None:
-            record["chat_prompt"] = dict(self.chat_prompt)
+            record["chat_prompt"] = self.chat_prompt.copy()
         if self.draft_path is not None:
             record["draft_model_path"] = str(self.draft_path)
             record["draft_model_sha256"] = sha256_file(self.draft_path)
@@ -347,5 +368,4 @@ class LocalLane:
         if self.drafter is not None:
             self.drafter.close()
         self.context.close()
-        if self._own_pool:
-            self.pool.close()
+        self._close_pool()

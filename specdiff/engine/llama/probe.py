@@ -37,7 +37,7 @@ from specdiff.engine.faults import Fault
 from specdiff.engine.models import base_model_path, cache_dir, resolve_model, sha256_file
 from specdiff.errors import LaneConfigError, SpecdiffError, lane_failure, printable
 from specdiff.files import write_text_atomic
-from specdiff.lanes import REPACK_WORDS, Lane, Pair, default_threads
+from specdiff.lanes import REPACK_WORDS, Lane, LaneId, Pair, default_threads
 
 if TYPE_CHECKING:
     from specdiff.engine.llama.context import RepackChoice
@@ -347,7 +347,7 @@ def trust_kernels(pair: Pair, progress: Progress) -> None:
     trust_lanes((("a", pair.a), ("b", pair.b)), progress)
 
 
-def trust_lanes(lanes: Iterable[tuple[str, Lane]], progress: Progress) -> None:
+def trust_lanes(lanes: Iterable[tuple[LaneId, Lane]], progress: Progress) -> None:
     """Probe each local lane's combination (cached after the first time) and record what
     its model runs with; a fallback is said once for all the lanes, a lane that must not
     run raises ProbeFailed, and any failure names the lane it belongs to (a missing model
@@ -374,7 +374,7 @@ def trust_lanes(lanes: Iterable[tuple[str, Lane]], progress: Progress) -> None:
         decide_repack(path, lane, RepackChoice(found.chosen_repack == "on", found.note))
 
 
-def trusted_repack(lane_id: str, lane: Lane, path: Path, progress: Progress) -> RepackChoice:
+def trusted_repack(lane_id: LaneId, lane: Lane, path: Path, progress: Progress) -> RepackChoice:
     """The repack choice a local lane's model at `path` loads with, probing its
     combination first when no probe has decided it in this process. Every way into the
     decode loop comes through here, so a library caller or a test that opens a lane

@@ -25,7 +25,7 @@ from specdiff.engine.llama.probe import trusted_repack
 from specdiff.engine.models import resolve_model
 from specdiff.engine.runtime import llama
 from specdiff.errors import PromptError
-from specdiff.lanes import BOUNDS, Lane, LaneConfigError, Pair
+from specdiff.lanes import BOUNDS, Lane, LaneConfigError, LaneId, Pair
 from specdiff.scoring import (
     ROWS_PER_BLOCK,
     Chunk,
@@ -48,7 +48,7 @@ class ScoringLane:
     size or the text's, whichever is smaller."""
 
     def __init__(
-        self, lane: Lane, lane_id: str, chunk: int, pool: ModelPool, cancel: threading.Event,
+        self, lane: Lane, lane_id: LaneId, chunk: int, pool: ModelPool, cancel: threading.Event,
         progress: Progress,
     ) -> None:  # fmt: skip
         self.lane = replace(lane, n_ctx=chunk)
@@ -129,8 +129,9 @@ def scoring_lanes(
     trust_kernels(pair, progress)
     pool = ModelPool()
     lanes: list[ScoringLane] = []
+    order: tuple[tuple[LaneId, Lane], ...] = (("a", pair.a), ("b", pair.b))
     try:
-        for lane_id, lane in (("a", pair.a), ("b", pair.b)):
+        for lane_id, lane in order:
             lanes.append(ScoringLane(lane, lane_id, chunk, pool, cancel, progress))
         yield lanes[0], lanes[1]
     finally:

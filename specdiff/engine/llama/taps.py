@@ -44,7 +44,7 @@ from specdiff.engine.base import EngineError
 from specdiff.engine.llama.context import Context, LoadedModel, ModelPool, Row
 from specdiff.engine.llama.lane import LocalLane
 from specdiff.engine.runtime import llama
-from specdiff.lanes import Lane
+from specdiff.lanes import Lane, LaneId
 from specdiff.steps import TokenStep
 
 GGML_TYPE_F32 = 0
@@ -297,7 +297,7 @@ class _CountingContext(Context):
 class StepTaps:
     """One lane's view of one step: its logits untapped and tapped, and the tensors."""
 
-    lane_id: str
+    lane_id: LaneId
     step_index: int
     target: RowTarget
     logits: np.ndarray
@@ -321,7 +321,7 @@ class StepTaps:
 
 def tap_step(
     lane: Lane,
-    lane_id: str,
+    lane_id: LaneId,
     prompt: str | Sequence[int],
     max_tokens: int,
     step_index: int,
@@ -337,18 +337,7 @@ def tap_step(
     taps = Taps()
     try:
         tokens = local.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
-        # the first pass runs with no callback at all (llama.cpp would call one at every
-        # node of every decode), so its logits are the lane's own, untouched by taps
-        local.context.close()
-        counting = _CountingContext(None, local.model, lane, cancel)
-        local.context = counting
-        began = time.perf_counter()
-        logits, step, row_index = _replay(local, tokens, max_tokens, step_index)
-        untapped = time.perf_counter() - began
-        flags = counting.calls[-1]
-        row = row_index if row_index >= 0 else len(flags) - 1
-        target = RowTarget(len(counting.calls) - 1, row, flags, int(counting.executed["n_ubatch"]))
-        counting.close()
+        logits, step, target, untapped = _find_step(local, tokens, max_tokens, step_index)
         context = _CountingContext(taps, local.model, lane, cancel)
         local.context = context
         context.armed_for = target
@@ -373,15 +362,40 @@ def tap_step(
             step.piece,
         )
         result.seconds = (untapped, tapped_seconds)
-        output = result.tensor("result_output")
-        if output is None or output.values.tobytes() != tapped.tobytes():
-            raise EngineError(
-                f"lane {lane_id}'s tapped output does not match its logits at step "
-                f"{step_index}: this model's graph layout is not one the taps understand"
-            )
-        return result
+        return _output_checked(result)
     finally:
         local.close()
+
+
+def _output_checked(result: StepTaps) -> StepTaps:
+    """`result`, once its tapped output tensor is seen to be the logits it produced."""
+    output = result.tensor("result_output")
+    if output is None or output.values.tobytes() != result.tapped_logits.tobytes():
+        raise EngineError(
+            f"lane {result.lane_id}'s tapped output does not match its logits at step "
+            f"{result.step_index}: this model's graph layout is not one the taps understand"
+        )
+    return result
+
+
+def _find_step(
+    local: LocalLane, tokens: Sequence[int], max_tokens: int, step_index: int
+) -> tuple[np.ndarray, TokenStep, RowTarget, float]:
+    """The first pass: the step's logits, the step, the decode call and row that hold it,
+    and the pass's wall time. It runs with no callback at all (llama.cpp would call one
+    at every node of every decode), so its logits are the lane's own, untouched by taps;
+    the lane is left without a context, for the tapped pass's."""
+    local.context.close()
+    counting = _CountingContext(None, local.model, local.lane, local.cancel)
+    local.context = counting
+    began = time.perf_counter()
+    logits, step, row_index = _replay(local, tokens, max_tokens, step_index)
+    seconds = time.perf_counter() - began
+    flags = counting.calls[-1]
+    row = row_index if row_index >= 0 else len(flags) - 1
+    target = RowTarget(len(counting.calls) - 1, row, flags, int(counting.executed["n_ubatch"]))
+    counting.close()
+    return logits, step, target, seconds
 
 
 def _replay(

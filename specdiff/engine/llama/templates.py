@@ -15,12 +15,13 @@ from typing import Any
 from specdiff.chat import FALLBACK_TEMPLATE, MODEL_TEMPLATE, Message
 from specdiff.engine.runtime import llama
 from specdiff.errors import LaneConfigError
+from specdiff.lanes import LaneId
 
 
 class ChatTemplate:
     """One lane's template: the GGUF's own (`chat=true`) or one llama.cpp builds in."""
 
-    def __init__(self, model_pointer: Any, setting: str, lane_id: str) -> None:
+    def __init__(self, model_pointer: Any, setting: str, lane_id: LaneId) -> None:
         asked = f"the template chat={setting} names"
         if setting in MODEL_TEMPLATE:
             own = llama().llama_model_chat_template(model_pointer, None)

@@ -37,7 +37,7 @@ from specdiff.engine.server.pool import (
     shared_pool,
 )
 from specdiff.errors import LaneConfigError, printable
-from specdiff.lanes import Lane, without_credentials
+from specdiff.lanes import Lane, LaneId, without_credentials
 
 MAX_LINE_BYTES = 1 << 20
 """The longest event line read: a real event is a few kilobytes even with top-k 1024."""
@@ -86,7 +86,7 @@ def _retryable(error: BaseException) -> str | None:
     return reason(error) if isinstance(error, httpx.ConnectError) else None
 
 
-def read_api_key(lane: Lane, lane_id: str) -> str:
+def read_api_key(lane: Lane, lane_id: LaneId) -> str:
     """The key from the variable `api_key_env` names, stripped; "" when none is named."""
     if not lane.api_key_env:
         return ""

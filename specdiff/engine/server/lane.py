@@ -4,7 +4,8 @@ Each streamed token becomes a TokenStep: the token id where the server gives it 
 looked up in the lane's tokenizer vocabulary by its exact bytes or text), its bytes, the
 top-k candidates with their log-probabilities as logits (a difference of two
 log-probabilities equals the difference of the logits, so margins mean the same thing),
-and the time it arrived. The APIs are in ``dialects``, the HTTP side in ``client``.
+and the time it arrived. The APIs are in ``dialects``, the HTTP side in ``client``, a
+token's step and the echo guard in ``tokens``.
 
 The lane holds a server to its word: it stops reading at the token budget whatever the
 server sends, and the steps whose text could be the start of the API key or the
@@ -18,14 +19,13 @@ import dataclasses
 import json
 import queue
 import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import closing
-from typing import Any
+from typing import Any, TypedDict
 
 from specdiff.chat import Message, messages_of
-from specdiff.engine.base import Cancelled, Generation, Prompt, Steps
-from specdiff.engine.llama.context import ModelPool, repack_choice
+from specdiff.engine.base import Cancelled, ChatPrompt, Generation, Prompt, Steps, StreamGate
+from specdiff.engine.llama.context import ModelPool, PooledLane, repack_choice
 from specdiff.engine.models import Progress, resolve_model
 from specdiff.engine.server.client import ServerClient, ServerError, finite, read_api_key
 from specdiff.engine.server.dialects import Event, Token, dialect_for, read_events, request_body
@@ -33,14 +33,15 @@ from specdiff.engine.server.rescore import (
     RESCORED_BY,
     RescoreCost,
     Rescorer,
-    StreamGate,
+    Rescoring,
     needs_rescoring,
 )
+from specdiff.engine.server.tokens import EchoGuard, token_step
 from specdiff.engine.server.vocab import Vocabulary
 from specdiff.errors import LaneConfigError, PromptError, SpecdiffError
-from specdiff.lanes import Lane, without_credentials
+from specdiff.lanes import Lane, LaneId, without_credentials
 from specdiff.safe_text import first_surrogate
-from specdiff.steps import Candidate, Probe, TokenStep
+from specdiff.steps import Probe, TokenStep
 
 Arrival = TokenStep | BaseException | None
 """What the reader thread hands over: a step, the lane's failure, or None at the end."""
@@ -65,43 +66,66 @@ def _quiet(_: str) -> None:
     return None
 
 
-class ServerLane:
+class Served(TypedDict, total=False):
+    """Which endpoint serves (or served) the generation, with its retries and back-off,
+    and whether its failure may be mended by a fresh start; nothing before any was
+    chosen."""
+
+    served_by: str
+    retries: int
+    waited_seconds: float
+    restartable: bool
+
+
+class ChatRecord(TypedDict, total=False):
+    """On the chat API: whose template formatted the prompt, and the prompt it formatted."""
+
+    chat_template: str
+    chat_prompt: ChatPrompt
+
+
+class _ServerTable(TypedDict):
+    backend: str
+    endpoint: str
+    api: str
+    server: dict[str, Any]
+    repack: str
+    tokenizer_path: str
+    tokenizer_sha256: str
+    request: dict[str, Any]
+    rescore: str
+    server_flags: str
+
+
+class ServerExecuted(_ServerTable, Served, Rescoring, ChatRecord, total=False):
+    """A server lane's executed table: the endpoint and what the server said of itself,
+    the tokenizer, the request's extra fields, and what serving and rescoring took."""
+
+
+class ServerLane(PooledLane):
     """A lane whose tokens come from a server; a LaneBackend like LocalLane."""
+
+    SENDS_AHEAD = True
+    GATES_STREAMS = True
 
     def __init__(
         self,
         lane: Lane,
-        lane_id: str = "a",
+        lane_id: LaneId = "a",
         pool: ModelPool | None = None,
         progress: Progress = _quiet,
         cancel: threading.Event | None = None,
     ) -> None:
-        self.lane = lane
-        self.lane_id = lane_id
-        self.cancel = cancel or threading.Event()
         lane.check_credentials(lane_id)
         key = read_api_key(lane, lane_id)
+        super().__init__(lane, lane_id, pool, cancel)
         self.extra: dict[str, Any] = json.loads(lane.request) if lane.request else {}
         self.client = ServerClient(lane, key)
-        self._own_pool = pool is None
-        self.pool = pool or ModelPool()
         self._readers: list[threading.Thread] = []
         self._ahead: tuple[tuple[Any, ...], tuple[queue.Queue[Arrival], threading.Event]] | None
         self._ahead = None
         """The request `send_ahead` sent, with what it was sent for, until taken."""
-        try:
-            # The tokenizer: prompt token ids for the session, and ids for servers that
-            # report tokens only as text.
-            self.model_path = resolve_model(lane.model, lane.quant, lane.threads, progress)
-            self.model = self.pool.get(self.model_path, repack_choice(lane, self.model_path).on)
-            progress(f"lane {lane_id}: asking {self.client.where} who it is")
-            self.identity = self.client.identity()
-        except ServerError as error:
-            self.close()
-            raise ServerError(f"lane {lane_id}: {error}") from None
-        except BaseException:
-            self.close()
-            raise
+        self._connect(progress)
         self.vocab = Vocabulary(self.model, self.client.fail)
         self.generation = Generation()
         self.timings: dict[str, Any] = {}
@@ -110,17 +134,37 @@ class ServerLane:
         """What rescoring the last request's accepted drafts took."""
         self.streams = StreamGate()
         """The run's streams that must end before this lane rescores (PairRun's)."""
-        self.chat_prompt: dict[str, Any] | None = None
+        self.chat_prompt: ChatPrompt | None = None
         """On the chat API: the prompt as the server formatted it, text and token ids."""
         self.chat_template = ""
         """On the chat API: whose template formatted the prompt, and whether it is known."""
-        self._formatted: dict[tuple[Message, ...], dict[str, Any] | None] = {}
+        self._formatted: dict[tuple[Message, ...], ChatPrompt | None] = {}
         self.served_by = ""
         """The endpoint that served the last generation, credentials masked."""
         self.restartable = False
         """Whether the last generation failed in a way a fresh start may mend (its
         endpoint refused, broke the stream or stayed busy): the prompt may be sent
         again, and the pool's next claim avoids an endpoint it set aside."""
+
+    def _connect(self, progress: Progress) -> None:
+        """Load the tokenizer (prompt token ids for the session, and ids for servers
+        that report tokens only as text) and ask the server who it is; on a failure the
+        lane is closed before the error goes on, naming the lane."""
+        try:
+            self.model_path = resolve_model(
+                self.lane.model, self.lane.quant, self.lane.threads, progress
+            )
+            self.model = self.pool.get(
+                self.model_path, repack_choice(self.lane, self.model_path).on
+            )
+            progress(f"lane {self.lane_id}: asking {self.client.where} who it is")
+            self.identity = self.client.identity()
+        except ServerError as error:
+            self.close()
+            raise ServerError(f"lane {self.lane_id}: {error}") from None
+        except BaseException:
+            self.close()
+            raise
 
     # -- what PairRun asks of a lane -------------------------------------------------
     def vocab_digest(self) -> str:
@@ -142,7 +186,7 @@ class ServerLane:
             return self.model.tokenize(text)
         return list(self.chat_prompt["token_ids"])
 
-    def _served_prompt(self, messages: tuple[Message, ...]) -> dict[str, Any] | None:
+    def _served_prompt(self, messages: tuple[Message, ...]) -> ChatPrompt | None:
         """The conversation as the server formats it, from llama-server's /apply-template
         and /tokenize; None (and why, in `chat_template`) where the server does not say
         or says what no session may keep. Only a server whose /props answered is asked:
@@ -206,7 +250,7 @@ class ServerLane:
             return 0.0
         return (len(steps) - 1) / (steps[-1].timestamp - steps[0].timestamp)
 
-    def executed(self) -> dict[str, Any]:
+    def executed(self) -> ServerExecuted:
         return {
             "backend": "server",
             "endpoint": without_credentials(self.lane.endpoint),
@@ -225,33 +269,37 @@ class ServerLane:
             **self._chat_record(),
         }
 
-    def _served_record(self) -> dict[str, Any]:
+    def _served_record(self) -> Served:
         """Which endpoint serves (or served) the generation, and its retries and
         back-off; nothing before any was chosen."""
         client = self.client
         served = client.pinned.shown if client.pinned is not None else self.served_by
         if not served:
             return {}
-        restart = {"restartable": True} if self.restartable else {}
-        return {"served_by": served, **client.backoff.as_record(), **restart}
+        record: Served = {"served_by": served, **client.backoff.as_record()}
+        if self.restartable:
+            record["restartable"] = True
+        return record
 
-    def _chat_record(self) -> dict[str, Any]:
+    def _chat_record(self) -> ChatRecord:
         """On the chat API: whose template formatted the prompt and, where the server
         said, the prompt it formatted (the session keeps it in `lane_prompts`)."""
         if self.lane.api != "chat" or not self.chat_template:
             return {}
-        record: dict[str, Any] = {"chat_template": self.chat_template}
+        record: ChatRecord = {"chat_template": self.chat_template}
         if self.chat_prompt is not None:
-            record["chat_prompt"] = dict(self.chat_prompt)
+            record["chat_prompt"] = self.chat_prompt.copy()
         return record
+
+    def share_streams(self, gate: StreamGate) -> None:
+        self.streams = gate
 
     def close(self) -> None:
         self._drop_ahead()
         for reader in self._readers:
             reader.join(timeout=5)  # before the tokenizer it may be using is freed
         self.client.close()
-        if self._own_pool:
-            self.pool.close()
+        self._close_pool()
 
     # -- generating ----------------------------------------------------------------
     def generate(
@@ -536,100 +584,4 @@ class ServerLane:
         self.generation.prefix_tokens = len(self.tokenize(prefix)) - 1
 
     def _step(self, index: int, token: Token, top: list[Token]) -> TokenStep:
-        vocab = self.vocab
-        chosen_id = vocab.token_id(token)
-        candidates: dict[int, Candidate] = {}
-        for entry in top:
-            entry_id = vocab.token_id(entry)
-            if entry_id not in candidates:
-                candidates[entry_id] = Candidate(
-                    entry_id, entry.logprob, vocab.bytes_of(entry, entry_id)
-                )
-        if chosen_id not in candidates:
-            candidates[chosen_id] = Candidate(
-                chosen_id, token.logprob, vocab.bytes_of(token, chosen_id)
-            )
-        if token.unscored:
-            candidates = {chosen_id: candidates[chosen_id]}
-        ordered = sorted(candidates.values(), key=lambda c: (-c.logit, c.token_id))
-        return TokenStep(
-            lane=self.lane_id,
-            index=index,
-            token_id=chosen_id,
-            piece=vocab.bytes_of(token, chosen_id),
-            top=tuple(ordered[: max(self.lane.top_k, 1)]),
-            drafted=token.unscored,
-            verify_width=1,
-            timestamp=time.perf_counter(),
-        )
-
-
-class EchoGuard:
-    """Keeps a server's echo of a secret out of the steps: a step whose text could begin
-    a secret is held until later tokens show it does not; a whole secret in the text, or
-    in a candidate's piece, fails the lane, and the held steps are dropped with it.
-
-    Masking the text instead would leave the token ids, from which anyone with the
-    tokenizer reads the secret back; so the lane ends, keeping only the steps before."""
-
-    SHORTEST_ECHO = 6
-    """Held bytes at the end of a stream that count as an echo cut short rather than a
-    chance match of a secret's first characters."""
-
-    def __init__(self, secrets: Sequence[str], fail: Callable[[str], Exception]) -> None:
-        self.secrets = [secret.encode("utf-8") for secret in secrets]
-        self.fail = fail
-        self.held: list[TokenStep] = []
-
-    def admit(self, step: TokenStep) -> list[TokenStep]:
-        """The steps that are safe to pass on now, in order."""
-        if not self.secrets:
-            return [step]
-        self.held.append(step)
-        text = b"".join(held.piece for held in self.held)
-        pieces = [text, *(candidate.piece for candidate in step.top)]
-        if any(secret in piece for secret in self.secrets for piece in pieces):
-            raise self.echoed()
-        pending = self._pending(text)
-        released = []
-        while self.held and len(text) - len(self.held[0].piece) >= pending:
-            first = self.held.pop(0)
-            text = text[len(first.piece) :]
-            released.append(first)
-        return released
-
-    def finish(self) -> list[TokenStep]:
-        """At the stream's end: the held steps, unless they hold most of a secret."""
-        if self._could_be_echo():
-            raise self.echoed()
-        released, self.held = self.held, []
-        return released
-
-    def release(self) -> list[TokenStep]:
-        """At a cancel: the held steps, or none where they hold most of a secret. The
-        stream was cut by the consumer, not by the server, so this fails nothing."""
-        if self._could_be_echo():
-            self.held = []
-        released, self.held = self.held, []
-        return released
-
-    def _could_be_echo(self) -> bool:
-        text = b"".join(held.piece for held in self.held)
-        return self._pending(text) >= self.SHORTEST_ECHO
-
-    def echoed(self) -> Exception:
-        self.held = []
-        return self.fail(
-            "the server's text holds the API key or the endpoint's password; the lane "
-            "stopped before it and kept nothing that holds it"
-        )
-
-    def _pending(self, text: bytes) -> int:
-        """The length of the longest end of `text` that begins a secret."""
-        longest = 0
-        for secret in self.secrets:
-            for length in range(min(len(text), len(secret) - 1), longest, -1):
-                if text.endswith(secret[:length]):
-                    longest = length
-                    break
-        return longest
+        return token_step(self.lane_id, self.lane.top_k, self.vocab, index, token, top)

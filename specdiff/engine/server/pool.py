@@ -54,7 +54,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from specdiff.lanes import Lane, without_credentials
 
@@ -93,6 +93,13 @@ class EndpointsDown(Exception):
     """Every endpoint of a lane is set aside and the request's budget is spent."""
 
 
+class BackoffRecord(TypedDict):
+    """A request's retries and the seconds it waited, as a lane's executed table has them."""
+
+    retries: int
+    waited_seconds: float
+
+
 @dataclass
 class Backoff:
     """What one request went through before it was answered."""
@@ -100,7 +107,7 @@ class Backoff:
     retries: int = 0
     waited: float = 0.0
 
-    def as_record(self) -> dict[str, Any]:
+    def as_record(self) -> BackoffRecord:
         return {"retries": self.retries, "waited_seconds": round(self.waited, 3)}
 
 

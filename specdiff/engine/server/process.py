@@ -197,7 +197,7 @@ class LlamaServer:
     log: Path | None = None
     say: Callable[[str], None] = _to_stderr
     """Where the one line about a --no-repack restart goes."""
-    process: subprocess.Popen | None = None
+    process: subprocess.Popen[bytes] | None = None
     fell_back: bool = False
     """Started again with --no-repack after the first start died by a signal."""
     output: collections.deque[str] = field(
@@ -262,8 +262,6 @@ class LlamaServer:
 
     def _launch(self, wait_seconds: float, append: bool) -> int | None:
         """One start: None once /health answers, else the status the process ended with."""
-        import httpx
-
         command = [
             str(self.binary),
             "--model", str(self.model),
@@ -301,6 +299,14 @@ class LlamaServer:
             daemon=True,
         )
         self._drain.start()
+        return self._until_healthy(wait_seconds)
+
+    def _until_healthy(self, wait_seconds: float) -> int | None:
+        """None once the started server's /health answers, else the status it ended
+        with; stopped, and an error, when it does neither within `wait_seconds`."""
+        import httpx  # deferred: httpx takes a noticeable part of a second to import
+
+        assert self.process is not None  # just started
         deadline = time.monotonic() + wait_seconds
         while time.monotonic() < deadline:
             code = self.process.poll()

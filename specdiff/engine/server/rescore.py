@@ -16,13 +16,12 @@ wait for both lanes' streams to end, and the lanes rescore one at a time (Stream
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
+from specdiff.engine.base import StreamGate
 from specdiff.engine.server.client import MAX_LINE_BYTES, ServerClient, ServerError
 from specdiff.engine.server.dialects import LlamaServer, MissingLogprobs, Token, Unusable
 from specdiff.steps import TokenStep
@@ -42,6 +41,24 @@ MAX_REASONS = 4
 def needs_rescoring(step: TokenStep) -> bool:
     """An accepted draft reported without probabilities: the chosen token alone."""
     return step.drafted and len(step.top) < 2 and not step.source
+
+
+class _RescoringCounts(TypedDict):
+    rescored: int
+    skipped: int
+    seconds: float
+
+
+class RescoringRecord(_RescoringCounts, total=False):
+    """What rescoring one generation took, in a lane's executed table."""
+
+    reasons: list[str]
+
+
+class Rescoring(TypedDict, total=False):
+    """A lane's executed table's `rescoring` entry, there only where a step needed it."""
+
+    rescoring: RescoringRecord
 
 
 @dataclass
@@ -64,11 +81,11 @@ class RescoreCost:
         if why not in self.reasons and len(self.reasons) < MAX_REASONS:
             self.reasons.append(why)
 
-    def as_record(self) -> dict[str, Any]:
+    def as_record(self) -> Rescoring:
         """{"rescoring": ...} for a lane's executed table; {} where no step needed it."""
         if not (self.steps or self.skipped):
             return {}
-        record: dict[str, Any] = {
+        record: RescoringRecord = {
             "rescored": self.steps,
             "skipped": self.skipped,
             "seconds": round(self.seconds, 4),
@@ -76,53 +93,6 @@ class RescoreCost:
         if self.reasons:
             record["reasons"] = list(self.reasons)
         return {"rescoring": record}
-
-
-class StreamGate:
-    """The server streams of one run, and the rescoring that must not run beside them:
-    a lane's rescoring starts only while no stream runs, and no stream begins while a
-    lane rescores; lanes rescore one at a time. A lone lane waits for nothing."""
-
-    def __init__(self) -> None:
-        self._streaming: set[str] = set()
-        self._changed = threading.Condition()
-        self._turn = threading.Lock()
-        """Held while one lane rescores, and for a moment by a stream that begins."""
-
-    def begin(self, lane_id: str) -> None:
-        """Lane `lane_id` is about to send its requests; waits while a lane rescores."""
-        with self._turn, self._changed:
-            self._streaming.add(lane_id)
-
-    def ended(self, lane_id: str) -> None:
-        """Lane `lane_id` streams no more (saying it twice, or unbegun, is harmless)."""
-        with self._changed:
-            self._streaming.discard(lane_id)
-            self._changed.notify_all()
-
-    @contextlib.contextmanager
-    def quiet(self, stopped: Callable[[], bool]) -> Iterator[bool]:
-        """True, and the turn held for the block, once no stream runs; False (and no
-        turn) once `stopped()` says so first."""
-        held = self._take_turn(stopped)
-        try:
-            yield held
-        finally:
-            if held:
-                self._turn.release()
-
-    def _take_turn(self, stopped: Callable[[], bool]) -> bool:
-        while True:
-            with self._changed:
-                while self._streaming:
-                    if stopped():
-                        return False
-                    self._changed.wait(0.1)
-            self._turn.acquire()
-            with self._changed:
-                if not self._streaming:
-                    return True
-            self._turn.release()  # a stream began in between: wait for it too
 
 
 class Rescorer:
