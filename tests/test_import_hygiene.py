@@ -132,14 +132,3 @@ def test_the_contracts_forbid_import_cycles_at_every_level() -> None:
     acyclic = [c for c in contracts if c["type"] == "acyclic_siblings"]
     assert [c["ancestors"] for c in acyclic] == [["specdiff"]]
     assert all("depth" not in c and "skip_descendants" not in c for c in acyclic)
-
-
-def test_no_tui_module_is_over_600_lines() -> None:
-    """One job per file: a TUI module past 600 lines is doing several."""
-    tui = Path(__file__).resolve().parent.parent / "specdiff" / "tui"
-    long = {
-        path.relative_to(tui).as_posix(): count
-        for path in tui.rglob("*.py")
-        if (count := len(path.read_text(encoding="utf-8").splitlines())) > 600
-    }
-    assert long == {}
