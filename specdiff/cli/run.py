@@ -29,7 +29,7 @@ from specdiff.cli.common import (
     interrupt_sets,
     note_unread_keys,
     read_request,
-    terminal_columns,
+    text_columns,
     wants_colour,
 )
 from specdiff.compare import run_fork_index
@@ -173,7 +173,7 @@ def terminal_layout() -> Layout:
     from specdiff.reports.styles import Paint
     from specdiff.reports.text import Layout
 
-    columns = terminal_columns(sys.stdout)
+    columns = text_columns(sys.stdout)
     paint = Paint(wants_colour(sys.stdout))
     if columns is None:
         return Layout(paint=paint)

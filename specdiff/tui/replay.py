@@ -52,6 +52,9 @@ BUILD_UP_SECONDS = 4.0
 """With --pause-at-fork, the least time a replay takes to reach the fork: played slower
 than asked where the recording got there sooner, so the text is seen to stream first."""
 BADGE = "REPLAY"
+ELSEWHERE = "another CPU"
+"""Beside the file's name in the status of a replay recorded on another CPU."""
+ELSEWHERE_NOTE = "recorded on another CPU: a run here may fork elsewhere than this replay"
 """What the status line opens with while a recorded session is on screen."""
 STATE_ROOM = 40
 """Columns the status line keeps for the replay's state and keys after the file's path
@@ -361,8 +364,10 @@ class Replay:
         """REPLAY and the session's path (its middle elided to leave the state room)."""
         session = self.view.session
         assert session is not None
-        room = self.host.columns - len(BADGE) - 4 - STATE_ROOM
-        return f"{BADGE} {elided_path(session.path, room)} · "
+        # another CPU stays in view beside the file, where no narrow line cuts it
+        elsewhere = f"{ELSEWHERE} · " if self.elsewhere else ""
+        room = self.host.columns - len(BADGE) - 4 - STATE_ROOM - len(elsewhere)
+        return f"{BADGE} {elided_path(session.path, room)} · {elsewhere}"
 
     def shown_status(self) -> str:
         """The status of a session shown whole (--instant): what it is and what to press."""
@@ -438,15 +443,16 @@ class Replay:
         self.host.run_in_thread(compare, "machine", exclusive=False)
 
     def recorded_elsewhere(self, report: MachineCompared) -> Changes:
-        """Say once, where it stays in view for a while, that the session comes from
-        another CPU; the status line keeps a short form."""
+        """Say that the session comes from another CPU in the status line, once in a
+        sentence and from then on beside the file's name: a toast would sit over the
+        controls and lane b's title."""
         if self.view.session is not report.session:
             return []  # a live run or another session replaced it
         self.elsewhere = report.line
-        changes: Changes = [Alerted(report.line, "warning", 12)]
+        # the note after the status it leads: a new status drops the note before it
         if self.playback is not None:
-            return [*changes, *self.show_status()]
-        return [*changes, StatusChanged(self.shown_status())]
+            return [*self.show_status(), Noted(ELSEWHERE_NOTE)]
+        return [StatusChanged(self.shown_status()), Noted(ELSEWHERE_NOTE)]
 
     def show_status(self) -> Changes:
         playback = self.playback
