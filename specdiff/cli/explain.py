@@ -134,7 +134,6 @@ def command_explain(args: argparse.Namespace) -> int:
     from specdiff.engine.autopsy import explain_pair, refuse_servers
     from specdiff.engine.models import cache_dir
     from specdiff.engine.worker import call_in_worker
-    from specdiff.reports.autopsy import growth_svg
 
     if args.save and args.session is None:
         raise SpecdiffError("--save writes beside a session file: give one, or leave --save out")
@@ -171,7 +170,15 @@ def command_explain(args: argparse.Namespace) -> int:
         return Exit.INTERRUPTED
     status.done()
     # the engine's record names no lanes: how they computed earlier rows comes from them
-    autopsy = autopsy.with_lanes(pair.a, pair.b)
+    put_out(args, autopsy.with_lanes(pair.a, pair.b), svg)
+    return Exit.SAME
+
+
+def put_out(args: argparse.Namespace, autopsy: Autopsy, svg: Path | None) -> None:
+    """The growth chart and the record beside the session where asked, then the
+    autopsy printed."""
+    from specdiff.reports.autopsy import growth_svg  # deferred, as above
+
     if svg is not None and not autopsy.nothing_to_explain:
         options.write_output_file(svg, growth_svg(autopsy), "--svg")
     if args.save:
@@ -179,7 +186,6 @@ def command_explain(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"specdiff: autopsy saved as {visible(str(saved), 160)}", file=sys.stderr)
     show(autopsy, args.json)
-    return Exit.SAME
 
 
 def show(autopsy: Autopsy, as_json: bool) -> None:
