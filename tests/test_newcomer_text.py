@@ -114,10 +114,16 @@ def test_explain_at_80_columns_wraps_between_words_and_keeps_the_table_one_row_e
     assert " ".join(autopsy.cause().split()) in flat  # the cause whole, wrapped once
     table = [line for line in text.splitlines() if "(cached)" in line]
     assert len(table) == len(autopsy.trials)  # each trial a row of its own
-    assert all(line.rstrip().endswith(f"{t.speed_a:.1f}/{t.speed_b:.1f}")
-               for line, t in zip(table, autopsy.trials))
+    assert all(
+        line.rstrip().endswith(f"{t.speed_a:.1f}/{t.speed_b:.1f}")
+        for line, t in zip(table, autopsy.trials)
+    )
+    from specdiff.reports.autopsy import format_autopsy
+
+    # a file or a pipe: the report's own lines, then the words, each entry on one line
     piped = autopsy_text(autopsy, None)
-    assert "\n   at the fork" not in piped and piped.startswith("explain ubatch: the lanes fork")
+    assert piped.startswith(format_autopsy(autopsy) + "\n\nWords\n")
+    assert piped.splitlines()[-len(autopsy.legend()) :] == [f"   {e}" for e in autopsy.legend()]
 
 
 def test_explain_says_what_cont_rel_l2_and_each_mark_of_the_growth_line_mean() -> None:
@@ -171,7 +177,15 @@ def test_the_fork_margins_have_their_unit_and_the_ranks_in_words() -> None:
     assert "each lane ranked the other's pick 2nd" in line
     assert "#" not in line
     assert [ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22)] == [
-        "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd"
+        "1st",
+        "2nd",
+        "3rd",
+        "4th",
+        "11th",
+        "12th",
+        "13th",
+        "21st",
+        "22nd",
     ]
 
 
