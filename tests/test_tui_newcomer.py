@@ -68,6 +68,8 @@ async def test_a_hint_is_whole_and_goes_when_the_cursor_moves(size) -> None:
     app = session_app()
     async with app.run_test(size=size) as pilot:
         await at_the_fork(app, pilot)
+        status_row = screen_lines(app)[app.query_one("#status").region.y]
+        assert "d jumps to the fork · e writes a report" in status_row  # whole
         await pilot.press("n")  # no near tie after the fork: the note says why
         await pilot.pause()
         status_row = screen_lines(app)[app.query_one("#status").region.y]

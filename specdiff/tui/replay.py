@@ -360,19 +360,23 @@ class Replay:
         elsewhere = " · recorded on another CPU" if self.elsewhere else ""
         return f"{state}{cut}: {forked}{elsewhere}"
 
-    def badge(self) -> str:
-        """REPLAY and the session's path (its middle elided to leave the state room)."""
+    def badge(self, keys: str = "") -> str:
+        """REPLAY and the session's path, its middle elided to leave room for the state
+        (or for `keys`, the hints after it, where they are longer)."""
         session = self.view.session
         assert session is not None
         # another CPU stays in view beside the file, where no narrow line cuts it
         elsewhere = f"{ELSEWHERE} · " if self.elsewhere else ""
-        room = self.host.columns - len(BADGE) - 4 - STATE_ROOM - len(elsewhere)
+        kept = max(STATE_ROOM, len(keys) + 4)  # the padding, and " …" if the line is cut
+        room = self.host.columns - len(BADGE) - 4 - kept - len(elsewhere)
         return f"{BADGE} {elided_path(session.path, room)} · {elsewhere}"
 
     def shown_status(self) -> str:
-        """The status of a session shown whole (--instant): what it is and what to press."""
+        """The status of a session shown whole (--instant): what it is and what to press
+        (the hints whole where the file's folders can make room for them)."""
         keys = "d jumps to the fork · " if self.view.fork is not None else ""
-        return f"{self.badge()}{keys}e writes a report · {self.summary()}"
+        keys += "e writes a report"
+        return f"{self.badge(keys)}{keys} · {self.summary()}"
 
     def replay_status(self) -> Changes:
         """The status of the session on screen, played or shown whole (`r` disarmed)."""
