@@ -355,3 +355,47 @@ def run_fork_sentence(
     """The terse verdict of a run's fork (`fork_sentence`), None where it has none."""
     explanation = run_fork_explanation(a, b, teacher_forced, near_tie, names)
     return None if explanation is None else explanation.terse
+
+
+def ordinal(rank: int) -> str:
+    """1st, 2nd, 3rd, 4th, ... 11th, 12th, 13th, 21st."""
+    if 10 <= rank % 100 <= 20:
+        return f"{rank}th"
+    return f"{rank}{({1: 'st', 2: 'nd', 3: 'rd'}).get(rank % 10, 'th')}"
+
+
+def margins_words(fork: Fork) -> str:
+    """Both lanes' margins at the fork with their unit, and where each lane ranked the
+    other's pick: "margins a 0.061 · b 0.084 logits · each lane ranked the other's pick
+    2nd"."""
+    ranks = (fork.a.other.rank, fork.b.other.rank)
+    if ranks[0] is not None and ranks[0] == ranks[1]:
+        ranked = f"each lane ranked the other's pick {ordinal(ranks[0])}"
+    else:
+        seen = [
+            f"{ordinal(rank)} in {lane}" if rank is not None else f"outside {lane}'s top-k"
+            for rank, lane in zip(ranks, ("a", "b"))
+        ]
+        ranked = f"the other's pick ranked {seen[0]}, {seen[1]}"
+    return f"margins a {fork.a.margin:.3f} · b {fork.b.margin:.3f} logits · {ranked}"
+
+
+def held_tie_sentence(a: TokenStep, b: TokenStep) -> str | None:
+    """Why a near tie did not fork the lanes, where both picked the same token: how far
+    the pick led the runner-up in each lane, and how much lane b's arithmetic moved
+    that lead, less than the lead itself. None where the lanes picked differently or
+    lane b did not score lane a's runner-up."""
+    if a.token_id != b.token_id or len(a.top) < 2:
+        return None
+    runner = a.top[1]
+    runner_in_b = b.logit_of(runner.token_id)
+    pick_in_b = b.logit_of(a.token_id)
+    if runner_in_b is None or pick_in_b is None:
+        return None
+    lead_a, lead_b = a.margin, pick_in_b - runner_in_b
+    moved = abs(lead_a - lead_b)
+    return (
+        f"why it held: {quoted_piece(a.piece)} led {quoted_piece(runner.piece)} by "
+        f"{lead_a:.3f} logits in lane a, {lead_b:.3f} in lane b: lane b's arithmetic "
+        f"moved the lead by {moved:.3f}, less than the lead itself"
+    )

@@ -79,7 +79,9 @@ async def every_line_of_the_panel(app: SpecdiffApp, pilot) -> list[str]:
 async def test_a_saved_autopsy_fills_the_panel_and_fits(size) -> None:
     """w over the replay: the cause, the settings table, the first tensor and the
     sparkline, each whole at the screen's width; w again gives the panel back."""
-    autopsy = load_saved(SAVED)
+    pair = load_session(SESSION).pair
+    # shown with what the session's lanes did before the fork, which the record lacks
+    autopsy = load_saved(SAVED).with_lanes(pair.a, pair.b)
     assert autopsy.first_difference is not None, "the committed record names no tensor"
     app = session_app(SESSION)
     async with app.run_test(size=size) as pilot:

@@ -93,6 +93,10 @@ class FieldReader:
     def optional_text(self, key: str) -> str | None:
         return None if self._get(key) is None else self.text(key)
 
+    def later_text(self, key: str) -> str:
+        """A text field newer than the first files: one without it reads as ""."""
+        return self.text(key) if key in self.data else ""
+
     def integer(self, key: str) -> int:
         value = self._get(key)
         if not isinstance(value, int) or isinstance(value, bool):

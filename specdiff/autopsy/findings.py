@@ -4,7 +4,7 @@ the cause in one plain sentence, and its JSON (`Autopsy.from_json` checks every 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specdiff.autopsy.codec import (
@@ -31,14 +31,20 @@ from specdiff.autopsy.records import (
 from specdiff.autopsy.words import (
     DATA_MOVES,
     draft_verdict,
+    kv_history,
     made_before,
+    op_meaning,
     op_words,
     percent,
     relative_speed,
     tensor_words,
 )
 from specdiff.json_numbers import finite_or_null
+from specdiff.lanes import Lane
 from specdiff.safe_text import visible
+
+UNNAMED_HISTORY = "by each lane's own settings"
+"""Where the record does not name how the lanes computed the earlier rows."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,9 @@ class Autopsy:
     """Why the layer comparison was not made (a server lane, a failure)."""
     seconds: float = 0.0
     notes: tuple[str, ...] = field(default=())
+    kv_history: str = ""
+    """How the lanes computed the rows before the fork differently, in words
+    (`words.kv_history` of the pair's lanes); "" where not known."""
 
     # -- what it found -------------------------------------------------------------
     @property
@@ -84,6 +93,11 @@ class Autopsy:
         if self.margin is not None:
             series.append(self.margin.logits_max_abs)
         return series
+
+    def with_lanes(self, a: Lane, b: Lane) -> Autopsy:
+        """This autopsy with what its lanes did differently before the fork named
+        (`kv_history`), where the record does not name it already."""
+        return self if self.kv_history else replace(self, kv_history=kv_history(a, b))
 
     def attention_identical(self) -> bool | None:
         """Whether every attention output (kqv_out) was bit-identical; None if none tapped."""
@@ -178,8 +192,8 @@ class Autopsy:
             sentence += (
                 f". Both lanes computed this step {width_a} token{'s' if width_a != 1 else ''} "
                 "wide, so its own arithmetic matched until attention read the keys and values "
-                "earlier steps left in the KV memory: those were computed differently (in "
-                "wider verify batches, say), and the difference came in with them"
+                "earlier steps left in the KV memory: those were computed differently "
+                f"({self.kv_history or UNNAMED_HISTORY}), and the difference came in with them"
             )
         if self.attention_identical():
             sentence += "; attention stays identical"
@@ -191,6 +205,45 @@ class Autopsy:
                 f" at the fork, {relation} the {margin.margin:.2f} margin"
             )
         return sentence + "."
+
+    def legend(self) -> list[str]:
+        """What the report's short names mean (the first tensor's operation, max |Δ|,
+        rel L2, the growth line's marks), one entry each, for what the report shows."""
+        first = self.first_difference
+        if self.fork is None or (first is None and not self.layers):
+            return []
+        lines = []
+        meaning = op_meaning(first.op) if first is not None else ""
+        if first is not None and meaning:
+            lines.append(
+                f"{visible(first.op, 30)}: the operation that computed the first "
+                f"differing tensor, {meaning}."
+            )
+        lines.append(
+            "max |Δ|: the largest difference of one number between the lanes. rel L2 "
+            "(relative L2): the size of the whole difference against the size of the "
+            "tensor; 1e-7 is rounding in the last bit of a 32-bit float."
+        )
+        series = self.growth_series()
+        if series:
+            lines.append(self._growth_legend(series))
+        return lines
+
+    def _growth_legend(self, series: list[float]) -> str:
+        last = self.layers[-1].layer if self.layers else 0
+        logits = ", then the logits" if self.margin is not None else ""
+        blank = sum(1 for value in series if not value > 0)
+        shown = [value for value in series if value > 0]
+        scale = (
+            f"; the lowest mark is {min(shown):.2g}, the highest {max(shown):.2g} (log scale)"
+            if shown
+            else ""
+        )
+        blanks = f"; a blank ({blank} here) is bit-identical" if blank else ""
+        return (
+            f"The growth line has one mark per value, {len(series)} in all: the output "
+            f"of layers 0 to {last}{logits}{blanks}{scale}."
+        )
 
     def panel_text(self) -> str:
         """A few short lines for a fork panel beside a sparkline of growth_series()."""
@@ -244,6 +297,7 @@ class Autopsy:
             "part2_note": self.part2_note,
             "seconds": self.seconds,
             "notes": list(self.notes),
+            "kv_history": self.kv_history,
         }
 
     @classmethod
@@ -271,4 +325,5 @@ class Autopsy:
             part2_note=record.optional_text("part2_note"),
             seconds=record.number("seconds"),
             notes=tuple(record.texts("notes")),
+            kv_history=record.later_text("kv_history"),
         )

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specdiff.autopsy.records import DRAFT_KEY, SettingTrial
+from specdiff.lanes import Lane
 from specdiff.safe_text import visible
 
 
@@ -127,3 +128,66 @@ def relative_speed(trial: SettingTrial, baseline: SettingTrial | None) -> str:
     if baseline is None or baseline.speed_a <= 0 or trial.speed_a <= 0:
         return ""
     return f" (lane a at {trial.speed_a / baseline.speed_a:.2f}x its speed)"
+
+
+_OP_MEANINGS = {
+    "CONT": "a copy of the tensor into one block of memory: it moves numbers, no arithmetic",
+    "CPY": "a copy: it moves numbers, no arithmetic",
+    "MUL_MAT": "a matrix multiply",
+    "ADD": "an addition",
+    "MUL": "a multiplication",
+    "RMS_NORM": "a normalisation (dividing by the root mean square)",
+    "NORM": "a normalisation",
+    "SCALE": "a multiplication by one number",
+    "ROPE": "the rotary position encoding",
+    "SOFT_MAX": "the softmax (scores turned into weights that sum to 1)",
+    "GET_ROWS": "a lookup of rows of a table (the token embedding)",
+    "FLASH_ATTN_EXT": "flash attention (attention's scores, softmax and sum in one kernel)",
+    "GLU": "the gated activation",
+    "GEGLU": "the gated activation",
+}
+
+
+def op_meaning(op: str) -> str:
+    """What a ggml operation name (MUL_MAT, CONT) stands for, for a reader who has never
+    seen one; "" for one not known."""
+    return _OP_MEANINGS.get(op, "")
+
+
+def _batch_width(lane: Lane) -> int:
+    """The most rows one decode call computes together: llama.cpp splits a batch of
+    n_batch rows into micro-batches of n_ubatch."""
+    return min(lane.n_batch, lane.n_ubatch)
+
+
+def kv_history(a: Lane, b: Lane) -> str:
+    """How the two lanes computed the rows before a step differently, in words (the keys
+    and values those rows leave in the KV memory are what a later step's attention
+    reads); "" where their settings name no such difference."""
+    parts = []
+    for this, other, lane_id, other_id in ((a, b, "a", "b"), (b, a, "b", "a")):
+        if this.speculative and not other.speculative:
+            parts.append(
+                f"lane {lane_id} checked its drafted tokens up to {this.spec_drafts + 1} "
+                f"at a time (speculation), lane {other_id} computed one token at a time"
+            )
+    if a.speculative and b.speculative and a.spec_drafts != b.spec_drafts:
+        parts.append(
+            f"lane a checked drafts up to {a.spec_drafts + 1} tokens at a time, lane b up "
+            f"to {b.spec_drafts + 1}"
+        )
+    width_a, width_b = _batch_width(a), _batch_width(b)
+    if width_a != width_b:
+        parts.append(
+            f"the prompt's tokens were computed up to {width_a} at a time in lane a and "
+            f"{width_b} at a time in lane b, as their n_ubatch {a.n_ubatch} and "
+            f"{b.n_ubatch} set"
+        )
+    for this, other, lane_id, other_id in ((a, b, "a", "b"), (b, a, "b", "a")):
+        if this.prefix == "cached" and other.prefix != "cached":
+            parts.append(
+                f"lane {lane_id} computed the start of the prompt in a call of its own "
+                f"(a cached prefix) and the rest after it, lane {other_id} the whole "
+                "prompt in one call"
+            )
+    return "; ".join(parts)

@@ -24,6 +24,7 @@ from specdiff.cli.common import (
     Status,
     Subcommands,
     add_command,
+    for_terminal,
     interrupt_sets,
     known_pairs,
     note_unread_keys,
@@ -260,7 +261,7 @@ def report(args: argparse.Namespace, data: dict[str, Any]) -> int:
         json.dump(data, sys.stdout, indent=1, ensure_ascii=True)
         sys.stdout.write("\n")
     else:
-        print(terminal_text(certificate_text(data)))
+        print(for_terminal(terminal_text(certificate_text(data))))
     if args.html is not None:
         options.write_output_file(Path(args.html), certificate_html(data), "--html")
         if not args.quiet:

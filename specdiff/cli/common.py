@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import re
 import signal
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from enum import IntEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO, TypeAlias
+from typing import TYPE_CHECKING, Any, TextIO, TypeAlias
 
 from specdiff.config import config_value
 from specdiff.errors import LaneConfigError, PromptError, SpecdiffError, did_you_mean
@@ -125,6 +127,117 @@ def fitted(text: str, width: int) -> str:
     """`text` cut to `width` characters with an ellipsis: a redrawn line that wraps
     leaves a copy of itself on every redraw."""
     return text if len(text) <= width else text[: max(width - len(ELLIPSIS), 0)] + ELLIPSIS
+
+
+MIN_TEXT_COLUMNS = 40
+"""The narrowest a command's text is laid out for: below it a line holds too few words
+to read, and the terminal's own wrapping is no worse."""
+
+
+def text_columns(stream: TextIO) -> int | None:
+    """The width a command's text is laid out for on `stream`: its terminal's (at least
+    MIN_TEXT_COLUMNS); None in a file or a pipe, where each line stays whole for grep.
+    The one rule every command's text output follows (`run`'s layout included)."""
+    columns = terminal_columns(stream)
+    return None if columns is None else max(columns, MIN_TEXT_COLUMNS)
+
+
+_GLUED = re.compile(r"(?<=[\s(])'( +)|(?<=\w) = (?=\w)")
+"""Where a line must not break: inside a quoted token's leading spaces (`' and'`) and
+around the `=` of `AVX2 = 1`."""
+_NO_BREAK = "\u00a0"
+_INDENT = re.compile(r"[ ]*")
+
+
+def wrapped_line(line: str, columns: int) -> list[str]:
+    """`line` broken at spaces to fit `columns` (the last column left free: a line that
+    fills it makes some terminals add an empty one), its later rows under its own
+    indent; never inside a quoted token, and a word longer than a row (a path) whole."""
+    if len(line) < columns:
+        return [line]
+    indent = _INDENT.match(line)
+    lead = indent.group() if indent else ""
+    if len(lead) > columns // 2:
+        lead = ""  # a deep indent would leave too few columns for the words
+    # a no-break space stands in while wrapping: text shown here went through
+    # `visible`, which escapes any the text held itself
+    glued = _GLUED.sub(lambda match: match.group().replace(" ", _NO_BREAK), line)
+    rows = textwrap.wrap(
+        glued,
+        columns - 1,
+        subsequent_indent=lead,
+        break_on_hyphens=False,
+        break_long_words=False,
+        drop_whitespace=True,
+    )
+    if rows and line.startswith(lead) and not rows[0].startswith(lead):
+        rows[0] = lead + rows[0]
+    return [row.replace(_NO_BREAK, " ") for row in rows] or [line]
+
+
+def wrapped_text(text: str, columns: int | None) -> str:
+    """`text` with each line wider than `columns` wrapped at word breaks (`wrapped_line`);
+    unchanged where `columns` is None (a file or a pipe)."""
+    if columns is None:
+        return text
+    return "\n".join(row for line in text.split("\n") for row in wrapped_line(line, columns))
+
+
+def for_terminal(text: str, stream: TextIO | None = None) -> str:
+    """`text` laid out for stdout (or `stream`): wrapped to its terminal's width, or
+    unchanged in a file or a pipe."""
+    return wrapped_text(text, text_columns(stream if stream is not None else sys.stdout))
+
+
+class WrappingStream:
+    """A text stream that holds each line until it ends, then writes it wrapped to
+    `columns` (`wrapped_line`) to the stream underneath."""
+
+    def __init__(self, stream: TextIO, columns: int) -> None:
+        self.stream = stream
+        self.columns = columns
+        self.pending = ""
+
+    def write(self, text: str) -> int:
+        lines = (self.pending + text).split("\n")
+        self.pending = lines.pop()
+        for line in lines:
+            self.stream.write(wrapped_text(line, self.columns) + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        if self.pending:
+            self.stream.write(wrapped_text(self.pending, self.columns))
+            self.pending = ""
+        self.stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        # isatty, fileno, encoding, buffer: those of the stream underneath
+        return getattr(self.stream, name)
+
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def text_output(command: Command) -> Command:
+    """A command whose printed lines are wrapped to the terminal's width while it runs
+    (`text_columns`); in a file or a pipe its output is left as it is."""
+
+    @functools.wraps(command)
+    def wrapped(args: argparse.Namespace) -> int:
+        columns = text_columns(sys.stdout)
+        if columns is None:
+            return command(args)
+        saved = sys.stdout
+        stream = WrappingStream(saved, columns)
+        sys.stdout = stream  # type: ignore[assignment]
+        try:
+            return command(args)
+        finally:
+            stream.flush()
+            sys.stdout = saved
+
+    return wrapped
 
 
 BAR_CELLS = 24

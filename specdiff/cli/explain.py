@@ -35,8 +35,11 @@ from specdiff.cli.common import (
     Subcommands,
     add_command,
     command_parser,
+    fitted,
     interrupt_sets,
     note_unread_keys,
+    text_columns,
+    wrapped_text,
 )
 from specdiff.cli.run import read_chat_request
 from specdiff.compare import DEFAULT_NEAR_TIE
@@ -131,7 +134,6 @@ def command_explain(args: argparse.Namespace) -> int:
     from specdiff.engine.autopsy import explain_pair, refuse_servers
     from specdiff.engine.models import cache_dir
     from specdiff.engine.worker import call_in_worker
-    from specdiff.reports.autopsy import growth_svg
 
     if args.save and args.session is None:
         raise SpecdiffError("--save writes beside a session file: give one, or leave --save out")
@@ -167,6 +169,16 @@ def command_explain(args: argparse.Namespace) -> int:
         print("specdiff: interrupted", file=sys.stderr)
         return Exit.INTERRUPTED
     status.done()
+    # the engine's record names no lanes: how they computed earlier rows comes from them
+    put_out(args, autopsy.with_lanes(pair.a, pair.b), svg)
+    return Exit.SAME
+
+
+def put_out(args: argparse.Namespace, autopsy: Autopsy, svg: Path | None) -> None:
+    """The growth chart and the record beside the session where asked, then the
+    autopsy printed."""
+    from specdiff.reports.autopsy import growth_svg  # deferred, as above
+
     if svg is not None and not autopsy.nothing_to_explain:
         options.write_output_file(svg, growth_svg(autopsy), "--svg")
     if args.save:
@@ -174,17 +186,75 @@ def command_explain(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"specdiff: autopsy saved as {visible(str(saved), 160)}", file=sys.stderr)
     show(autopsy, args.json)
-    return Exit.SAME
 
 
 def show(autopsy: Autopsy, as_json: bool) -> None:
-    from specdiff.reports.autopsy import format_autopsy  # deferred, as above
-
     if as_json:
         json.dump(autopsy.to_json(), sys.stdout, indent=1, ensure_ascii=True, allow_nan=False)
         sys.stdout.write("\n")
     else:
-        print(format_autopsy(autopsy))
+        print(autopsy_text(autopsy, text_columns(sys.stdout)))
+
+
+def autopsy_text(autopsy: Autopsy, columns: int | None) -> str:
+    """The autopsy as explain prints it: the report, then what its short names mean,
+    laid out for `columns` (None: a file or a pipe, where the report keeps its lines)."""
+    from specdiff.reports.autopsy import format_autopsy  # deferred, as above
+
+    lines = format_autopsy(autopsy).split("\n")
+    legend = autopsy.legend()
+    if legend:
+        lines += ["", "Words", *(f"   {entry}" for entry in legend)]
+    if columns is not None:
+        lines = narrow_settings_table(cause_on_one_line(lines), autopsy, columns)
+    return wrapped_text("\n".join(lines), columns)
+
+
+def narrow_settings_table(lines: list[str], autopsy: Autopsy, columns: int) -> list[str]:
+    """The report's settings table, where it is wider than `columns`, as three columns
+    that fit: the setting (cut with an ellipsis), the outcome and both lanes' speeds in
+    one cell; a table row wrapped by the width would read as two rows."""
+    rows = [index for index, line in enumerate(lines) if line.startswith("   setting ")]
+    if not rows or len(autopsy.trials) + 1 > len(lines) - rows[0]:
+        return lines
+    start, end = rows[0], rows[0] + len(autopsy.trials) + 1
+    if max(len(line) for line in lines[start:end]) < columns:
+        return lines
+    cells = [("setting", "outcome", "tok/s a/b")]
+    for trial in autopsy.trials:
+        outcome = trial.outcome + (" (cached)" if trial.cached else "")
+        if trial.error is not None:
+            outcome = "failed"
+        cells.append(
+            (visible(trial.setting, 80), outcome, f"{trial.speed_a:.1f}/{trial.speed_b:.1f}")
+        )
+    outcome_width = max(len(row[1]) for row in cells)
+    speed_width = max(len(row[2]) for row in cells)
+    setting_width = max(8, columns - 1 - 3 - outcome_width - speed_width - 4)
+    table = [
+        f"   {fitted(setting, setting_width):<{setting_width}}  {outcome:<{outcome_width}}  "
+        f"{speeds:>{speed_width}}".rstrip()
+        for setting, outcome, speeds in cells
+    ]
+    return [*lines[:start], *table, *lines[end:]]
+
+
+CAUSE_HEADING = "3. Cause"
+
+
+def cause_on_one_line(lines: list[str]) -> list[str]:
+    """The report's cause paragraph (wrapped for a wide page) as one line again, so that
+    it is wrapped once, to the terminal's width, not cut into long and short rows."""
+    if CAUSE_HEADING not in lines:
+        return lines
+    start = lines.index(CAUSE_HEADING) + 1
+    end = start
+    while (
+        end < len(lines) and lines[end].startswith("   ") and not lines[end].startswith("   note:")
+    ):
+        end += 1
+    paragraph = " ".join(line.strip() for line in lines[start:end])
+    return [*lines[:start], *(["   " + paragraph] if paragraph else []), *lines[end:]]
 
 
 def explain_on_servers(argv: list[str], restart: DraftRestart) -> int:
@@ -248,7 +318,7 @@ def explain_servers(
         return Exit.INTERRUPTED
     status.done()
     print(f"specdiff: {autopsy.part2_note}", file=sys.stderr)
-    show(autopsy, args.json)
+    show(autopsy.with_lanes(pair.a, pair.b), args.json)
     return Exit.SAME
 
 

@@ -32,7 +32,7 @@ from specdiff.cli.common import (
     add_command,
     note_unread_keys,
     read_request,
-    terminal_columns,
+    text_columns,
     wants_colour,
 )
 from specdiff.compare import run_fork_index
@@ -292,7 +292,7 @@ def terminal_layout() -> Layout:
     from specdiff.reports.styles import Paint
     from specdiff.reports.text import Layout
 
-    columns = terminal_columns(sys.stdout)
+    columns = text_columns(sys.stdout)
     paint = Paint(wants_colour(sys.stdout))
     if columns is None:
         return Layout(paint=paint)

@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from specdiff.cli import options
-from specdiff.cli.common import Exit, Status, Subcommands, add_command
+from specdiff.cli.common import Exit, Status, Subcommands, add_command, text_output
 from specdiff.errors import SpecdiffError
 from specdiff.safe_text import visible
 
@@ -32,6 +32,7 @@ def add_parser(commands: Subcommands) -> None:
     options.add_allow_servers(verify)
 
 
+@text_output
 def command_verify(args: argparse.Namespace) -> int:
     """Exit 0 when every recorded token comes out again, 1 at the first that does not."""
     # deferred: the engine, session and report modules load only for the command that runs

@@ -272,6 +272,8 @@ class ForkExplainer:
         return self.show(target, autopsy)
 
     def show(self, target: Target, autopsy: Autopsy) -> Changes:
+        # the record names no lanes: how they computed the earlier rows comes from them
+        autopsy = autopsy.with_lanes(target.pair.a, target.pair.b)
         self.shown = (target, autopsy)
         self.shown_over = self.on_screen()
         title = f"why the lanes fork · {visible(target.pair.name, 40)}"

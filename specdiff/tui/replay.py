@@ -52,6 +52,9 @@ BUILD_UP_SECONDS = 4.0
 """With --pause-at-fork, the least time a replay takes to reach the fork: played slower
 than asked where the recording got there sooner, so the text is seen to stream first."""
 BADGE = "REPLAY"
+ELSEWHERE = "another CPU"
+"""Beside the file's name in the status of a replay recorded on another CPU."""
+ELSEWHERE_NOTE = "recorded on another CPU: a run here may fork elsewhere than this replay"
 """What the status line opens with while a recorded session is on screen."""
 STATE_ROOM = 40
 """Columns the status line keeps for the replay's state and keys after the file's path
@@ -357,17 +360,23 @@ class Replay:
         elsewhere = " · recorded on another CPU" if self.elsewhere else ""
         return f"{state}{cut}: {forked}{elsewhere}"
 
-    def badge(self) -> str:
-        """REPLAY and the session's path (its middle elided to leave the state room)."""
+    def badge(self, keys: str = "") -> str:
+        """REPLAY and the session's path, its middle elided to leave room for the state
+        (or for `keys`, the hints after it, where they are longer)."""
         session = self.view.session
         assert session is not None
-        room = self.host.columns - len(BADGE) - 4 - STATE_ROOM
-        return f"{BADGE} {elided_path(session.path, room)} · "
+        # another CPU stays in view beside the file, where no narrow line cuts it
+        elsewhere = f"{ELSEWHERE} · " if self.elsewhere else ""
+        kept = max(STATE_ROOM, len(keys) + 4)  # the padding, and " …" if the line is cut
+        room = self.host.columns - len(BADGE) - 4 - kept - len(elsewhere)
+        return f"{BADGE} {elided_path(session.path, room)} · {elsewhere}"
 
     def shown_status(self) -> str:
-        """The status of a session shown whole (--instant): what it is and what to press."""
+        """The status of a session shown whole (--instant): what it is and what to press
+        (the hints whole where the file's folders can make room for them)."""
         keys = "d jumps to the fork · " if self.view.fork is not None else ""
-        return f"{self.badge()}{keys}e writes a report · {self.summary()}"
+        keys += "e writes a report"
+        return f"{self.badge(keys)}{keys} · {self.summary()}"
 
     def replay_status(self) -> Changes:
         """The status of the session on screen, played or shown whole (`r` disarmed)."""
@@ -438,15 +447,16 @@ class Replay:
         self.host.run_in_thread(compare, "machine", exclusive=False)
 
     def recorded_elsewhere(self, report: MachineCompared) -> Changes:
-        """Say once, where it stays in view for a while, that the session comes from
-        another CPU; the status line keeps a short form."""
+        """Say that the session comes from another CPU in the status line, once in a
+        sentence and from then on beside the file's name: a toast would sit over the
+        controls and lane b's title."""
         if self.view.session is not report.session:
             return []  # a live run or another session replaced it
         self.elsewhere = report.line
-        changes: Changes = [Alerted(report.line, "warning", 12)]
+        # the note after the status it leads: a new status drops the note before it
         if self.playback is not None:
-            return [*changes, *self.show_status()]
-        return [*changes, StatusChanged(self.shown_status())]
+            return [*self.show_status(), Noted(ELSEWHERE_NOTE)]
+        return [StatusChanged(self.shown_status()), Noted(ELSEWHERE_NOTE)]
 
     def show_status(self) -> Changes:
         playback = self.playback

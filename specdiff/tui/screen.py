@@ -298,6 +298,7 @@ class CompareScreen(Screen[None]):
                     if announce and view.fork is not None:
                         self.status_line.note(f"lanes forked at token {view.fork.index}")
                 case CursorMoved(lane_id, index, scroll_both):
+                    self.status_line.drop_note()
                     self.drawing.mark_current_lane(panes_have_focus(self.focused))
                     self.drawing.draw(follow=False)
                     if index is not None:

@@ -221,10 +221,13 @@ class CompareView:
     def no_tie_note(self, where: str) -> str:
         """What n (`where` "after") or p ("before") says when there is no near tie that
         way: after the fork it says why n stops there."""
-        note = f"no near tie {where} this in lane {self.cursor_lane}"
         if self.fork is not None and where == "after":
-            note += f" before the fork (token {self.fork.index}): near ties end there"
-        return note
+            # short enough to stay whole at 80 columns, before the status it leads
+            return (
+                f"no tie after this in lane {self.cursor_lane} before the fork "
+                f"(token {self.fork.index}): near ties end there"
+            )
+        return f"no near tie {where} this in lane {self.cursor_lane}"
 
     def moved(self, delta: int) -> int | None:
         """Where ←/→ take the cursor in the current lane: from the start (or the end)

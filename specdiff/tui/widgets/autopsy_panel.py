@@ -17,6 +17,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import ProgressBar, Sparkline, Static
 
 from specdiff.autopsy import Autopsy, SettingTrial
+from specdiff.autopsy.words import op_meaning
 from specdiff.safe_text import visible
 from specdiff.tui.widgets.line import Line
 
@@ -54,9 +55,12 @@ def first_difference_text(autopsy: Autopsy) -> str:
             return "every tapped tensor was identical at the fork step"
         return "no tensors were compared"
     layer = f"layer {first.layer}, " if first.layer is not None else ""
+    # the operation's name is llama.cpp's (CONT, MUL_MAT): said in words beside it
+    meaning = op_meaning(first.op)
     return (
         f"first differing tensor: {visible(first.name, 40)} ({layer}{visible(first.op, 20)}) "
         f"max |Δ| {first.max_abs:.2g}, relative L2 {first.rel_l2:.2g}"
+        + (f"; {visible(first.op, 20)} is {meaning}" if meaning else "")
     )
 
 

@@ -57,3 +57,8 @@ class StatusLine(Line):
 
     def note(self, text: str) -> None:
         self.set(f"{text} · {self.said}" if self.said else text)
+
+    def drop_note(self) -> None:
+        """The status without the note before it: a note about where the cursor was
+        (no near tie after it) is stale once it moves."""
+        self.set(self.said)

@@ -19,10 +19,15 @@ from specdiff.compare import (
     NEAR_TIE,
     UNSCORED,
     Fork,
-    PickView,
     fork_verdict,
 )
-from specdiff.fork_words import counted, fork_explanation, quoted_piece
+from specdiff.fork_words import (
+    counted,
+    fork_explanation,
+    held_tie_sentence,
+    margins_words,
+    quoted_piece,
+)
 from specdiff.safe_text import visible
 from specdiff.steps import TokenStep
 from specdiff.tui.themes import readable_on
@@ -114,8 +119,10 @@ def render_panel(
 
 WHY_WRAP_HEIGHT = 6
 """From this panel height (an 80x24 screen's) the fork's verdict may take two lines."""
-SIMILARITY_LINE_HEIGHT = 8
-"""From this panel height the similarity after the fork may take a line of its own."""
+SIMILARITY_LINE_HEIGHT = 7
+"""From this panel height (an 80x24 screen's, under a two-row footer) the similarity
+after the fork may take a line of its own: the margins line says where each lane
+ranked the other's pick, which the candidates' second row would otherwise show."""
 SIDE_NOTES_WIDTH = 100
 """From this width the panel puts what the lanes differ in and the near ties before
 the fork beside the candidates."""
@@ -217,7 +224,12 @@ def _panel_lines(
         f"{lane} {quoted_piece(step.piece)}" for lane, step in (("a", a), ("b", b)) if step
     )
     margins = " · ".join(f"{lane} {step.margin:.3f}" for lane, step in (("a", a), ("b", b)) if step)
-    lines = [_one_line(("token", "bold"), f" {view.index}: {picks}   margins {margins}{p_note}")]
+    lines = [
+        _one_line(("token", "bold"), f" {view.index}: {picks}   margins {margins} logits{p_note}")
+    ]
+    held = _held_tie(view)
+    if held is not None:
+        lines += [_one_line(line) for line in _two_lines(held, why_width)]
     if fork is not None and view.index > fork.index:
         warning = palette.tie_bar if palette is not None else "yellow"
         lines.append(
@@ -232,9 +244,25 @@ def _panel_lines(
     return lines
 
 
-def _pick_text(view_of: PickView) -> str:
-    """One lane's pick as the other lane ranks it: its rank and logit there."""
-    return "outside top-k" if view_of.logit is None else f"#{view_of.rank} {view_of.logit:.3f}"
+def _held_tie(view: PanelView) -> str | None:
+    """Why a near tie before the fork (or without one) did not fork the lanes."""
+    a, b, fork = view.a, view.b, view.fork
+    if a is None or b is None or view.index is None:
+        return None
+    if fork is not None and view.index >= fork.index:
+        return None
+    if min(a.margin, b.margin) >= view.near_tie:
+        return None
+    return held_tie_sentence(a, b)
+
+
+def _two_lines(text: str, width: int | None) -> list[str]:
+    """`text` on one line, or on two where `width` is given and it needs them (the
+    second cut to the width by the line it goes in)."""
+    if not width or len(text) <= width:
+        return [text]
+    first = textwrap.wrap(text, width)[0]
+    return [first, text[len(first) :].strip()]
 
 
 def _fork_header(
@@ -273,10 +301,7 @@ def _fork_lines(
     similar = (
         f" · after the fork {view.similarity:.0%} similar" if view.similarity is not None else ""
     )
-    margins = (
-        f"margins a {fork.a.margin:.3f} · b {fork.b.margin:.3f} · "
-        f"b's pick in a {_pick_text(fork.a.other)} · a's in b {_pick_text(fork.b.other)}"
-    )
+    margins = margins_words(fork)
     margin_lines = [f"{margins}{similar}{p_note}"]
     if similarity_line and why_width and len(margin_lines[0]) > why_width and similar:
         # a tall panel gives the similarity its own line rather than cut it
@@ -284,9 +309,7 @@ def _fork_lines(
     # probabilities first: a newcomer reads "39% vs 37%" where "0.06 apart" says
     # nothing; the logits are on the margins line below, the class in the header's badge
     why = f"why: {fork_explanation(fork, verdict, ('lane a', 'lane b')).plain}"
-    why_lines = textwrap.wrap(why, why_width)[:2] if why_width else [why]
-    if len(why_lines) == 2:
-        why_lines[1] = why[len(why_lines[0]) :].strip()
+    why_lines = _two_lines(why, why_width)
     return [
         _fork_header(view, at_fork, palette),
         *(
@@ -302,7 +325,7 @@ def has_probabilities(a: TokenStep | None, b: TokenStep | None) -> bool:
     return all(step is None or step.logsumexp is not None for step in (a, b))
 
 
-NO_PROBABILITY = "no p (probability) here: only the fork keeps every token's score, which p needs"
+NO_PROBABILITY = "no p (probability) here: only the fork step keeps what p needs"
 """Under the candidates of a step without its normalizer: why the p column is missing."""
 
 
