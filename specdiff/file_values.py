@@ -57,7 +57,7 @@ def finite_number(
     try:
         number = float(value)
     except OverflowError:
-        number = math.copysign(math.inf, value)
+        number = math.inf if value > 0 else -math.inf
     if not math.isfinite(number):
         raise BadValue(f"{what} must be a finite number, got {shown(number)}; {NOT_FINITE_FIX}")
     if not low <= number <= high:
