@@ -1,13 +1,14 @@
 """Values read back from a file, each checked where it is read.
 
-Session files, saved autopsies, prompt files and kept figures may come from anyone, and
-Python's `json` reads more than JSON: `NaN`, `Infinity` and `-Infinity` parse as
-floats, and `1e999` as infinity. specdiff never writes any of them, and a reader that
-let one through would fail far from the file (a chart's axis, a margin's share), with a
-traceback instead of a sentence. So every number is checked finite, and within its
-field's range, by the functions here, on its way in; each failure is one `BadValue`
-line naming the field, what it must hold and what it held, and the reader of each kind
-of file puts its file (and line) in front. Nothing past these checks checks again.
+Session files, saved autopsies, prompt files and a suite's kept figures may come from
+anyone, and Python's `json` reads more than JSON: `NaN`, `Infinity` and `-Infinity`
+parse as floats, and `1e999` as infinity. specdiff never writes any of them, and a
+reader that let one through would fail far from the file (a chart's axis, a margin's
+share), with a traceback instead of a sentence. So every number is checked finite, and
+within its field's range, by the functions here, on its way in; each failure is one
+`BadValue` line naming the field, what it must hold and what it held, and the reader of
+each kind of file puts its file (and line) in front. Nothing past these checks checks
+again.
 """
 
 from __future__ import annotations
