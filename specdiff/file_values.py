@@ -105,8 +105,8 @@ class Fields:
         self.where = where
         self.path = path
         if not isinstance(data, Mapping):
-            inside = f"field {path!r} " if path else ""
-            raise BadValue(f"{where}: {inside}must be an object, got {type(data).__name__}")
+            wanted = f"field {path!r} must be" if path else "expected"
+            raise BadValue(f"{where}: {wanted} an object, got {type(data).__name__}")
         self.data = data
 
     def _path(self, key: str) -> str:
