@@ -136,7 +136,11 @@ def test_a_layer_whose_reference_is_all_zeros_survives_json() -> None:
         ("fork", "30", "field 'fork' must be a whole number"),
         ("settings", {}, "field 'settings' must be a list"),
         ("schema", 99, "schema is not 1"),
-        ("layers", [{"layer": 0, "max_abs": True, "rel_l2": 0}], "'max_abs' must be a number"),
+        (
+            "layers",
+            [{"layer": 0, "max_abs": True, "rel_l2": 0}],
+            r"field 'layers\[0\]\.max_abs' must be a number",
+        ),
     ],
 )
 def test_a_damaged_autopsy_is_one_line(field: str, value: object, message: str) -> None:

@@ -805,3 +805,29 @@ def test_an_autopsy_saved_beside_a_session_is_in_every_format(tmp_path: Path) ->
     other["pair"] = "spec-vs-plain"
     saved.write_text(json.dumps(other))
     assert AUTOPSY_HEADING not in export_session(load_session(session_path), "md")
+
+
+@pytest.mark.parametrize("fmt", ["html", "md", "json"])
+def test_an_infinite_margin_in_a_saved_autopsy_is_one_line_in_every_format(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str
+) -> None:
+    """Python's json reads `"margin": Infinity`; the HTML export once died on it with an
+    OverflowError in the growth chart while Markdown and JSON printed an "inf margin"."""
+    import shutil
+
+    data = ROOT / "tests" / "data"
+    session = tmp_path / "ubatch-roman-empire.jsonl"
+    shutil.copy(data / session.name, session)
+    saved = json.loads((data / "ubatch-roman-empire.autopsy.json").read_text("utf-8"))
+    saved["margin"]["margin"] = math.inf
+    autopsy_path = tmp_path / "ubatch-roman-empire.autopsy.json"
+    autopsy_path.write_text(json.dumps(saved), encoding="utf-8")
+    assert '"margin": Infinity' in autopsy_path.read_text("utf-8")
+    before = {path: path.read_bytes() for path in tmp_path.iterdir()}
+
+    code, out, err = run_cli(["export", str(session), "--format", fmt], capsys)
+    assert (code, out) == (2, "")
+    assert err.startswith("specdiff: error: ") and err.count("\n") == 1, err
+    assert "ubatch-roman-empire.autopsy.json: field 'margin.margin'" in err
+    assert "must be a finite number, got Infinity" in err and "write a finite number" in err
+    assert {path: path.read_bytes() for path in tmp_path.iterdir()} == before

@@ -270,3 +270,32 @@ def test_verify_runs_a_file_with_escapes_and_prints_them_escaped(folder: Path, n
     assert b"Traceback" not in done.stderr
     assert not UNSAFE_BYTES.search(done.stdout + done.stderr)
     assert re.search(rb"^(verified|DRIFT)", done.stdout, re.MULTILINE)
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_a_saved_autopsy_with_a_number_json_cannot_hold_stops_every_export_in_one_line(
+    tmp_path: Path, literal: str
+) -> None:
+    """In a process of its own: Python's json reads these, the autopsy's reader does not,
+    and no format gets as far as drawing one."""
+    session = tmp_path / "ubatch-roman-empire.jsonl"
+    session.write_bytes((ROOT / "tests" / "data" / session.name).read_bytes())
+    saved = (ROOT / "tests" / "data" / "ubatch-roman-empire.autopsy.json").read_text("utf-8")
+    record = json.loads(saved)
+    record["margin"]["margin"] = "@"
+    autopsy = tmp_path / "ubatch-roman-empire.autopsy.json"
+    autopsy.write_text(json.dumps(record).replace('"@"', literal), encoding="utf-8")
+    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for fmt in ("html", "md", "json"):
+        done = subprocess.run(
+            [sys.executable, "-m", "specdiff", "export", str(session), "--format", fmt],
+            capture_output=True,
+            timeout=60,
+            env=environment,
+            cwd=tmp_path,
+        )
+        assert done.returncode == 2 and done.stdout == b"", (fmt, done.stderr)
+        assert b"Traceback" not in done.stderr
+        lines = done.stderr.decode("utf-8").strip().splitlines()
+        assert len(lines) == 1 and "field 'margin.margin' must be a finite number" in lines[0]
+        assert sorted(path.name for path in tmp_path.iterdir()) == [autopsy.name, session.name]

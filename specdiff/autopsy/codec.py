@@ -1,21 +1,22 @@
-"""The autopsy's parts as JSON, and back: every field read through `FieldReader`,
-which names the field that is wrong, since a saved autopsy may come from anyone.
+"""The autopsy's parts as JSON, and back: every field read through `file_values.Fields`,
+checked finite and within its range, and named when it is wrong, since a saved autopsy
+may come from anyone.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from specdiff.autopsy.records import (
     MAX_NAME,
-    MAX_TRIALS,
-    AutopsyError,
+    MAX_TENSORS,
     ForkMargin,
+    LayerGrowth,
     SettingTrial,
     TensorDifference,
 )
+from specdiff.file_values import MAX_TOKENS, Fields
 from specdiff.json_numbers import finite_or_null
 
 T = TypeVar("T")
@@ -67,137 +68,67 @@ def margin_json(margin: ForkMargin) -> dict[str, Any]:
     }
 
 
-class FieldReader:
-    """Typed reads of one JSON object, each failure naming the field."""
-
-    def __init__(self, data: object, where: str) -> None:
-        if not isinstance(data, Mapping):
-            raise AutopsyError(f"{where}: expected an object, got {type(data).__name__}")
-        self.data = data
-        self.where = where
-
-    def _get(self, key: str) -> object:
-        if key not in self.data:
-            raise AutopsyError(f"{self.where}: missing field {key!r}")
-        return self.data[key]
-
-    def _bad(self, key: str, wanted: str) -> AutopsyError:
-        return AutopsyError(f"{self.where}: field {key!r} must be {wanted}")
-
-    def text(self, key: str) -> str:
-        value = self._get(key)
-        if not isinstance(value, str) or len(value) > MAX_NAME * 10:
-            raise self._bad(key, "text")
-        return value
-
-    def optional_text(self, key: str) -> str | None:
-        return None if self._get(key) is None else self.text(key)
-
-    def later_text(self, key: str) -> str:
-        """A text field newer than the first files: one without it reads as ""."""
-        return self.text(key) if key in self.data else ""
-
-    def integer(self, key: str) -> int:
-        value = self._get(key)
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise self._bad(key, "a whole number")
-        return value
-
-    def optional_integer(self, key: str) -> int | None:
-        return None if self._get(key) is None else self.integer(key)
-
-    def number(self, key: str) -> float:
-        value = self._get(key)
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise self._bad(key, "a number")
-        return float(value)
-
-    def unbounded(self, key: str) -> float:
-        """A number, or null for one JSON cannot hold (a difference beyond any scale)."""
-        return math.inf if self._get(key) is None else self.number(key)
-
-    def boolean(self, key: str) -> bool:
-        value = self._get(key)
-        if not isinstance(value, bool):
-            raise self._bad(key, "true or false")
-        return value
-
-    def optional(self, key: str) -> object:
-        return self._get(key)
-
-    def _list(self, key: str, limit: int) -> Sequence[object]:
-        value = self._get(key)
-        if not isinstance(value, list) or len(value) > limit:
-            raise self._bad(key, f"a list of at most {limit}")
-        return value
-
-    def items(self, key: str, limit: int) -> list[FieldReader]:
-        return [FieldReader(item, f"{self.where}.{key}") for item in self._list(key, limit)]
-
-    def texts(self, key: str) -> list[str]:
-        values = self._list(key, MAX_TRIALS)
-        if not all(isinstance(v, str) for v in values):
-            raise self._bad(key, "a list of text")
-        return [str(v) for v in values]
-
-    def integers(self, key: str) -> list[int]:
-        values = self._list(key, 8)
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-            raise self._bad(key, "a list of whole numbers")
-        return [v for v in values if isinstance(v, int)]
-
-    def numbers(self, key: str) -> list[float]:
-        values = self._list(key, 8)
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            raise self._bad(key, "a list of numbers")
-        return [float(v) for v in values if isinstance(v, (int, float))]
+MAX_TEXT = MAX_NAME * 10
+"""A name, setting or note in a saved autopsy: far longer than any specdiff writes."""
+MAX_TOKEN_ID = (1 << 31) - 1
+"""llama.cpp's token ids are int32."""
+MAX_GAP = 2e9
+"""A difference of two logits, each within a session file's bound of 1e9."""
 
 
-def pair_of(values: Sequence[T], key: str) -> tuple[T, T]:
+def pair_of(values: Sequence[T], record: Fields, key: str) -> tuple[T, T]:
     """The two values of a field that holds a pair (widths, probabilities)."""
     if len(values) != 2:
-        raise AutopsyError(f"autopsy: field {key!r} must hold two values")
+        raise record.refusal(key, "hold two values")
     return values[0], values[1]
 
 
-def trial_from(record: FieldReader) -> SettingTrial:
+def trial_from(record: Fields) -> SettingTrial:
     return SettingTrial(
-        setting=record.text("setting"),
-        key=record.text("key"),
-        value=record.text("value"),
-        scope=record.text("scope"),
-        fork=record.optional_integer("fork"),
-        tokens_a=record.integer("tokens_a"),
-        tokens_b=record.integer("tokens_b"),
-        speed_a=record.number("speed_a"),
-        speed_b=record.number("speed_b"),
-        error=record.optional_text("error"),
-        cached=record.boolean("cached"),
+        setting=record.text("setting", MAX_TEXT),
+        key=record.text("key", MAX_TEXT),
+        value=record.text("value", MAX_TEXT),
+        scope=record.text("scope", MAX_TEXT),
+        fork=record.optional_whole("fork", 0, MAX_TOKENS),
+        tokens_a=record.whole("tokens_a", 0, MAX_TOKENS),
+        tokens_b=record.whole("tokens_b", 0, MAX_TOKENS),
+        speed_a=record.number("speed_a", low=0),
+        speed_b=record.number("speed_b", low=0),
+        error=record.optional_text("error", MAX_TEXT),
+        cached=record.flag("cached"),
     )
 
 
-def tensor_from(record: FieldReader) -> TensorDifference:
+def tensor_from(record: Fields) -> TensorDifference:
     return TensorDifference(
-        name=record.text("name"),
-        layer=record.optional_integer("layer"),
-        op=record.text("op"),
-        shape_a=tuple(record.integers("shape_a")),
-        shape_b=tuple(record.integers("shape_b")),
-        identical=record.boolean("identical"),
-        max_abs=record.unbounded("max_abs"),
-        rel_l2=record.unbounded("rel_l2"),
+        name=record.text("name", MAX_TEXT),
+        layer=record.optional_whole("layer", 0, MAX_TENSORS),
+        op=record.text("op", MAX_TEXT),
+        shape_a=tuple(record.wholes("shape_a", 8)),
+        shape_b=tuple(record.wholes("shape_b", 8)),
+        identical=record.flag("identical"),
+        max_abs=record.unbounded("max_abs", low=0),
+        rel_l2=record.unbounded("rel_l2", low=0),
     )
 
 
-def margin_from(record: FieldReader) -> ForkMargin:
+def growth_from(record: Fields) -> LayerGrowth:
+    return LayerGrowth(
+        layer=record.whole("layer", 0, MAX_TENSORS),
+        max_abs=record.number("max_abs", low=0),
+        rel_l2=record.unbounded("rel_l2", low=0),
+    )
+
+
+def margin_from(record: Fields) -> ForkMargin:
     return ForkMargin(
-        token_a=record.integer("token_a"),
-        token_b=record.integer("token_b"),
-        piece_a=record.text("piece_a"),
-        piece_b=record.text("piece_b"),
-        probability_a=pair_of(record.numbers("probability_a"), "probability_a"),
-        probability_b=pair_of(record.numbers("probability_b"), "probability_b"),
-        margin=record.number("margin"),
-        shift=record.number("shift"),
-        logits_max_abs=record.number("logits_max_abs"),
+        token_a=record.whole("token_a", 0, MAX_TOKEN_ID),
+        token_b=record.whole("token_b", 0, MAX_TOKEN_ID),
+        piece_a=record.text("piece_a", MAX_TEXT),
+        piece_b=record.text("piece_b", MAX_TEXT),
+        probability_a=pair_of(record.numbers("probability_a", 8, 0, 1), record, "probability_a"),
+        probability_b=pair_of(record.numbers("probability_b", 8, 0, 1), record, "probability_b"),
+        margin=record.number("margin", -MAX_GAP, MAX_GAP),
+        shift=record.number("shift", -2 * MAX_GAP, 2 * MAX_GAP),
+        logits_max_abs=record.number("logits_max_abs", 0, MAX_GAP),
     )

@@ -43,7 +43,8 @@ def save_beside(session_path: Path, autopsy: Autopsy) -> Path:
 
 
 def load_saved(path: Path) -> Autopsy:
-    """A saved record, checked field by field; anything else is one AutopsyError line."""
+    """A saved record, checked field by field; anything else is one AutopsyError line
+    naming the file."""
     try:
         with path.open("rb") as file:
             raw = file.read(MAX_SAVED_BYTES + 1)
@@ -57,4 +58,4 @@ def load_saved(path: Path) -> Autopsy:
         raise AutopsyError(
             f"{visible(path.name)}: not JSON; write it again with specdiff explain --save"
         ) from None
-    return Autopsy.from_json(data)
+    return Autopsy.from_json(data, where=visible(path.name))

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specdiff.autopsy.codec import (
-    FieldReader,
+    MAX_TEXT,
+    growth_from,
     margin_from,
     margin_json,
     pair_of,
@@ -39,6 +40,7 @@ from specdiff.autopsy.words import (
     relative_speed,
     tensor_words,
 )
+from specdiff.file_values import MAX_TOKENS, BadValue, Fields
 from specdiff.json_numbers import finite_or_null
 from specdiff.lanes import Lane
 from specdiff.safe_text import visible
@@ -301,29 +303,36 @@ class Autopsy:
         }
 
     @classmethod
-    def from_json(cls, data: object) -> Autopsy:
-        """Read a record `to_json` wrote; anything else is one AutopsyError line."""
-        record = FieldReader(data, "autopsy")
-        if record.integer("schema") != SCHEMA:
-            raise AutopsyError(f"autopsy: schema is not {SCHEMA}; re-run specdiff explain")
-        margin = record.optional("margin")
+    def from_json(cls, data: object, where: str = "autopsy") -> Autopsy:
+        """Read a record `to_json` wrote; anything else is one AutopsyError line naming
+        `where` (the file it came from) and the field."""
+        try:
+            return cls._from_fields(Fields(data, where))
+        except BadValue as error:
+            raise AutopsyError(str(error)) from None
+
+    @classmethod
+    def _from_fields(cls, record: Fields) -> Autopsy:
+        if record.whole("schema") != SCHEMA:
+            raise AutopsyError(f"{record.where}: schema is not {SCHEMA}; re-run specdiff explain")
+        margin = record.optional_record("margin")
         return cls(
-            pair=record.text("pair"),
-            max_tokens=record.integer("max_tokens"),
-            fork=record.optional_integer("fork"),
-            trials=tuple(trial_from(item) for item in record.items("settings", MAX_TRIALS)),
-            max_runs=record.integer("max_runs"),
-            not_tried=tuple(record.texts("not_tried")),
-            tensors=tuple(tensor_from(item) for item in record.items("tensors", MAX_TENSORS)),
-            layers=tuple(
-                LayerGrowth(r.integer("layer"), r.number("max_abs"), r.unbounded("rel_l2"))
-                for r in record.items("layers", MAX_TENSORS)
+            pair=record.text("pair", MAX_TEXT),
+            max_tokens=record.whole("max_tokens", 0, MAX_TOKENS),
+            fork=record.optional_whole("fork", 0, MAX_TOKENS),
+            trials=tuple(trial_from(item) for item in record.records("settings", MAX_TRIALS)),
+            max_runs=record.whole("max_runs"),
+            not_tried=tuple(record.texts("not_tried", MAX_TRIALS)),
+            tensors=tuple(tensor_from(item) for item in record.records("tensors", MAX_TENSORS)),
+            layers=tuple(growth_from(item) for item in record.records("layers", MAX_TENSORS)),
+            margin=None if margin is None else margin_from(margin),
+            verify_width=pair_of(
+                record.wholes("verify_width", 8, 0, MAX_TOKENS), record, "verify_width"
             ),
-            margin=None if margin is None else margin_from(FieldReader(margin, "margin")),
-            verify_width=pair_of(record.integers("verify_width"), "verify_width"),
-            tapping_neutral=record.boolean("tapping_neutral"),
-            part2_note=record.optional_text("part2_note"),
-            seconds=record.number("seconds"),
-            notes=tuple(record.texts("notes")),
-            kv_history=record.later_text("kv_history"),
+            tapping_neutral=record.flag("tapping_neutral"),
+            part2_note=record.optional_text("part2_note", MAX_TEXT),
+            seconds=record.number("seconds", low=0),
+            notes=tuple(record.texts("notes", MAX_TRIALS)),
+            # newer than the first saved autopsies: a file without it reads as ""
+            kv_history=record.text("kv_history", MAX_TEXT) if "kv_history" in record.data else "",
         )

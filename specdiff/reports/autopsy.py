@@ -148,8 +148,10 @@ def growth_svg(autopsy: Autopsy) -> str:
     if autopsy.margin is not None:
         labels.append("logits")
     rules = []
-    if autopsy.margin is not None and autopsy.margin.margin > 0:
-        rules.append(Rule(math.log10(autopsy.margin.margin), "margin at the fork"))
+    margin = None if autopsy.margin is None else autopsy.margin.margin
+    # a margin the chart cannot place (none, zero, infinite) is left out, never drawn
+    if margin is not None and 0 < margin < math.inf:
+        rules.append(Rule(math.log10(margin), "margin at the fork"))
     finite = [v for v in logs if math.isfinite(v)] + [r.value for r in rules]
     y_range = None
     if finite:

@@ -12,6 +12,7 @@ from pathlib import Path
 from specdiff import prompts as bundled
 from specdiff.chat import Conversation, parse_messages
 from specdiff.errors import did_you_mean
+from specdiff.file_values import MAX_TOKENS, BadValue, whole_number
 from specdiff.grading.graders import Grader, grader_from
 from specdiff.safe_text import first_surrogate
 from specdiff.sessions.store import safe_name
@@ -220,19 +221,22 @@ def _prompt_from(record: object, where: str, bad: Report) -> SuitePrompt | None:
     if first_surrogate(json.dumps(record, ensure_ascii=False)) is not None:
         bad(f"{where}: every text must be without lone surrogates (\\udXXX escapes)")
         return None
-    max_tokens = record.get("max_tokens")
-    if max_tokens is not None and (
-        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
-    ):
-        bad(f'{where}: "max_tokens" must be a whole number of at least 1, got {max_tokens!r}')
-        return None
-    stop = record.get("stop", [])
-    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
-        bad(f'{where}: "stop" must be a list of non-empty strings')
-        return None
     try:
+        max_tokens, stop = _budget_and_stops(record)
         grader = grader_from(record)
     except ValueError as error:
         bad(f"{where}: {error}")
         return None
-    return SuitePrompt(prompt_id, prompt, max_tokens, where, grader, tuple(stop))
+    return SuitePrompt(prompt_id, prompt, max_tokens, where, grader, stop)
+
+
+def _budget_and_stops(record: dict[str, object]) -> tuple[int | None, tuple[str, ...]]:
+    """A line's "max_tokens" (through the checks every file's numbers pass: a NaN, an
+    infinity or a budget beyond any run is one line naming the field) and "stop"."""
+    max_tokens = record.get("max_tokens")
+    if max_tokens is not None:
+        max_tokens = whole_number(max_tokens, '"max_tokens"', 1, MAX_TOKENS)
+    stop = record.get("stop", [])
+    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
+        raise BadValue('"stop" must be a list of non-empty strings')
+    return max_tokens, tuple(stop)
