@@ -299,7 +299,8 @@ class Autopsy:
             "part2_note": self.part2_note,
             "seconds": self.seconds,
             "notes": list(self.notes),
-            "kv_history": self.kv_history,
+            # only where known: a file saved before it was named reads back the same
+            **({"kv_history": self.kv_history} if self.kv_history else {}),
         }
 
     @classmethod

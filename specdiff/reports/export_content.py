@@ -132,13 +132,16 @@ def session_report(session: Session, near_tie: float) -> SessionReport:
 
 
 def _saved_autopsy(session: Session) -> Autopsy | None:
-    """The autopsy saved beside the session, when it is of this session's pair; a
+    """The autopsy saved beside the session, when it is of this session's pair, its cause
+    naming what the pair's lanes did before the fork as explain and the TUI name it; a
     damaged one is one line naming it (AutopsyError), not an export without it."""
     path = saved_beside(session.path)
     if not path.is_file():
         return None
     autopsy = load_saved(path)
-    return autopsy if autopsy.pair == session.pair.name else None
+    if autopsy.pair != session.pair.name:
+        return None
+    return autopsy.with_lanes(session.pair.a, session.pair.b)
 
 
 def verdict(session: Session, comparison: Comparison) -> str:
