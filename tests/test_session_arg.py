@@ -108,4 +108,5 @@ def test_a_name_that_is_neither_file_nor_listed_is_one_line(
     checkout: Path, capsys, reference: str
 ) -> None:
     line = one_line_error(capsys, "replay", reference)
-    assert f"no file {reference}" in line and "`specdiff sessions` lists" in line
+    assert f"session file not found: {reference}, here or in" in line
+    assert "`specdiff sessions` lists" in line

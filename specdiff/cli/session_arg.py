@@ -72,8 +72,9 @@ def listed_session(reference: str) -> Path:
         if reference.isascii() and reference.isdigit():
             raise  # its message counts the listed sessions and says how to see them
         raise SpecdiffError(
-            f"no file {visible(reference)}, and no session of that name in "
-            f"{visible(str(directory))} (`specdiff sessions` lists their numbers and names)"
+            f"session file not found: {visible(reference)}, here or in "
+            f"{visible(str(directory))} (`specdiff sessions` lists the saved ones by number "
+            "and name)"
         ) from None
 
 
