@@ -110,3 +110,13 @@ def test_a_name_that_is_neither_file_nor_listed_is_one_line(
     line = one_line_error(capsys, "replay", reference)
     assert f"session file not found: {reference}, here or in" in line
     assert "`specdiff sessions` lists" in line
+
+
+def test_sessions_dir_picks_the_list_a_number_refers_to(checkout: Path, capsys) -> None:
+    """As `specdiff sessions --sessions-dir DIR` numbers them."""
+    other = checkout / "elsewhere"
+    other.mkdir()
+    shutil.copy(DEMOS[2], other / DEMOS[2].name)
+    assert exported_file(capsys, "1", "--sessions-dir", str(other)) == DEMOS[2].name
+    line = one_line_error(capsys, "verify", "2", "--sessions-dir", str(other))
+    assert "no session number 2" in line and "1 saved" in line

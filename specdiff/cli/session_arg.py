@@ -38,6 +38,11 @@ def add_session_argument(parser: argparse.ArgumentParser) -> None:
     # hidden: it exists so that a pattern expanding to several files is reported as
     # such, and one SESSION is what the command takes
     parser.add_argument(MORE_SESSIONS, nargs="*", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--sessions-dir",
+        help="the folder whose `specdiff sessions` list a number or name refers to "
+        "(default: ./sessions or the user data dir)",
+    )
 
 
 def session_path(args: argparse.Namespace) -> Path:
@@ -55,16 +60,17 @@ def session_path(args: argparse.Namespace) -> Path:
             f"no file matches {visible(reference)}; name one session file, or its number "
             "in `specdiff sessions`"
         )
-    return listed_session(reference)
+    return listed_session(reference, getattr(args, "sessions_dir", None))
 
 
-def listed_session(reference: str) -> Path:
-    """The session of the listing that `reference`, a number or a file name, names."""
+def listed_session(reference: str, folder: str | None = None) -> Path:
+    """The session that `reference`, a number or a file name, names in the list of
+    `folder` (`--sessions-dir`; by default the folder `specdiff sessions` lists)."""
     # deferred: the engine, session and report modules load only for the command that runs
     from specdiff.sessions.catalog import list_sessions, resolve_in
     from specdiff.sessions.store import SessionError, sessions_dir
 
-    directory = sessions_dir().absolute()
+    directory = sessions_dir(folder).absolute()
     infos = list_sessions(directory)
     try:
         return resolve_in(directory, reference, infos)
