@@ -74,13 +74,19 @@ def test_an_existing_path_is_opened_as_given(checkout: Path, capsys) -> None:
     assert exported_file(capsys, f"sessions/{DEMOS[0].name}") == DEMOS[0].name
 
 
-@pytest.mark.parametrize("command", ["replay", "verify", "export"])
+def test_serve_replay_takes_a_number_too(checkout: Path, capsys) -> None:
+    """Its visitors' apps run `specdiff replay` with the same words, in the same folder."""
+    line = one_line_error(capsys, "serve", "replay", "5")
+    assert "no session number 5" in line and "4 saved" in line
+
+
+@pytest.mark.parametrize("command", ["replay", "verify", "export", "serve replay"])
 def test_a_pattern_that_matched_several_files_is_one_line(checkout: Path, capsys, command) -> None:
     """The shell expands the pattern into the demo and the saved run: the command names
-    both and the fix, before any model or screen."""
+    both and the fix, before any model, screen or server."""
     matched = sorted(str(path) for path in Path("sessions").glob("*spec-vs-plain*.jsonl"))
     assert len(matched) == 2
-    line = one_line_error(capsys, command, *matched)
+    line = one_line_error(capsys, *command.split(), *matched)
     assert "2 sessions given" in line and "`specdiff sessions`" in line
     assert all(path in line for path in matched)
 

@@ -32,7 +32,6 @@ SHOWN_NAMES = 2
 def add_session_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "session",
-        metavar="SESSION",
         help="a session file (.jsonl), or its number or file name in `specdiff sessions`",
     )
     # hidden: it exists so that a pattern expanding to several files is reported as
