@@ -1,5 +1,5 @@
-"""The SESSION argument of `replay`, `verify` and `export`: a session file, or the number
-or name `specdiff sessions` lists it by.
+"""The SESSION argument of `replay`, `verify`, `export` and `serve replay`: a session
+file, or the number or name `specdiff sessions` lists it by.
 
 A saved run's name starts with the time it was saved, so a docs line or a shell history
 can only name it by a pattern, and a pattern such as `sessions/*spec-vs-plain*.jsonl`
