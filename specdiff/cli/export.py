@@ -9,6 +9,7 @@ from pathlib import Path
 
 from specdiff.cli import options
 from specdiff.cli.common import Exit, Subcommands, add_command
+from specdiff.cli.session_arg import add_session_argument, session_path
 from specdiff.files import check_replaceable
 
 
@@ -19,7 +20,7 @@ def add_parser(commands: Subcommands) -> None:
         "write a saved session as one self-contained report (md, html, json)",
         command_export,
     )
-    options.add_session_file(export)
+    add_session_argument(export)
     export.add_argument(
         "--format", metavar="FORMAT", help="md, html or json (default: --output's suffix, else md)"
     )
@@ -42,18 +43,19 @@ def command_export(args: argparse.Namespace) -> int:
     from specdiff.reports.export import check_output, export_session, report_format, write_report
     from specdiff.sessions.store import load_session
 
+    session = session_path(args)
     fmt = report_format(args.format, args.output)
     output = None if args.output in (None, "-") else Path(args.output).expanduser()
     if args.output is None and sys.stdout.isatty():
         # a report is a page of markup (an HTML one carries a base64 plot): a terminal
         # shows it as a wall of text, so it goes to a file and the terminal gets its name
-        output = default_output(Path(args.session), fmt)
+        output = default_output(session, fmt)
     if output is not None:
         # refuse before the work of loading and rendering: a device, pipe or folder
         # first, whatever --force says, then an existing file without --force
         check_replaceable(output)
         check_output(output, args.force)
-    report = export_session(load_session(args.session), fmt, args.near_tie)
+    report = export_session(load_session(session), fmt, args.near_tie)
     if output is not None:
         write_report(report, output, args.force)
         print(f"specdiff: wrote {output}", file=sys.stderr)

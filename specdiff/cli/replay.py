@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from specdiff.cli import options
 from specdiff.cli.common import Exit, Subcommands, add_command, config_theme
+from specdiff.cli.session_arg import add_session_argument, session_path
 from specdiff.errors import SpecdiffError
 from specdiff.lanes import presets
 
@@ -23,12 +24,12 @@ def add_parser(commands: Subcommands) -> None:
     replay = add_command(
         commands, "replay", "open a saved session in the TUI (no model is loaded)", command_replay
     )
-    options.add_session_file(replay)
+    add_session_argument(replay)
     options.add_replay_options(replay)
 
 
 def command_replay(args: argparse.Namespace) -> int:
-    return replay_file(args.session, args)
+    return replay_file(session_path(args), args)
 
 
 def open_for_replay(path: str | Path) -> tuple[Session, SessionStream]:

@@ -209,8 +209,9 @@ def _check_live(args: argparse.Namespace) -> None:
 
 def _check_replay(args: argparse.Namespace) -> None:
     from specdiff.cli.replay import open_for_replay, replay_app  # deferred, as above
+    from specdiff.cli.session_arg import session_path
 
-    session, stream = open_for_replay(args.session)
+    session, stream = open_for_replay(session_path(args))
     try:
         replay_app(session, stream, args)
     finally:

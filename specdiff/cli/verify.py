@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from specdiff.cli import options
 from specdiff.cli.common import Exit, Status, Subcommands, add_command, text_output
+from specdiff.cli.session_arg import add_session_argument, session_path
 from specdiff.errors import SpecdiffError
 from specdiff.safe_text import visible
 
@@ -27,7 +28,7 @@ def add_parser(commands: Subcommands) -> None:
         "re-run a session's lanes and compare token ids step by step",
         command_verify,
     )
-    options.add_session_file(verify)
+    add_session_argument(verify)
     options.add_quiet(verify)
     options.add_allow_servers(verify)
 
@@ -39,7 +40,7 @@ def command_verify(args: argparse.Namespace) -> int:
     from specdiff.sessions.store import load_session
     from specdiff.sessions.verify import environment_changes, first_drift
 
-    session = load_session(args.session)
+    session = load_session(session_path(args))
     unsafe = session.pair.servers_named(session.path.name)
     if unsafe and not args.allow_servers:
         raise SpecdiffError(unsafe)
