@@ -49,6 +49,7 @@ def tensor_json(tensor: TensorDifference) -> dict[str, Any]:
         "identical": tensor.identical,
         "max_abs": finite_or_null(tensor.max_abs),
         "rel_l2": finite_or_null(tensor.rel_l2),
+        "kv_history": tensor.kv_history,
     }
 
 
@@ -118,6 +119,10 @@ class FieldReader:
             raise self._bad(key, "true or false")
         return value
 
+    def flag(self, key: str) -> bool:
+        """A boolean that records saved before it existed lack: false there."""
+        return key in self.data and self.boolean(key)
+
     def optional(self, key: str) -> object:
         return self._get(key)
 
@@ -182,6 +187,7 @@ def tensor_from(record: FieldReader) -> TensorDifference:
         identical=record.boolean("identical"),
         max_abs=record.unbounded("max_abs"),
         rel_l2=record.unbounded("rel_l2"),
+        kv_history=record.flag("kv_history"),
     )
 
 
