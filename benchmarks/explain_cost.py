@@ -68,6 +68,13 @@ def measure(lane: Lane, lane_id: LaneId, step: int, rounds: int, max_tokens: int
             plain.append(prefix_seconds(local, DEFAULT_PROMPT, max_tokens, step))
             every.append(timed_taps(lane, lane_id, step, max_tokens, pool, None))
             named.append(timed_taps(lane, lane_id, step, max_tokens, pool, TAPPED)[0])
+            # each round as it ends: on a loaded machine one slow round shows as such
+            print(
+                f"  lane {lane_id} round: prefix {plain[-1]:.3f} s, every node {every[-1][0]:.3f}"
+                f" s (passes {every[-1][1][0]:.3f} + {every[-1][1][1]:.3f} s), named only "
+                f"{named[-1]:.3f} s",
+                flush=True,
+            )
     finally:
         local.close()
         pool.close()
