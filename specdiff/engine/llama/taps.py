@@ -1,5 +1,5 @@
-"""Tensor taps: the named activations of one row of one llama_decode call, read through
-llama.cpp's eval callback, and a lane's decode replayed up to a step to take them.
+"""Tensor taps: one row's column of every node of one llama_decode call's graph, read
+through llama.cpp's eval callback, and a lane's decode replayed up to a step to take them.
 
 Why the eval callback and not a second implementation of the model: the point is to
 see what *this* build's kernels computed, on this CPU, with the lane's settings. The
