@@ -8,6 +8,7 @@ import math
 import xml.etree.ElementTree as ET
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -25,6 +26,10 @@ from specdiff.cli import main
 from specdiff.engine.autopsy import plan_moves
 from specdiff.lanes import Lane, Pair, presets
 from specdiff.reports.autopsy import format_autopsy, growth_svg, sparkline
+
+if TYPE_CHECKING:
+    from specdiff.engine.llama.taps import StepTaps
+    from specdiff.lanes import LaneId
 
 
 def trial(setting: str, scope: str, fork: int | None, speed: float = 50.0) -> SettingTrial:
@@ -60,7 +65,7 @@ def made(**changes: object) -> Autopsy:
         "verify_width": (8, 1),
     }
     fields.update(changes)
-    return Autopsy(**fields)  # type: ignore[arg-type]
+    return Autopsy(**fields)
 
 
 def test_the_cause_names_the_setting_the_operation_and_the_margin_probabilities_first() -> None:
@@ -398,3 +403,49 @@ def test_server_lanes_of_ones_own_say_why_no_setting_was_tried() -> None:
     assert "cannot restart servers it did not start" in autopsy.cause()
     budget = made(trials=(trial("as given", "as given", 30),), not_tried=("repack off",))
     assert "the run budget allowed only the run as given" in budget.cause()
+
+
+def cache_taps(
+    history: int, values_a: list[float], values_b: list[float]
+) -> tuple[StepTaps, StepTaps]:
+    """Two lanes' taps of one K cache write: `history` leading values of earlier calls."""
+    import numpy as np
+
+    from specdiff.engine.llama.taps import RowTarget, StepTaps, TappedTensor
+
+    def lane(lane_id: LaneId, values: list[float]) -> StepTaps:
+        target = RowTarget(3, 0, (True,), 512, start=2, position=2)
+        written = np.array(values, dtype=np.float32)
+        cache = TappedTensor("cache_k_l10", 0, "SET_ROWS", (2, 4096, 1, 1), written, 10, history)
+        logits = np.zeros(4, dtype=np.float32)
+        return StepTaps(lane_id, 3, target, logits, logits, [cache])
+
+    return lane("a", values_a), lane("b", values_b)
+
+
+def test_a_cache_that_differs_in_cells_earlier_calls_wrote_is_kv_history() -> None:
+    from specdiff.engine.autopsy import compare_taps
+
+    a, b = cache_taps(4, [1, 2, 3, 4, 5, 6], [1, 2, 3, 4.5, 5, 6])
+    (history,) = compare_taps(a, b)
+    assert (history.name, history.layer, history.op) == ("cache_k_l10", 10, "SET_ROWS")
+    assert not history.identical and history.kv_history and history.max_abs == 0.5
+    a, b = cache_taps(4, [1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6.5])
+    (own,) = compare_taps(a, b)
+    assert not own.identical and not own.kv_history  # only the step's own cell differs
+    a, b = cache_taps(4, [1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6])
+    (same,) = compare_taps(a, b)
+    assert same.identical and not same.kv_history
+
+
+def test_kv_history_survives_json_and_an_older_record_reads_without_it() -> None:
+    cache = replace(tensor("cache_k_l10", 10, "SET_ROWS", 0.5), kv_history=True)
+    autopsy = made(tensors=(tensor("l_out-9", 9, "ADD", 0.0), cache))
+    data = json.loads(json.dumps(autopsy.to_json(), allow_nan=False))
+    assert data["first_difference"]["name"] == "cache_k_l10"
+    assert data["first_difference"]["kv_history"] is True
+    assert Autopsy.from_json(data) == autopsy
+    assert "kv_history" not in data["tensors"][0]  # written only where true
+    for entry in data["tensors"]:
+        entry.pop("kv_history", None)
+    assert Autopsy.from_json(data).first_difference == replace(cache, kv_history=False)

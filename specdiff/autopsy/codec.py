@@ -50,6 +50,8 @@ def tensor_json(tensor: TensorDifference) -> dict[str, Any]:
         "identical": tensor.identical,
         "max_abs": finite_or_null(tensor.max_abs),
         "rel_l2": finite_or_null(tensor.rel_l2),
+        # only where true: a record saved before it was written reads back unchanged
+        **({"kv_history": True} if tensor.kv_history else {}),
     }
 
 
@@ -109,6 +111,8 @@ def tensor_from(record: Fields) -> TensorDifference:
         identical=record.flag("identical"),
         max_abs=record.unbounded("max_abs", low=0),
         rel_l2=record.unbounded("rel_l2", low=0),
+        # false in records saved before it was written
+        kv_history="kv_history" in record.data and record.flag("kv_history"),
     )
 
 

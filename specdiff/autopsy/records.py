@@ -83,6 +83,9 @@ class TensorDifference:
     """The largest absolute difference of one value."""
     rel_l2: float
     """|a - b| / |a| over the column (Euclidean norms)."""
+    kv_history: bool = False
+    """A KV cache whose difference lies in cells earlier llama_decode calls wrote (in
+    both lanes): history the step reads, not anything it computed."""
 
 
 @dataclass(frozen=True)

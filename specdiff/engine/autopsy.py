@@ -46,7 +46,7 @@ from specdiff.autopsy import (
 )
 from specdiff.engine.base import Cancelled
 from specdiff.engine.llama.context import ModelPool
-from specdiff.engine.llama.taps import StepTaps, split_name, tap_step
+from specdiff.engine.llama.taps import StepTaps, TappedTensor, split_name, tap_step
 from specdiff.engine.pairrun import PairRun
 from specdiff.engine.runtime import build_info
 from specdiff.errors import SpecdiffError
@@ -434,29 +434,35 @@ def compare_taps(a: StepTaps, b: StepTaps) -> list[TensorDifference]:
         other = others.get(tensor.key)
         if other is None or other.values.shape != tensor.values.shape:
             continue  # a node only one lane's graph has (flash attention's, say)
-        _, layer = split_name(tensor.name)
-        identical = tensor.values.tobytes() == other.values.tobytes()
-        if identical:
-            max_abs = rel_l2 = 0.0
-        else:
-            va = tensor.values.astype(np.float64)
-            delta = va - other.values.astype(np.float64)
-            max_abs = float(np.max(np.abs(delta)))
-            norm = float(np.linalg.norm(va))
-            rel_l2 = float(np.linalg.norm(delta)) / norm if norm > 0 else float("inf")
-        differences_found.append(
-            TensorDifference(
-                tensor.name if tensor.occurrence == 0 else f"{tensor.name}#{tensor.occurrence}",
-                layer,
-                tensor.op,
-                tensor.shape,
-                other.shape,
-                identical,
-                max_abs,
-                rel_l2,
-            )
-        )
+        differences_found.append(_compared(tensor, other))
     return differences_found
+
+
+def _compared(tensor: TappedTensor, other: TappedTensor) -> TensorDifference:
+    """One tensor of lane a against the same of lane b."""
+    name = tensor.name if tensor.occurrence == 0 else f"{tensor.name}#{tensor.occurrence}"
+    if tensor.values.tobytes() == other.values.tobytes():
+        return TensorDifference(
+            name, tensor.layer, tensor.op, tensor.shape, other.shape, True, 0.0, 0.0
+        )
+    va = tensor.values.astype(np.float64)
+    delta = va - other.values.astype(np.float64)
+    norm = float(np.linalg.norm(va))
+    # cells both lanes wrote in earlier calls lead a cache's values: a difference
+    # among them is history the step read, not arithmetic it did
+    history = min(tensor.history, other.history)
+    inherited = history > 0 and bool(np.any(delta[:history] != 0))
+    return TensorDifference(
+        name,
+        tensor.layer,
+        tensor.op,
+        tensor.shape,
+        other.shape,
+        False,
+        float(np.max(np.abs(delta))),
+        float(np.linalg.norm(delta)) / norm if norm > 0 else float("inf"),
+        kv_history=inherited,
+    )
 
 
 def layer_growth(tensors: list[TensorDifference]) -> list[LayerGrowth]:
