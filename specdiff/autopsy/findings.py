@@ -31,6 +31,8 @@ from specdiff.autopsy.records import (
 )
 from specdiff.autopsy.words import (
     DATA_MOVES,
+    KV_HISTORY,
+    KV_HISTORY_LEGEND,
     draft_verdict,
     kv_history,
     made_before,
@@ -47,6 +49,20 @@ from specdiff.safe_text import visible
 
 UNNAMED_HISTORY = "by each lane's own settings"
 """Where the record does not name how the lanes computed the earlier rows."""
+
+_ATTENTION = {
+    "kq": "the attention scores (kq)",
+    "kq_soft_max": "the softmax (kq_soft_max)",
+    "kqv": "the weighted sum (kqv)",
+    "kqv_out": "attention's output (kqv_out)",
+}
+"""Attention's tensors a difference in the KV cache reaches first, as the cause names them."""
+
+
+def _how_far(first: TensorDifference) -> str:
+    """How far apart the lanes' first differing tensor is, in words."""
+    how = "in the last bits" if first.rel_l2 < LAST_BITS else f"by {first.rel_l2:.1e} of its size"
+    return f"{how} (largest difference {first.max_abs:.2g})"
 
 
 @dataclass(frozen=True)
@@ -168,35 +184,9 @@ class Autopsy:
             if self.tensors:
                 return "Every tapped tensor was identical: the fork comes from an earlier step."
             return ""
-        where = f"layer {first.layer}'s " if first.layer is not None else ""
-        how = (
-            "in the last bits" if first.rel_l2 < LAST_BITS else f"by {first.rel_l2:.1e} of its size"
+        sentence = (
+            self._history_sentence(first) if first.kv_history else self._computed_sentence(first)
         )
-        named = f"({visible(first.name, 60)}, {visible(first.op, 30)})"
-        if first.op in DATA_MOVES:
-            # a copy or reshape rounds nothing: the difference was made before it
-            sentence = (
-                f"The first tapped tensor that differs is {where}{tensor_words(first.name)} "
-                f"{named}, {how} (largest difference {first.max_abs:.2g}); its last "
-                f"operation only moves data, so the difference was made by "
-                f"{made_before(first.name)}"
-            )
-        else:
-            sentence = (
-                f"The first operation that differs is {op_words(first.op)} of {where}"
-                f"{tensor_words(first.name)} {named}, {how} (largest difference "
-                f"{first.max_abs:.2g})"
-            )
-        width_a, width_b = self.verify_width
-        if width_a != width_b:
-            sentence += f" when lane a computes the step {width_a} tokens wide and lane b {width_b}"
-        elif first.name.startswith("kqv_out"):
-            sentence += (
-                f". Both lanes computed this step {width_a} token{'s' if width_a != 1 else ''} "
-                "wide, so its own arithmetic matched until attention read the keys and values "
-                "earlier steps left in the KV memory: those were computed differently "
-                f"({self.kv_history or UNNAMED_HISTORY}), and the difference came in with them"
-            )
         if self.attention_identical():
             sentence += "; attention stays identical"
         margin = self.margin
@@ -208,6 +198,69 @@ class Autopsy:
             )
         return sentence + "."
 
+    def _history_sentence(self, first: TensorDifference) -> str:
+        """The first difference lies in KV cache cells earlier decode calls wrote: the
+        step read it, it did not compute it."""
+        where = f"layer {first.layer}'s " if first.layer is not None else "the "
+        sentence = (
+            f"The first difference is in {where}{tensor_words(first.name)} "
+            f"({visible(first.name, 60)}), {_how_far(first)}: entries written by earlier "
+            "decode calls, not computed in this step; those calls computed the earlier "
+            f"tokens differently ({self.kv_history or UNNAMED_HISTORY})"
+        )
+        reached = self._attention_reached(first)
+        if reached:
+            sentence += f", and the difference reaches {reached}"
+        width_a, width_b = self.verify_width
+        if width_a != width_b:
+            sentence += f"; lane a computes this step {width_a} tokens wide and lane b {width_b}"
+        return sentence
+
+    def _attention_reached(self, first: TensorDifference) -> str:
+        """Which of attention's tensors in the cache's layer differ, in words, in order."""
+        words = []
+        for tensor in self.tensors[self.tensors.index(first) + 1 :]:
+            base = tensor.name.split(" (")[0].rsplit("-", 1)[0]
+            if tensor.layer != first.layer or tensor.identical or base not in _ATTENTION:
+                continue
+            phrase = _ATTENTION[base]
+            if phrase not in words:
+                words.append(phrase)
+        if len(words) < 2:
+            return "".join(words)
+        return ", ".join(words[:-1]) + " and " + words[-1]
+
+    def _computed_sentence(self, first: TensorDifference) -> str:
+        where = f"layer {first.layer}'s " if first.layer is not None else ""
+        how = _how_far(first)
+        named = f"({visible(first.name, 60)}, {visible(first.op, 30)})"
+        if first.op in DATA_MOVES:
+            # a copy or reshape rounds nothing: the difference was made before it
+            sentence = (
+                f"The first tapped tensor that differs is {where}{tensor_words(first.name)} "
+                f"{named}, {how}; its last "
+                f"operation only moves data, so the difference was made by "
+                f"{made_before(first.name)}"
+            )
+        else:
+            sentence = (
+                f"The first operation that differs is {op_words(first.op)} of {where}"
+                f"{tensor_words(first.name)} {named}, {how}"
+            )
+        width_a, width_b = self.verify_width
+        if width_a != width_b:
+            sentence += f" when lane a computes the step {width_a} tokens wide and lane b {width_b}"
+        elif first.name.startswith("kqv_out"):
+            # a record saved before the caches were tapped: attention's output is the
+            # first place the history it read can show
+            sentence += (
+                f". Both lanes computed this step {width_a} token{'s' if width_a != 1 else ''} "
+                "wide, so its own arithmetic matched until attention read the keys and values "
+                "earlier steps left in the KV memory: those were computed differently "
+                f"({self.kv_history or UNNAMED_HISTORY}), and the difference came in with them"
+            )
+        return sentence
+
     def legend(self) -> list[str]:
         """What the report's short names mean (the first tensor's operation, max |Δ|,
         rel L2, the growth line's marks), one entry each, for what the report shows."""
@@ -218,9 +271,12 @@ class Autopsy:
         meaning = op_meaning(first.op) if first is not None else ""
         if first is not None and meaning:
             lines.append(
-                f"{visible(first.op, 30)}: the operation that computed the first "
+                f"{visible(first.op, 30)}: the operation that "
+                f"{'last wrote' if first.kv_history else 'computed'} the first "
                 f"differing tensor, {meaning}."
             )
+        if first is not None and first.kv_history:
+            lines.append(KV_HISTORY_LEGEND)
         lines.append(
             "max |Δ|: the largest difference of one number between the lanes. rel L2 "
             "(relative L2): the size of the whole difference against the size of the "
@@ -261,7 +317,7 @@ class Autopsy:
         if first is not None:
             lines.append(
                 f"first differing tensor: {visible(first.name, 40)} ({visible(first.op, 20)}) "
-                f"|Δ| {first.max_abs:.2g}"
+                f"|Δ| {first.max_abs:.2g}" + (f", {KV_HISTORY}" if first.kv_history else "")
             )
         if self.margin is not None:
             lines.append(

@@ -4,6 +4,7 @@ them, and what a sweep of draft lengths says about a fork.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from specdiff.autopsy.records import DRAFT_KEY, SettingTrial
@@ -62,6 +63,9 @@ _TENSOR_WORDS = {
     "Kcur": "attention key",
     "Kcur_normed": "normalised attention key",
     "Vcur": "attention value",
+    "kq": "attention scores",
+    "kq_soft_max": "attention weights (the softmax of its scores)",
+    "kqv": "attention's weighted sum of values",
     "kqv_out": "attention output",
     "attn_out": "attention output projection",
     "attn_post_norm": "attention output norm",
@@ -88,6 +92,7 @@ _OP_WORDS = {
     "ROPE": "the rotary position encoding",
     "SOFT_MAX": "the softmax",
     "GET_ROWS": "the row lookup",
+    "SET_ROWS": "the write into the KV cache",
     "FLASH_ATTN_EXT": "flash attention",
     "GLU": "the gated activation",
     "GEGLU": "the gated activation",
@@ -96,20 +101,39 @@ _OP_WORDS = {
 }
 
 
+KV_HISTORY = "KV history"
+"""Beside a first differing tensor whose difference earlier decode calls wrote."""
+KV_HISTORY_LEGEND = (
+    f"{KV_HISTORY}: the difference lies in KV cache entries earlier decode calls wrote "
+    "(in both lanes), history this step reads, not anything it computed."
+)
+
 DATA_MOVES = frozenset({"CONT", "CPY", "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE", "DUP"})
 """Operations that move values without arithmetic."""
+
+
+_CACHE = re.compile(r"^cache_([kv])_l\d+$")
+_UNNAMED = re.compile(r"^node_\d+$")
 
 
 def made_before(name: str) -> str:
     """What made a difference that a data move (a copy, a reshape) only carried."""
     if name.startswith("kqv_out"):
-        return "the attention before it (its scores, softmax and weighted sum, not tapped)"
+        # a record saved before attention's inner tensors were tapped names none of them
+        return "the attention before it (its scores, softmax and weighted sum)"
     return "the operation before it"
 
 
 def tensor_words(name: str) -> str:
-    """ "feed-forward output" for "ffn_out-0"; the name itself for one not known."""
-    base = name.rsplit("-", 1)[0] if name.rsplit("-", 1)[-1].isdigit() else name
+    """ "feed-forward output" for "ffn_out-0", "K cache" for "cache_k_l10 (view)"; the
+    name itself for one not known."""
+    bare = name.split(" (")[0]  # ggml names a view "Kcur-0 (view)"
+    cache = _CACHE.match(bare)
+    if cache is not None:
+        return f"{cache.group(1).upper()} cache"
+    if _UNNAMED.match(bare):
+        return "an unnamed intermediate tensor"
+    base = bare.rsplit("-", 1)[0] if bare.rsplit("-", 1)[-1].isdigit() else bare
     return _TENSOR_WORDS.get(base, visible(base, 60))
 
 
@@ -142,6 +166,10 @@ _OP_MEANINGS = {
     "ROPE": "the rotary position encoding",
     "SOFT_MAX": "the softmax (scores turned into weights that sum to 1)",
     "GET_ROWS": "a lookup of rows of a table (the token embedding)",
+    "SET_ROWS": (
+        "a write into the KV cache (the keys and values attention keeps for every "
+        "position so far): it stores this call's rows beside those earlier calls wrote"
+    ),
     "FLASH_ATTN_EXT": "flash attention (attention's scores, softmax and sum in one kernel)",
     "GLU": "the gated activation",
     "GEGLU": "the gated activation",

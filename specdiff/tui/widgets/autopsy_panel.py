@@ -17,7 +17,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import ProgressBar, Sparkline, Static
 
 from specdiff.autopsy import Autopsy, SettingTrial
-from specdiff.autopsy.words import op_meaning
+from specdiff.autopsy.words import KV_HISTORY, op_meaning
 from specdiff.safe_text import visible
 from specdiff.tui.widgets.line import Line
 
@@ -60,6 +60,7 @@ def first_difference_text(autopsy: Autopsy) -> str:
     return (
         f"first differing tensor: {visible(first.name, 40)} ({layer}{visible(first.op, 20)}) "
         f"max |Δ| {first.max_abs:.2g}, relative L2 {first.rel_l2:.2g}"
+        + (f"; {KV_HISTORY}: written by earlier decode calls" if first.kv_history else "")
         + (f"; {visible(first.op, 20)} is {meaning}" if meaning else "")
     )
 
