@@ -449,3 +449,87 @@ def test_kv_history_survives_json_and_an_older_record_reads_without_it() -> None
     for entry in data["tensors"]:
         entry.pop("kv_history", None)
     assert Autopsy.from_json(data).first_difference == replace(cache, kv_history=False)
+
+
+def history_autopsy() -> Autopsy:
+    """The shape explain finds on spec-vs-plain: layer 10's caches differ in cells earlier
+    calls wrote, and attention's scores, softmax, sum and output differ after them."""
+    history = [
+        replace(tensor(name, 10, "SET_ROWS", delta), kv_history=True)
+        for name, delta in (("cache_k_l10", 0.5), ("cache_v_l10", 0.25))
+    ]
+    after = [
+        tensor("kq-10", 10, "MUL_MAT", 1e-3),
+        tensor("kq_soft_max-10", 10, "SOFT_MAX", 1e-4),
+        tensor("kqv-10", 10, "MUL_MAT", 1e-4),
+        tensor("kqv_out-10", 10, "CONT", 1e-4),
+        tensor("l_out-10", 10, "ADD", 1e-3),
+    ]
+    return made(tensors=(tensor("l_out-9", 9, "ADD", 0.0), *history, *after))
+
+
+def test_a_first_difference_in_the_caches_history_names_the_cache_and_the_calls() -> None:
+    cause = history_autopsy().cause()
+    assert "The first difference is in layer 10's K cache (cache_k_l10)" in cause
+    assert "entries written by earlier decode calls, not computed in this step" in cause
+    assert "computed the earlier tokens differently (by each lane's own settings)" in cause
+    assert (
+        "reaches the attention scores (kq), the softmax (kq_soft_max), the weighted sum "
+        "(kqv) and attention's output (kqv_out)"
+    ) in cause
+    assert "lane a computes this step 8 tokens wide and lane b 1" in cause
+    assert "The first operation that differs" not in cause and "SET_ROWS operation" not in cause
+    pair = presets()["spec-vs-plain"]
+    named = history_autopsy().with_lanes(pair.a, pair.b).cause()
+    assert "by each lane's own settings" not in named
+    assert "checked its drafted tokens up to" in named and "one token at a time" in named
+
+
+def test_the_caches_history_is_shown_beside_the_first_tensor_and_in_the_legend() -> None:
+    autopsy = history_autopsy()
+    assert "first differing tensor: cache_k_l10 (SET_ROWS) |Δ| 0.5, KV history" in (
+        autopsy.panel_text()
+    )
+    legend = autopsy.legend()
+    assert legend[0].startswith("SET_ROWS: the operation that last wrote the first")
+    assert "a write into the KV cache" in legend[0]
+    assert legend[1].startswith("KV history: the difference lies in KV cache entries")
+    own = made(tensors=(tensor("cache_k_l10", 10, "SET_ROWS", 0.5),))
+    assert "KV history" not in own.panel_text() and "KV history" not in " ".join(own.legend())
+    assert "the write into the KV cache of layer 10's K cache (cache_k_l10, SET_ROWS)" in (
+        own.cause()
+    )
+
+
+def test_an_older_record_whose_first_difference_is_kqv_out_keeps_its_sentence() -> None:
+    pair = presets()["spec-vs-plain"]
+    tensors = (tensor("l_out-9", 9, "ADD", 0.0), tensor("kqv_out-10", 10, "CONT", 3.6e-4))
+    cause = made(tensors=tensors, verify_width=(1, 1)).with_lanes(pair.a, pair.b).cause()
+    assert "The first tapped tensor that differs is layer 10's attention output" in cause
+    assert "the attention before it (its scores, softmax and weighted sum)." in cause
+    assert "not tapped" not in cause
+    assert "Both lanes computed this step 1 token wide" in cause
+    assert "checked its drafted tokens up to" in cause
+
+
+@pytest.mark.parametrize(
+    ("name", "words"),
+    [
+        ("cache_k_l10", "K cache"),
+        ("cache_v_l3 (view)", "V cache"),
+        ("kq-10", "attention scores"),
+        ("kq_soft_max-10", "attention weights (the softmax of its scores)"),
+        ("kqv-10", "attention's weighted sum of values"),
+        ("kqv_out-10", "attention output"),
+        ("Kcur-0 (view)", "attention key"),
+        ("node_42", "an unnamed intermediate tensor"),
+        ("mystery-3", "mystery"),
+    ],
+)
+def test_tensor_words_know_the_caches_and_attentions_inner_tensors(name: str, words: str) -> None:
+    from specdiff.autopsy.words import op_meaning, op_words, tensor_words
+
+    assert tensor_words(name) == words
+    assert op_words("SET_ROWS") == "the write into the KV cache"
+    assert op_meaning("SET_ROWS").startswith("a write into the KV cache")
+    assert op_words("SOFT_MAX") == "the softmax" and op_meaning("SOFT_MAX")

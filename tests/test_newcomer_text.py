@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import io
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -145,6 +146,23 @@ def test_the_ubatch_cause_names_the_prompts_batches_not_verify_batches() -> None
     assert "verify batches" not in cause
     assert "up to 512 at a time in lane a and 2 at a time in lane b" in cause
     assert "n_ubatch 512 and 2" in cause
+
+
+def test_a_ubatch_fork_in_the_caches_history_reads_as_the_prompts_batches() -> None:
+    from specdiff.cli.explain import autopsy_text
+
+    shown = shown_autopsy()
+    first = shown.first_difference
+    assert first is not None
+    cache = replace(first, name="cache_k_l11", op="SET_ROWS", kv_history=True)
+    autopsy = replace(shown, tensors=tuple(cache if t == first else t for t in shown.tensors))
+    cause = autopsy.cause()
+    assert "The first difference is in layer 11's K cache (cache_k_l11)" in cause
+    assert "written by earlier decode calls, not computed in this step" in cause
+    assert "up to 512 at a time in lane a and 2 at a time in lane b" in cause
+    text = autopsy_text(autopsy, 80)
+    assert fits(text, 80) and " ".join(cause.split()) in " ".join(text.split())
+    assert "KV history: the difference lies in KV cache entries" in " ".join(text.split())
 
 
 @pytest.mark.parametrize(

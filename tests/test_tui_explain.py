@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from specdiff.autopsy import Autopsy, AutopsyError, load_saved, saved_beside
+from specdiff.autopsy import Autopsy, AutopsyError, load_saved, save_beside, saved_beside
 from specdiff.sessions.store import load_session
 from specdiff.tui.app import SpecdiffApp, make_app
-from specdiff.tui.widgets.autopsy_panel import AutopsyPanel, growth_values
+from specdiff.tui.widgets.autopsy_panel import AutopsyPanel, first_difference_text, growth_values
 from specdiff.tui.widgets.line import Line
 from tests.conftest import wait_for
 from tests.tui_driver import drive
@@ -238,8 +238,6 @@ def test_a_saved_autopsy_reads_back_as_it_was_written(tmp_path) -> None:
     autopsy = load_saved(SAVED)
     session = tmp_path / "run.jsonl"
     shutil.copy(SESSION, session)
-    from specdiff.autopsy import save_beside
-
     written = save_beside(session, autopsy)
     assert written == tmp_path / "run.autopsy.json"
     assert load_saved(written) == autopsy
@@ -266,3 +264,35 @@ def test_save_without_a_session_is_refused() -> None:
     assert done.returncode == 2
     assert "--save writes beside a session file" in done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def history_record() -> Autopsy:
+    """The committed record with its first differing tensor turned into layer 11's K
+    cache, differing in cells earlier decode calls wrote: what explain taps now."""
+    data = json.loads(SAVED.read_text(encoding="utf-8"))
+    first = next(entry for entry in data["tensors"] if not entry["identical"])
+    first.update(name="cache_k_l11", op="SET_ROWS", kv_history=True)
+    return Autopsy.from_json(data)
+
+
+def test_the_first_tensor_line_says_kv_history_where_earlier_calls_wrote_it() -> None:
+    shown = first_difference_text(history_record())
+    assert shown.startswith("first differing tensor: cache_k_l11 (layer 11, SET_ROWS)")
+    assert "KV history: written by earlier decode calls" in shown
+    assert "SET_ROWS is a write into the KV cache" in shown
+    assert "KV history" not in first_difference_text(load_saved(SAVED))
+
+
+@pytest.mark.tui
+async def test_w_shows_a_first_difference_in_the_caches_history(tmp_path) -> None:
+    session = session_copy(tmp_path)
+    save_beside(session, history_record())
+    app = session_app(session)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("w")
+        await wait_for(pilot, lambda: autopsy_open(app), 10)
+        flat = " ".join("\n".join(await every_line_of_the_panel(app, pilot)).split())
+        assert "first differing tensor: cache_k_l11 (layer 11, SET_ROWS)" in flat
+        assert "KV history: written by earlier decode calls" in flat
+        assert "The first difference is in layer 11's K cache (cache_k_l11)" in flat
