@@ -45,6 +45,20 @@ def report(small_set: Path, tmp_path_factory) -> Path:
     return folder
 
 
+def test_without_report_a_new_folder_is_named_and_said_at_the_start_and_the_end(
+    small_set: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    arguments = ["suite", str(small_set), "--pair", "ubatch", "--limit", "1", "--max-tokens", "2"]
+    assert main(arguments) in (0, 1)
+    [folder] = tmp_path.iterdir()
+    assert re.fullmatch(r"suite-coding4-ubatch-\d{8}T\d{4}Z", folder.name), folder.name
+    assert (folder / "report.json").is_file()
+    out, err = capsys.readouterr()
+    assert f"-> {folder.name}" in err.splitlines()[0]
+    assert f"report: {Path(folder.name) / 'report.html'}" in out
+
+
 def report_json(folder: Path) -> dict:
     return json.loads((folder / "report.json").read_text(encoding="utf-8"))
 
