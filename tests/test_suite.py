@@ -11,7 +11,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ import pytest
 from specdiff.cli import main
 from specdiff.prompts import load as load_prompts
 from specdiff.sessions.store import load_session
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.model
 
@@ -192,10 +192,12 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes(small_set: Path, tmp_path: Pat
     ]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sessions = folder / "sessions" / "ubatch"
-    deadline = time.monotonic() + 240
-    while not list(sessions.glob("*.jsonl")) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(0.5)  # into the next prompt
+    # stopped in the middle of the next prompt, once the first has finished
+    wait_until(
+        lambda: list(sessions.glob("*.jsonl")) and list(sessions.glob("*.jsonl.partial")),
+        "a finished run and the next one under way",
+        240,
+    )
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=120)
     assert process.returncode == 130, err
