@@ -234,8 +234,9 @@ def test_run_prints_the_verdict_beside_the_fork(
     forcing: list[str], forking_prompt: Callable[[str, int], ForkingPrompt]
 ) -> None:
     """`specdiff run` in a real process, on a prompt that forks on this CPU: the text says
-    why it forked under the fork (a teacher-forced run's fork is its first flip, the same
-    token), the JSON carries the same sentence beside the fork record."""
+    why it forked under the fork, in plain words with the logits beneath (a teacher-forced
+    run's fork is its first flip, the same token); the JSON carries the same explanation
+    and its short form, the verdict, beside the fork record."""
     prompt = forking_prompt("ubatch", 40).prompt
     command = [sys.executable, "-m", "specdiff", "run", "--pair", "ubatch", "--prompt", prompt]
     command += ["--max-tokens", "40", *forcing]
@@ -245,9 +246,14 @@ def test_run_prints_the_verdict_beside_the_fork(
     verdict, fork = data["verdict"], data["fork"]
     assert verdict is not None and fork is not None
     assert verdict.startswith(data["fork_class"]) and verdict.isprintable()
+    label, plain, detail = (data["explanation"][key] for key in ("label", "plain", "detail"))
+    assert verdict == f"{label}: {plain if detail is None else detail}"
     text = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    why = [line for line in text.stdout.splitlines() if line.startswith("why: ")]
-    assert why == [f"why: {verdict}"]
+    lines = text.stdout.splitlines()
+    why = [index for index, line in enumerate(lines) if line.startswith("why: ")]
+    assert [lines[index] for index in why] == [f"why: {label}: {plain}"]
+    if detail is not None:
+        assert lines[why[0] + 1] == f"  in logits: {detail}"
 
 
 @pytest.mark.model
