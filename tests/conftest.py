@@ -19,6 +19,7 @@ import contextlib
 import inspect
 import os
 import sys
+import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,15 +140,30 @@ def pyproject() -> dict[str, Any]:
     return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 
 
-async def wait_for(pilot: Pilot, condition: Callable[[], object], timeout: float = 120.0) -> None:
+async def wait_for(
+    pilot: Pilot, condition: Callable[[], object], timeout: float = 120.0, what: str = ""
+) -> None:
     """Let an app under Textual's pilot run (its workers stream, its timers fire) until
-    it reaches a state."""
+    it reaches a state, failing with `what` it waited for after `timeout` seconds.
+
+    Polled every 50 ms: a pause with no delay would spin the loop and starve the worker
+    threads the condition waits on."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while not condition():
         if loop.time() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for the app")
+            raise AssertionError(f"timed out after {timeout} s waiting for {what or 'the app'}")
         await pilot.pause(0.05)
+
+
+def wait_until(condition: Callable[[], object], what: str, timeout: float = 60.0) -> None:
+    """Block until `condition()` holds (a process wrote a file, a server answered),
+    failing with `what` it waited for after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
 
 
 # Property tests: a few dozen generated inputs each in the fast tier, hundreds wherever

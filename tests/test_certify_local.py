@@ -83,7 +83,7 @@ def test_ctrl_c_stops_the_battery_with_exit_130() -> None:
     # the interrupt comes once the battery has started, however long the start took
     started = process.stderr.readline()
     assert started.startswith("certify: run-to-run on the in-process engine"), started
-    time.sleep(1)
+    time.sleep(1)  # a moment into the battery, as it is the point: stopped mid-run
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr

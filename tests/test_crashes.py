@@ -9,7 +9,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ from specdiff.sessions.format import CRASHED
 from specdiff.sessions.store import load_session
 from specdiff.tui.app import make_app
 from specdiff.tui.widgets import TokenView
-from tests.conftest import wait_for
+from tests.conftest import wait_for, wait_until
 from tests.tui_driver import drive
 
 pytestmark = pytest.mark.model
@@ -188,18 +187,10 @@ def test_after_a_crash_in_a_real_terminal_q_leaves_a_clean_shell(tmp_path: Path)
         check=True,
     )
     try:
-        deadline = time.monotonic() + 120
-        screen = ""
-        while time.monotonic() < deadline:
-            screen = _capture(session)
-            if "crashed" in screen:
-                break
-            time.sleep(0.5)
-        assert "crashed" in screen, screen
+        wait_until(lambda: "crashed" in _capture(session), "the app to say a lane crashed", 120)
         subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
-        while time.monotonic() < deadline and not marker.exists():
-            time.sleep(0.2)
-        time.sleep(0.5)
+        wait_until(marker.exists, "the app to exit", 60)
+        wait_until(lambda: "PROMPT-IS-CLEAN" in _capture(session), "the shell's line", 10)
         screen = _capture(session)
         assert marker.read_text().strip() == "EXIT=0"
         assert "PROMPT-IS-CLEAN" in screen

@@ -4,6 +4,7 @@ in-process engine."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from specdiff.engine.server.process import LlamaServer, find_llama_server
 from specdiff.lanes import Lane, Pair, presets
 from specdiff.prompts import DEFAULT_PROMPT
 from specdiff.prompts import load as load_prompts
-from tests.conftest import wait_for
+from tests.conftest import wait_for, wait_until
 from tests.servers import report_agreement
 from tests.tui_driver import drive
 
@@ -140,7 +141,6 @@ def test_a_server_killed_while_saving_keeps_the_session(
     binary: Path, model_path: Path, tmp_path: Path, capsys
 ) -> None:
     import threading
-    import time
 
     from specdiff.sessions.store import load_session
 
@@ -148,14 +148,13 @@ def test_a_server_killed_while_saving_keeps_the_session(
     server.start()
 
     def kill_when_streaming() -> None:
-        # a second after the session file appears the server is mid-stream: 400 tokens
-        # take it well over ten seconds here
-        deadline = time.monotonic() + 120
-        while not list(tmp_path.glob("*.partial")) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(1.0)
-        assert server.process is not None
-        server.process.kill()  # a crash, not a shutdown
+        # once the server's lane has written a step it is mid-stream: 400 tokens take it
+        # well over ten seconds here
+        try:
+            wait_until(lambda: holds_a_step_of(tmp_path, "a"), "a step of lane a", 120)
+        finally:
+            assert server.process is not None
+            server.process.kill()  # a crash, not a shutdown
 
     watcher = threading.Thread(target=kill_when_streaming)
     watcher.start()
@@ -176,3 +175,12 @@ def test_a_server_killed_while_saving_keeps_the_session(
     session = load_session(saved)
     assert 1 <= len(session.steps["a"]) < 400 and len(session.steps["b"]) == 400
     assert session.footer is not None and session.footer.errors[0]
+
+
+def holds_a_step_of(folder: Path, lane_id: str) -> bool:
+    """A session being written in `folder` holds a step of lane `lane_id`."""
+    for path in folder.glob("*.partial"):
+        with contextlib.suppress(OSError):  # finished (renamed) meanwhile
+            if f'"lane":"{lane_id}"' in path.read_text(encoding="utf-8"):
+                return True
+    return False

@@ -115,6 +115,10 @@ def shown(app) -> int:
     return len(drive(app).lanes["a"].steps) + len(drive(app).lanes["b"].steps)
 
 
+def fewest_shown(app) -> int:
+    return min(len(drive(app).lanes["a"].steps), len(drive(app).lanes["b"].steps))
+
+
 async def test_replay_streams_at_the_recorded_pace_and_ends_with_the_fork() -> None:
     app = replay_app(1.0)
     async with app.run_test(size=(120, 36)) as pilot:
@@ -122,8 +126,8 @@ async def test_replay_streams_at_the_recorded_pace_and_ends_with_the_fork() -> N
         # The session lasts about 2 s: the first frame shows only its beginning.
         assert shown(app) < 120
         drive(app).playback.speed = 1000.0
-        await pilot.pause(0.2)
-        assert drive(app).playback.finished and shown(app) == 120
+        await wait_for(pilot, lambda: drive(app).playback.finished, 20, "the replay's end")
+        assert shown(app) == 120
         expected = load_session(SESSION).comparison().fork
         assert drive(app).fork is not None and drive(app).fork.index == expected.index
         status = app.query_one("#status").plain
@@ -137,7 +141,7 @@ async def test_space_pauses_and_arrows_step_token_by_token() -> None:
         await pilot.press("space")
         assert drive(app).playback.paused
         before = shown(app)
-        await pilot.pause(0.2)
+        await pilot.pause(0.2)  # time passes, as it is the point: a paused replay stays put
         assert shown(app) == before
         await pilot.press("right", "right", "right")
         assert shown(app) == before + 3
@@ -169,8 +173,7 @@ async def test_d_plays_up_to_the_fork_and_stops_there() -> None:
 async def test_space_at_the_end_plays_again_from_the_start() -> None:
     app = replay_app(1000.0)
     async with app.run_test(size=(120, 36)) as pilot:
-        await pilot.pause(0.2)
-        assert drive(app).playback.finished
+        await wait_for(pilot, lambda: drive(app).playback.finished, 20, "the replay's end")
         drive(app).playback.speed = 0.01
         await pilot.press("space")
         assert not drive(app).playback.finished and shown(app) < 120 and drive(app).fork is None
@@ -231,8 +234,9 @@ async def test_a_long_session_opens_after_its_first_steps_and_reads_the_rest(tmp
 
     async with app.run_test(size=(120, 36)) as pilot:
         await wait_for(pilot, lambda: stream.done and shown(app) == 6000)
-        await pilot.pause(0.1)
-        assert drive(app).load_error is None and not drive(app).loading
+        await wait_for(pilot, lambda: not drive(app).loading, 20, "the reading to end")
+        await pilot.pause()
+        assert drive(app).load_error is None
         for lane_id in ("a", "b"):
             assert drive(app).lanes[lane_id].steps == whole.steps[lane_id]
         fork = drive(app).fork
@@ -267,7 +271,7 @@ async def test_a_pause_shows_the_stats_and_strips_of_every_step_shown(monkeypatc
     monkeypatch.setattr(live, "PANEL_SECONDS", 3600.0)
     app = replay_app(0.3)
     async with app.run_test(size=(120, 36)) as pilot:
-        await pilot.pause(0.6)
+        await wait_for(pilot, lambda: fewest_shown(app) > 1, 20, "two steps in each lane")
         await pilot.press("space")
         assert drive(app).playback.paused
         for lane_id in ("a", "b"):

@@ -8,16 +8,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from textual.worker import Worker, WorkerState
 
 from specdiff.compare import compare
 from specdiff.lanes import presets
 from specdiff.sessions.store import load_session
 from specdiff.tui.app import SpecdiffApp, make_app
 from specdiff.tui.machine import recorded_elsewhere
+from specdiff.tui.messages import MachineCompared
 from specdiff.tui.replay import BUILD_UP_SECONDS
 from tests.conftest import wait_for
 from tests.test_tui import fork_in_view, token_in_view
-from tests.tui_driver import drive
+from tests.tui_driver import drive, reports
 
 DEMOS = sorted((Path(__file__).parent.parent / "sessions").glob("*.jsonl"))
 QUICK = next(path for path in DEMOS if "cache-vs-fresh" in path.name)
@@ -48,6 +50,16 @@ def space_label(app: SpecdiffApp) -> str:
     return str(keys[0].description) if keys else ""
 
 
+def machine_checked(messages: list[object]) -> bool:
+    """The worker that compares the recording's CPU with this machine's has ended."""
+    return any(
+        isinstance(message, Worker.StateChanged)
+        and message.worker.group == "machine"
+        and message.state == WorkerState.SUCCESS
+        for message in messages
+    )
+
+
 async def footer_says(pilot, app: SpecdiffApp, label: str) -> None:
     await wait_for(pilot, lambda: space_label(app) == label, 5)
 
@@ -55,7 +67,7 @@ async def footer_says(pilot, app: SpecdiffApp, label: str) -> None:
 async def test_pause_at_fork_builds_up_to_the_fork_then_plays_at_the_asked_pace() -> None:
     app = demo_app(QUICK)
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.pause(0.1)
+        await wait_for(pilot, lambda: drive(app).playback is not None, 10, "the playback")
         playback, replay = drive(app).playback, drive(app).replay
         at_fork = replay.fork_offset()
         assert at_fork is not None and at_fork < BUILD_UP_SECONDS  # a quick recording
@@ -71,7 +83,7 @@ async def test_the_status_line_says_replay_and_names_the_file_at_80_columns() ->
     app = demo_app(QUICK, speed=1000.0, pause_at_fork=False)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: drive(app).playback.finished, 20)
-        await pilot.pause(0.1)
+        await wait_for(pilot, lambda: status(app).startswith("REPLAY "), 5, "the REPLAY status")
         line = status(app)
         assert line.startswith("REPLAY ") and f"{QUICK.name} · " in line
         assert line.index(QUICK.name) + len(QUICK.name) < 80  # the name whole on screen
@@ -112,8 +124,13 @@ async def test_space_is_named_for_what_it_does_and_x_says_why_it_does_nothing() 
         await pilot.press("x")
         assert status(app).startswith("x stops a live run; this is a recording")
         await pilot.press("space")  # plays it again
-        await pilot.pause(0.1)
-        assert not drive(app).playback.finished or len(drive(app).lanes["a"].steps) < 200
+        playback = drive(app).playback
+        await wait_for(
+            pilot,
+            lambda: not playback.finished or len(drive(app).lanes["a"].steps) < 200,
+            5,
+            "the replay to start again",
+        )
 
 
 def test_a_recording_from_another_cpu_says_so_and_one_from_here_does_not() -> None:
@@ -137,16 +154,19 @@ async def test_the_replay_command_compares_the_recording_with_this_machine() -> 
     session, stream = open_for_replay(args.session)
     here = this_machine()
     expected = recorded_elsewhere(dict(session.header.build), here)
+    messages: list[object] = []
     try:
         app = replay_app(session, stream, args)
-        async with app.run_test(size=(200, 50)) as pilot:
-            await pilot.pause(0.2)
+        async with app.run_test(size=(200, 50), message_hook=messages.append) as pilot:
+            await wait_for(pilot, lambda: machine_checked(messages), 60, "the machine check")
+            await pilot.pause()  # what the check posted before it ended is handled
             replay = drive(app).replay
+            said = [report for report in reports(messages) if isinstance(report, MachineCompared)]
             if expected is None:  # recorded on a machine like this one: nothing to say
-                await pilot.pause(5)
-                assert replay.elsewhere is None
+                assert said == [] and replay.elsewhere is None
             else:
-                await wait_for(pilot, lambda: replay.elsewhere is not None, 60)
+                await wait_for(pilot, lambda: replay.elsewhere is not None, 10)
+                assert [report.line for report in said] == [expected]
                 assert replay.elsewhere == expected
                 assert "recorded on another CPU" in status(app)
     finally:

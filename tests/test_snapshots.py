@@ -23,6 +23,7 @@ from specdiff.tui.app import SpecdiffApp, make_app
 from specdiff.tui.messages import StepsArrived
 from specdiff.tui.themes import load_themes
 from tests.conftest import wait_for
+from tests.test_tui import fork_in_view
 from tests.tui_driver import drive
 
 SESSION = Path(__file__).parent / "data" / "ubatch-roman-empire.jsonl"
@@ -156,7 +157,8 @@ def test_replay_at_its_end(snap_compare, size: str) -> None:
     async def to_the_end(pilot: Pilot) -> None:
         app = pilot.app
         await wait_for(pilot, lambda: drive(app).replayed, 60)
-        await pilot.pause(0.2)
+        await wait_for(pilot, lambda: fork_in_view(app), 20, "the fork in both panes")
+        await pilot.pause()
 
     app = demo_app(speed=1000.0)
     assert snap_compare(app, run_before=to_the_end, terminal_size=SMALL_AND_LARGE[size])
@@ -176,7 +178,9 @@ def test_command_palette_lists_specdiffs_commands(snap_compare, size: str) -> No
         await wait_for(pilot, lambda: type(app.screen).__name__ == "CommandPalette", 10)
         for field in app.screen.query("Input"):
             field.cursor_blink = False  # type: ignore[attr-defined]
-        await pilot.pause(0.3)
+        # the palette marks itself ready once every command is listed
+        await wait_for(pilot, lambda: app.screen.has_class("-ready"), 10, "the commands listed")
+        await pilot.pause()
 
     app = demo_app()
     assert snap_compare(app, run_before=open_palette, terminal_size=SMALL_AND_LARGE[size])

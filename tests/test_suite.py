@@ -11,7 +11,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ import pytest
 from specdiff.cli import main
 from specdiff.prompts import load as load_prompts
 from specdiff.sessions.store import load_session
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.model
 
@@ -43,6 +43,20 @@ def report(small_set: Path, tmp_path_factory) -> Path:
         arguments += ["--pair", pair]
     assert main([*arguments, "--quiet"]) == 0
     return folder
+
+
+def test_without_report_a_new_folder_is_named_and_said_at_the_start_and_the_end(
+    small_set: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    arguments = ["suite", str(small_set), "--pair", "ubatch", "--limit", "1", "--max-tokens", "2"]
+    assert main(arguments) in (0, 1)
+    [folder] = tmp_path.iterdir()
+    assert re.fullmatch(r"suite-coding4-ubatch-\d{8}T\d{4}Z", folder.name), folder.name
+    assert (folder / "report.json").is_file()
+    out, err = capsys.readouterr()
+    assert f"-> {folder.name}" in err.splitlines()[0]
+    assert f"report: {Path(folder.name) / 'report.html'}" in out
 
 
 def report_json(folder: Path) -> dict:
@@ -178,10 +192,12 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes(small_set: Path, tmp_path: Pat
     ]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sessions = folder / "sessions" / "ubatch"
-    deadline = time.monotonic() + 240
-    while not list(sessions.glob("*.jsonl")) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(0.5)  # into the next prompt
+    # stopped in the middle of the next prompt, once the first has finished
+    wait_until(
+        lambda: list(sessions.glob("*.jsonl")) and list(sessions.glob("*.jsonl.partial")),
+        "a finished run and the next one under way",
+        240,
+    )
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=120)
     assert process.returncode == 130, err

@@ -20,6 +20,7 @@ from specdiff import prompts
 from specdiff.lanes import presets
 from specdiff.sessions.store import load_session
 from specdiff.tui.app import make_app
+from tests.conftest import wait_for
 from tests.tui_driver import drive
 
 pytestmark = pytest.mark.model
@@ -228,7 +229,12 @@ async def test_a_replay_shows_each_panes_grade(graded: Path) -> None:
         presets(), session.header.pair.name, session.prompt, 60, session=session, replay_speed=None
     )
     async with app.run_test(size=(160, 36)) as pilot:
-        await pilot.pause(0.3)
+        await wait_for(
+            pilot,
+            lambda: all(g.reason in drive(app).stats_line(lane) for lane, g in zip("ab", grades)),
+            20,
+            "each pane's grade in its stats line",
+        )
         for lane, grade in zip("ab", grades):
             stats = drive(app).stats_line(lane)
             assert ("PASS" if grade.passed else "FAIL") in stats and grade.reason in stats

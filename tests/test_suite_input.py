@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
 from specdiff.cli import main
+from specdiff.cli.suite import new_report_dir
 from specdiff.suite import SuiteError
 from specdiff.suite.prompts import load_suite_prompts
 
@@ -115,6 +117,33 @@ def test_an_existing_report_folder_is_kept_unless_forced(tmp_path: Path, capsys)
     err = one_line_error(capsys, main(["suite", "coding", "--report", str(report)]))
     assert "already exists; pass --force" in err and "--resume" in err
     assert sorted(p.name for p in report.iterdir()) == ["mine.txt"]
+
+
+def test_without_report_the_folder_is_named_for_the_set_the_pairs_and_the_time(
+    tmp_path: Path,
+) -> None:
+    """A new folder in the working one: never one that is there (a suite started in the
+    same minute gets -2), a file's set by its stem, many pairs cut to the first two."""
+    at = datetime(2026, 12, 7, 5, 30, 59, tzinfo=timezone.utc)
+    folder = new_report_dir(tmp_path, "open", ["spec-vs-plain"], at)
+    assert folder == tmp_path / "suite-open-spec-vs-plain-20261207T0530Z"
+    folder.mkdir()
+    assert new_report_dir(tmp_path, "open", ["spec-vs-plain"], at).name.endswith("0530Z-2")
+    (tmp_path / f"{folder.name}-2").mkdir()
+    assert new_report_dir(tmp_path, "open", ["spec-vs-plain"], at).name.endswith("0530Z-3")
+    late = datetime(2026, 12, 7, 6, 30, tzinfo=timezone(timedelta(hours=1)))  # 05:30 UTC
+    named = new_report_dir(tmp_path, "my prompts/a b.jsonl", ["x", "y y", "z", "w"], late)
+    assert named.name == "suite-a-b-x+y-y+2-more-20261207T0530Z"
+
+
+@pytest.mark.parametrize("prompts", [[], ["coding"]], ids=["alone", "with-prompts"])
+def test_a_resume_names_the_folder_it_continues(
+    tmp_path: Path, capsys, monkeypatch, prompts: list[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    err = one_line_error(capsys, main(["suite", *prompts, "--resume"]))
+    assert "name it with --report DIR" in err
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize(

@@ -10,11 +10,14 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from specdiff.compare import FORK_CLASSES
+from specdiff.prompts import load as load_prompts
+from tests.conftest import ForkingPrompt
 
 pytestmark = pytest.mark.model
 
@@ -27,19 +30,30 @@ RUN_LINE = re.compile(
 
 
 @pytest.fixture(scope="module")
-def logged_suite(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    report = tmp_path_factory.mktemp("suite") / "report"
+def logged_suite(
+    tmp_path_factory: pytest.TempPathFactory, forking_prompt: Callable[[str, int], ForkingPrompt]
+) -> tuple[Path, str]:
+    """Two runs: one on a prompt that forks on this CPU (so the reports have a verdict to
+    give), one on the first coding prompt."""
+    folder = tmp_path_factory.mktemp("suite")
+    found = forking_prompt("ubatch", 40)
+    coding = load_prompts("coding")[0]
+    prompts = folder / "prompts.jsonl"
+    lines = [
+        {"id": found.prompt_id, "prompt": found.prompt, "max_tokens": found.fork_index + 4},
+        {"id": coding["id"], "prompt": coding["prompt"]},
+    ]
+    prompts.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    report = folder / "report"
     done = subprocess.run(
         [
             sys.executable,
             "-m",
             "specdiff",
             "suite",
-            "coding",
+            str(prompts),
             "--pair",
             "ubatch",
-            "--limit",
-            "2",
             "--max-tokens",
             "16",
             "--report",
@@ -78,6 +92,6 @@ def test_every_report_says_why_each_forked_run_forked(logged_suite) -> None:
         assert row["fork_verdict"] == (verdict or "")
         if verdict is not None:
             assert verdict.startswith(record["fork_class"])
-    forked = any(record["verdict"] for record in records)
-    assert ("## Why each run forked" in markdown) == forked
-    assert ("<h2>Why each run forked</h2>" in page) == forked
+    assert records[0]["verdict"], "the run on a forking prompt has a verdict"
+    assert "## Why each run forked" in markdown
+    assert "<h2>Why each run forked</h2>" in page

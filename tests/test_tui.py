@@ -523,7 +523,7 @@ async def test_a_fork_is_shown_in_both_panes_and_none_is_never_promised(tmp_path
                 shown = path if forked else cut_before_the_fork(path, tmp_path / path.name)
                 drive(app).show_session(load_session(shown))
                 await wait_for(pilot, lambda: drive(app).played_out, 20)
-                await pilot.pause(0.1)
+                await pilot.pause()  # what the end of the replay posted is handled
                 status = app.query_one("#status").plain
                 if not forked:
                     assert drive(app).fork is None and "jumps to the fork" not in status
@@ -545,7 +545,7 @@ async def test_pause_at_fork_stops_with_the_fork_on_screen(speed, paths) -> None
             assert fork is not None
             drive(app).show_session(recorded)  # a session shown anew pauses at its own fork
             await wait_for(pilot, lambda: drive(app).played_out or drive(app).playback.paused, 30)
-            await pilot.pause(0.2)
+            await pilot.pause()
             assert drive(app).playback.paused and drive(app).fork is not None
             assert drive(app).fork.index == fork.index
             for lane_id in ("a", "b"):
@@ -576,7 +576,8 @@ def test_the_replay_command_takes_pause_at_fork_and_a_slow_speed() -> None:
 async def test_a_replay_is_not_replaced_on_one_key(speed) -> None:
     app = session_app(speed=speed)
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause(0.2)
+        await wait_for(pilot, lambda: drive(app).played_out, 20, "the replay's end")
+        await pilot.pause()
         for selector in ("#run", "#stop", "#lane-a-overrides", "#lane-b-overrides"):
             assert app.query_one(selector).disabled, selector
         await pilot.press("r")
@@ -637,8 +638,8 @@ async def test_notes_never_cover_the_panel(size) -> None:
     async with app.run_test(size=size, notifications=True) as pilot:
         for number in range(4):
             app.notify(f"note {number} " + "with a long text " * 12, severity="error")
-        await pilot.pause(0.3)
-        await pilot.pause(0.3)
+        await wait_for(pilot, lambda: toasts_laid_out(app), 10, "the notes laid out")
+        await pilot.pause()
         panel = app.query_one("#panel").region
         toasts = list(app.screen.query(Toast))
         assert toasts
@@ -720,7 +721,8 @@ async def test_any_other_key_disarms_a_pending_r(speed, other_key) -> None:
     """Shown whole and played: a navigation key, a theme key, a modal in between."""
     app = session_app(speed=speed)
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.pause(0.2)
+        await wait_for(pilot, lambda: drive(app).played_out, 20, "the replay's end")
+        await pilot.pause()
         before = app.query_one("#status").plain
         await pilot.press("r")
         assert "press r again" in app.query_one("#status").plain
@@ -743,10 +745,23 @@ async def test_a_pending_r_is_disarmed_after_a_while(monkeypatch) -> None:
     app = session_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("r")
-        await pilot.pause(0.5)
-        assert "press r again" not in app.query_one("#status").plain
+        assert "press r again" in app.query_one("#status").plain
+        await wait_for(
+            pilot,
+            lambda: "press r again" not in app.query_one("#status").plain,
+            10,
+            "the pending r to be disarmed",
+        )
         await pilot.press("r")
         assert drive(app).session is not None and "press r again" in app.query_one("#status").plain
+
+
+def toasts_laid_out(app: SpecdiffApp) -> bool:
+    """Every note's toast is on screen with its place worked out."""
+    from textual.widgets._toast import Toast
+
+    toasts = list(app.screen.query(Toast))
+    return bool(toasts) and all(toast.region.area for toast in toasts)
 
 
 def panel_lines(app: SpecdiffApp) -> str:
@@ -760,8 +775,8 @@ async def test_the_fork_header_counts_the_tokens_shown_as_they_grow(path) -> Non
     app = session_app(path, speed=1000.0)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: drive(app).replayed, 30)
-        await pilot.pause(0.4)
         shown = max(len(state.steps) for state in drive(app).lanes.values())
+        await wait_for(pilot, lambda: f"· {shown} tokens shown" in panel_lines(app), 10)
         assert drive(app).fork is not None and drive(app).cursor == drive(app).fork.index
         assert f"FORK at token {drive(app).fork.index} · {shown} tokens shown" in panel_lines(app)
         assert " of " not in panel_lines(app).split("FORK", 1)[1].split("·", 1)[0]
@@ -772,9 +787,8 @@ async def test_the_cursor_is_on_the_fork_once_the_view_goes_there(speed) -> None
     app = session_app(speed=speed)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: drive(app).played_out, 30)
-        await pilot.pause(0.1)
         fork = drive(app).fork.index
-        assert drive(app).cursor == fork
+        await wait_for(pilot, lambda: drive(app).cursor == fork, 10, "the cursor on the fork")
         await pilot.press("right")
         assert drive(app).cursor == fork + 1  # → goes on from the fork, not from token 0
         await pilot.press("left", "left")
@@ -809,8 +823,8 @@ async def test_routine_notes_go_to_the_status_and_toasts_cover_no_text(size) -> 
         assert app.query_one("#status").plain.startswith(f"theme {app.theme} · ")
         assert not list(app.screen.query(Toast))  # the fork found and the theme: no toast
         app.notify("an error " + "with a long text " * 12, severity="error")
-        await pilot.pause(0.3)
-        await pilot.pause(0.3)
+        await wait_for(pilot, lambda: toasts_laid_out(app), 10, "the notes laid out")
+        await pilot.pause()
         covered = [app.query_one("#panel").region]
         covered += [view.region for view in app.query(TokenView)]
         toasts = list(app.screen.query(Toast))

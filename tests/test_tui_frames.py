@@ -17,6 +17,7 @@ from specdiff.tui import live
 from specdiff.tui.app import make_app
 from specdiff.tui.messages import StepsArrived
 from specdiff.tui.widgets import Line, MarginStrip, TokenView
+from tests.conftest import wait_for
 from tests.tui_driver import drive
 
 SESSIONS = sorted((Path(__file__).resolve().parent.parent / "sessions").glob("*.jsonl"))
@@ -40,7 +41,9 @@ async def test_a_batch_held_back_from_a_frame_is_drawn_by_the_timer(
 ) -> None:
     steps = load_session(SESSIONS[0]).steps
     monkeypatch.setattr(live, "FRAME_CPU_SHARE", 0.0)  # every frame after the first waits
-    monkeypatch.setattr(live, "FRAME_GAP_MAX", 2.0)  # longer than a pause on a busy machine
+    # longer than a pause on a busy machine (one took over 2 s with 2 cores loaded 4 deep);
+    # the test waits for the timer, so a long gap costs only its own length
+    monkeypatch.setattr(live, "FRAME_GAP_MAX", 5.0)
     app = make_app(presets(), "spec-vs-plain", "Hello", 20, autostart=False)
     async with app.run_test(size=(120, 40)) as pilot:
         drive(app).set_running(True)
@@ -51,9 +54,9 @@ async def test_a_batch_held_back_from_a_frame_is_drawn_by_the_timer(
         await pilot.pause()
         assert laid_out(app, "a") == 10  # held back: the UI used CPU since its last frame
         assert len(drive(app).lanes["a"].steps) == 20  # but kept
-        await asyncio.sleep(2.5)
-        await pilot.pause()
-        assert laid_out(app, "a") == laid_out(app, "b") == 20
+        # drawn at the latest FRAME_GAP_MAX after the last frame, by a timer
+        await wait_for(pilot, lambda: laid_out(app, "b") == 20, 30, "the held-back frame")
+        assert laid_out(app, "a") == 20
 
 
 def stats_of(app: app_module.SpecdiffApp, lane_id: str) -> str:
@@ -82,7 +85,7 @@ async def test_streaming_frames_draw_the_lanes_details_once_a_panel_period(
         # the tokens are drawn; their stats line and margin strip wait for the period
         assert laid_out(app, "a") == 20
         assert stats_of(app, "a").startswith("10 tokens") and strip_of(app, "a") == 10
-        await asyncio.sleep(3.2)
+        await asyncio.sleep(live.PANEL_SECONDS + 0.2)  # time passes, as it is the point
         drive(app).post(batch(steps, 20, 25))
         await pilot.pause()
         assert laid_out(app, "b") == 25
@@ -96,10 +99,13 @@ async def test_objects_older_than_a_run_are_set_aside_from_collection_while_it_r
     assert gc.get_freeze_count() == 0
     async with app.run_test(size=(120, 40)) as pilot:
         frozen_while_running = []
-        while drive(app).result is None:
+
+        def finished() -> bool:  # sampled every poll while the run goes on
             if drive(app).running:
                 frozen_while_running.append(gc.get_freeze_count())
-            await pilot.pause(0.05)
+            return drive(app).result is not None
+
+        await wait_for(pilot, finished, 300, "the run's end")
         assert frozen_while_running and min(frozen_while_running) > 0
         assert gc.get_freeze_count() == 0
         drive(app).run()  # quitting mid-run gives them back too

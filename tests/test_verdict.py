@@ -11,6 +11,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,7 @@ from specdiff.results import LaneOutcome, PairResult
 from specdiff.sessions.store import load_session
 from specdiff.sessions.verify import Drift, drift_lines, first_drift
 from specdiff.steps import Candidate, TokenStep
+from tests.conftest import ForkingPrompt
 
 PIECES = {1: b" and", 2: b" empire", 3: b" senate", 9: b" far"}
 
@@ -228,23 +230,45 @@ def test_a_drift_is_explained_between_the_recording_and_the_rerun(path: Path, la
 
 @pytest.mark.model
 @pytest.mark.parametrize("forcing", [[], ["--teacher-forced"]], ids=["free", "teacher-forced"])
-def test_run_prints_the_verdict_beside_the_fork(forcing: list[str]) -> None:
-    """`specdiff run` in a real process: the text says why it forked under the fork (a
-    teacher-forced run's fork is its first flip), the JSON carries the same sentence
-    beside the fork record (both None without one)."""
-    prompt = "The history of the Roman Empire"
+def test_run_prints_the_verdict_beside_the_fork(
+    forcing: list[str], forking_prompt: Callable[[str, int], ForkingPrompt]
+) -> None:
+    """`specdiff run` in a real process, on a prompt that forks on this CPU: the text says
+    why it forked under the fork, in plain words with the logits beneath (a teacher-forced
+    run's fork is its first flip, the same token); the JSON carries the same explanation
+    and its short form, the verdict, beside the fork record."""
+    prompt = forking_prompt("ubatch", 40).prompt
     command = [sys.executable, "-m", "specdiff", "run", "--pair", "ubatch", "--prompt", prompt]
-    command += ["--max-tokens", "16", *forcing]
+    command += ["--max-tokens", "40", *forcing]
     printed = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=300)
-    assert printed.returncode in (0, 1), printed.stderr
+    assert printed.returncode == 1, printed.stderr
     data = json.loads(printed.stdout)
     verdict, fork = data["verdict"], data["fork"]
-    assert (verdict is None) == (fork is None) == (printed.returncode == 0)
-    if verdict is not None:
-        assert verdict.startswith(data["fork_class"]) and verdict.isprintable()
+    assert verdict is not None and fork is not None
+    assert verdict.startswith(data["fork_class"]) and verdict.isprintable()
+    label, plain, detail = (data["explanation"][key] for key in ("label", "plain", "detail"))
+    assert verdict == f"{label}: {plain if detail is None else detail}"
     text = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    why = [line for line in text.stdout.splitlines() if line.startswith("why: ")]
-    assert why == ([] if verdict is None else [f"why: {verdict}"])
+    lines = text.stdout.splitlines()
+    why = [index for index, line in enumerate(lines) if line.startswith("why: ")]
+    assert [lines[index] for index in why] == [f"why: {label}: {plain}"]
+    if detail is not None:
+        assert lines[why[0] + 1] == f"  in logits: {detail}"
+
+
+@pytest.mark.model
+def test_run_without_a_fork_prints_no_verdict() -> None:
+    """Lane b made the same as lane a never forks at temperature 0: no verdict in the
+    JSON, no `why:` line in the text, and the exit status says so."""
+    prompt = "The history of the Roman Empire"
+    command = [sys.executable, "-m", "specdiff", "run", "--pair", "ubatch", "--prompt", prompt]
+    command += ["--lane-b", "n_batch=512", "--lane-b", "n_ubatch=512", "--max-tokens", "8"]
+    printed = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=300)
+    assert printed.returncode == 0, printed.stderr
+    data = json.loads(printed.stdout)
+    assert data["verdict"] is None and data["fork"] is None
+    text = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert not [line for line in text.stdout.splitlines() if line.startswith("why: ")]
 
 
 def result_of(path: Path) -> PairResult:

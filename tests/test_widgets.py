@@ -41,6 +41,7 @@ from specdiff.tui.widgets import (
     strip_columns,
     strip_height,
 )
+from tests.conftest import wait_for
 from tests.test_snapshots import demo_app, session_app
 from tests.tui_driver import drive
 
@@ -353,16 +354,16 @@ def palette_colours(palette: Palette) -> set[str]:
 async def test_a_theme_switch_mid_replay_restyles_every_drawn_token(start: str, after: str) -> None:
     app = session_app(start, speed=4.0)
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.pause(0.3)
+        await wait_for(pilot, lambda: drawn_colours(app), 20, "tokens drawn in both panes")
         while app.theme != after:
             await pilot.press("t")
-        await pilot.pause(0.2)
+        await wait_for(pilot, lambda: drawn_in(app, after, start), 10, f"the tokens in {after}")
         assert_drawn_in(app, after, start)
         # lines drawn after the switch but before the new theme's CSS applies (a repaint
         # can fall in between) are drawn again once it does
         app.theme = start
         drawn_colours(app)
-        await pilot.pause(0.2)
+        await wait_for(pilot, lambda: drawn_in(app, start, after), 10, f"the tokens in {start}")
         assert_drawn_in(app, start, after)
 
 
@@ -370,6 +371,13 @@ def rendered_lines(app: SpecdiffApp) -> list[str]:
     """The screen's rows as text, as the terminal shows them."""
     strips = app.screen._compositor.render_strips()
     return ["".join(segment.text for segment in strip) for strip in strips]
+
+
+def drawn_in(app: SpecdiffApp, theme: str, old: str) -> bool:
+    """Tokens are drawn, all in `theme`'s colours, none in `old`'s alone."""
+    drawn = drawn_colours(app)
+    new, before = palette_colours(palette_of(theme)), palette_colours(palette_of(old))
+    return bool(drawn) and drawn <= new and not drawn & (before - new)
 
 
 def assert_drawn_in(app: SpecdiffApp, theme: str, old: str) -> None:

@@ -9,8 +9,9 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -68,7 +69,12 @@ def add_parser(commands: Subcommands) -> None:
         help=f"pair to run (repeatable; default {options.DEFAULT_PAIR})",
     )
     options.add_max_tokens(suite, default=None)
-    suite.add_argument("--report", required=True, metavar="DIR", help="the report folder")
+    suite.add_argument(
+        "--report",
+        metavar="DIR",
+        help="the report folder (default: a new one here named for the set, the pairs and "
+        "the time, e.g. suite-open-spec-vs-plain-20261207T0530Z)",
+    )
     options.add_near_tie(suite)
     add_variant_options(suite)
     options.add_stop(suite)
@@ -163,9 +169,9 @@ def command_suite(args: argparse.Namespace) -> int:
     from specdiff.suite.runner import FinishedRun, SuiteRun
     from specdiff.suite.settings import check_resume
 
-    report_dir = Path(args.report).expanduser()
     check_limits(args.max_tokens, args.near_tie)
     given, prompts, skipped = given_suite(args)
+    report_dir = chosen_report_dir(args.report, args.resume, given)
     allowed = args.allow_servers  # the server lanes a suite.json names, on a resume
     settings = prepare_report_dir(report_dir, given, prompts, args.resume, args.force, allowed)
     if given is None:
@@ -201,6 +207,35 @@ def command_suite(args: argparse.Namespace) -> int:
         outcome = runner.run()
     status.done()
     return suite_exit(outcome, report_dir)
+
+
+def chosen_report_dir(report: str | None, resume: bool, given: SuiteSettings | None) -> Path:
+    """The folder --report names, else a new one in the working folder named for what
+    the suite runs (`given`); a --resume must name the folder it continues."""
+    if report is not None:
+        return Path(report).expanduser()
+    if resume or given is None:
+        raise ArgumentError("--resume continues a suite in its folder: name it with --report DIR")
+    pairs = [pair.name for pair in given.pairs]
+    # relative, so that what is printed (and a --resume hint) reads short
+    return new_report_dir(Path(), given.source, pairs, datetime.now(timezone.utc))
+
+
+def new_report_dir(where: Path, source: str, pairs: Sequence[str], now: datetime) -> Path:
+    """suite-SET-PAIRS-TIME in `where`, a folder not there yet (a second suite started in
+    the same minute gets -2, -3, ...): a default that never lands on another report."""
+    # deferred: the session store loads only for the command that runs
+    from specdiff.sessions.store import safe_name
+
+    prompt_set = source if source in SETS else safe_name(Path(source).stem or "prompts")
+    shown = list(pairs) if len(pairs) <= 3 else [*pairs[:2], f"{len(pairs) - 2}-more"]
+    stamp = now.astimezone(timezone.utc).strftime("%Y%m%dT%H%MZ")
+    name = f"suite-{prompt_set}-{'+'.join(safe_name(pair) for pair in shown)}-{stamp}"
+    folder, count = where / name, 1
+    while folder.exists():
+        count += 1
+        folder = where / f"{name}-{count}"
+    return folder
 
 
 def suite_exit(outcome: SuiteOutcome, report_dir: Path) -> int:
