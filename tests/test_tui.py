@@ -741,7 +741,8 @@ async def test_any_other_key_disarms_a_pending_r(speed, other_key) -> None:
 async def test_a_pending_r_is_disarmed_after_a_while(monkeypatch) -> None:
     import specdiff.tui.replay as replay_module
 
-    monkeypatch.setattr(replay_module, "CONFIRM_SECONDS", 0.2)
+    # long enough that a loaded machine reads the status before the confirm runs out
+    monkeypatch.setattr(replay_module, "CONFIRM_SECONDS", 2.0)
     app = session_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("r")
