@@ -41,7 +41,7 @@ from specdiff.suite.records import record_from_session
 from specdiff.suite.settings import SuiteSettings
 from specdiff.tui.app import make_app
 from specdiff.tui.widgets import TokenView
-from tests.tui_driver import drive
+from tests.tui_driver import drive, rendered_lines
 
 SESSION = Path(__file__).parent / "data" / "ubatch-roman-empire.jsonl"
 
@@ -359,11 +359,6 @@ def test_verify_prints_a_hostile_recorded_build_as_text(tmp_path: Path) -> None:
 
 
 # -- the TUI ---------------------------------------------------------------------------
-def rendered_lines(app) -> list[str]:
-    strips = app.screen._compositor.render_strips()
-    return ["".join(segment.text for segment in strip) for strip in strips]
-
-
 async def test_a_hostile_replay_renders_escapes_and_no_control(tmp_path: Path) -> None:
     """Every hostile string as a token, and all of them in the pair name and prompt."""
     path = hostile_session(tmp_path / "shared.jsonl", EVERY_HOSTILE, HOSTILE_TEXTS)

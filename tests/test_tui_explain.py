@@ -17,32 +17,16 @@ import pytest
 
 from specdiff.autopsy import Autopsy, AutopsyError, load_saved, save_beside, saved_beside
 from specdiff.sessions.store import load_session
-from specdiff.tui.app import SpecdiffApp, make_app
+from specdiff.tui.app import SpecdiffApp
 from specdiff.tui.widgets.autopsy_panel import AutopsyPanel, first_difference_text, growth_values
 from specdiff.tui.widgets.line import Line
 from tests.conftest import wait_for
-from tests.tui_driver import drive
+from tests.tui_driver import drive, rendered_lines, session_app
 
 DATA = Path(__file__).parent / "data"
 SESSION = DATA / "ubatch-roman-empire.jsonl"
 SAVED = saved_beside(SESSION)
 SIZES = [(80, 24), (200, 50)]
-
-
-def session_app(path: Path) -> SpecdiffApp:
-    session = load_session(path)
-    return make_app(
-        {session.pair.name: session.pair},
-        session.pair.name,
-        session.prompt,
-        session.header.max_tokens,
-        session=session,
-    )
-
-
-def rendered_lines(app: SpecdiffApp) -> list[str]:
-    strips = app.screen._compositor.render_strips()
-    return ["".join(segment.text for segment in strip) for strip in strips]
 
 
 def status(app: SpecdiffApp) -> str:

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from specdiff.sessions.store import load_session
-from specdiff.tui.app import SpecdiffApp, make_app
+from specdiff.tui.app import SpecdiffApp
 from specdiff.tui.messages import MachineCompared
 from specdiff.tui.widgets.panel import Panel
 from tests.conftest import wait_for
-from tests.tui_driver import drive
+from tests.tui_driver import drive, rendered_lines, session_app
 
 SESSION = Path(__file__).parent / "data" / "ubatch-roman-empire.jsonl"
 SIZES = [(80, 24), (200, 50)]
@@ -22,22 +21,6 @@ HELD_TIE = 2
 """A near tie of the committed session before its fork (margin 0.053) that held."""
 
 pytestmark = pytest.mark.tui
-
-
-def session_app() -> SpecdiffApp:
-    session = load_session(SESSION)
-    return make_app(
-        {session.pair.name: session.pair},
-        session.pair.name,
-        session.prompt,
-        session.header.max_tokens,
-        session=session,
-    )
-
-
-def screen_lines(app: SpecdiffApp) -> list[str]:
-    strips = app.screen._compositor.render_strips()
-    return ["".join(segment.text for segment in strip) for strip in strips]
 
 
 def panel_text(app: SpecdiffApp) -> str:
@@ -52,12 +35,12 @@ async def at_the_fork(app: SpecdiffApp, pilot) -> None:
 
 @pytest.mark.parametrize("size", SIZES)
 async def test_the_fork_margins_say_logits_and_ranks(size) -> None:
-    app = session_app()
+    app = session_app(SESSION)
     async with app.run_test(size=size) as pilot:
         await at_the_fork(app, pilot)
         fork = drive(app).fork
         line = f"margins a {fork.a.margin:.3f} · b {fork.b.margin:.3f} logits"
-        shown = "\n".join(screen_lines(app))
+        shown = "\n".join(rendered_lines(app))
         assert line in shown
         assert "each lane ranked the other's pick 2nd" in shown
         assert "b's pick in a #" not in shown
@@ -65,14 +48,14 @@ async def test_the_fork_margins_say_logits_and_ranks(size) -> None:
 
 @pytest.mark.parametrize("size", SIZES)
 async def test_a_hint_is_whole_and_goes_when_the_cursor_moves(size) -> None:
-    app = session_app()
+    app = session_app(SESSION)
     async with app.run_test(size=size) as pilot:
         await at_the_fork(app, pilot)
-        status_row = screen_lines(app)[app.query_one("#status").region.y]
+        status_row = rendered_lines(app)[app.query_one("#status").region.y]
         assert "d jumps to the fork · e writes a report" in status_row  # whole
         await pilot.press("n")  # no near tie after the fork: the note says why
         await pilot.pause()
-        status_row = screen_lines(app)[app.query_one("#status").region.y]
+        status_row = rendered_lines(app)[app.query_one("#status").region.y]
         assert "near ties end there" in status_row
         await pilot.press("left")
         await pilot.pause()
@@ -80,14 +63,14 @@ async def test_a_hint_is_whole_and_goes_when_the_cursor_moves(size) -> None:
         # the note under a step without probabilities is whole too
         status_before = drive(app).status
         assert "no p (probability) here: only the fork step keeps what p needs" in "\n".join(
-            screen_lines(app)
+            rendered_lines(app)
         )
         assert drive(app).status == status_before
 
 
 @pytest.mark.parametrize("size", SIZES)
 async def test_the_footer_keeps_every_key_after_the_fork(size) -> None:
-    app = session_app()
+    app = session_app(SESSION)
     async with app.run_test(size=size) as pilot:
         await at_the_fork(app, pilot)
         await pilot.pause(0.2)
@@ -96,7 +79,7 @@ async def test_the_footer_keeps_every_key_after_the_fork(size) -> None:
             assert key in keys, key
             region = keys[key].region
             assert region.width > 0 and region.right <= size[0], key
-        bottom = screen_lines(app)[-1]
+        bottom = rendered_lines(app)[-1]
         assert "? help" in bottom and "q quit" in bottom
 
 
@@ -104,7 +87,7 @@ async def test_the_footer_keeps_every_key_after_the_fork(size) -> None:
 async def test_another_cpu_is_said_in_the_status_line_not_over_the_controls(size) -> None:
     from textual.widgets._toast import Toast
 
-    app = session_app()
+    app = session_app(SESSION)
     async with app.run_test(size=size, notifications=True) as pilot:
         await at_the_fork(app, pilot)
         line = "recorded on another CPU (Other CPU -> This CPU): kernels round otherwise"
@@ -112,7 +95,7 @@ async def test_another_cpu_is_said_in_the_status_line_not_over_the_controls(size
         screen.host.post(screen.replay.receive, MachineCompared(drive(app).session, line))
         await pilot.pause(0.3)
         assert not list(app.screen.query(Toast))
-        status_row = screen_lines(app)[app.query_one("#status").region.y]
+        status_row = rendered_lines(app)[app.query_one("#status").region.y]
         assert "another CPU" in status_row
         said = drive(app).status
         assert said.startswith("recorded on another CPU: a run here may fork elsewhere")
@@ -121,12 +104,12 @@ async def test_another_cpu_is_said_in_the_status_line_not_over_the_controls(size
         assert title.plain.startswith("B · ")
         await pilot.press("right")  # the sentence goes; the mark beside the file stays
         await pilot.pause()
-        assert "another CPU" in screen_lines(app)[app.query_one("#status").region.y]
+        assert "another CPU" in rendered_lines(app)[app.query_one("#status").region.y]
 
 
 @pytest.mark.parametrize("size", SIZES)
 async def test_a_near_tie_that_held_says_why(size) -> None:
-    app = session_app()
+    app = session_app(SESSION)
     async with app.run_test(size=size) as pilot:
         await at_the_fork(app, pilot)
         session = drive(app).session
@@ -140,5 +123,5 @@ async def test_a_near_tie_that_held_says_why(size) -> None:
         assert "why it held:" in text
         assert f"by {a.margin:.3f} logits in lane a" in text
         assert "less than the lead itself" in text
-        shown = " ".join(" ".join(screen_lines(app)).split())
+        shown = " ".join(" ".join(rendered_lines(app)).split())
         assert "less than the lead itself" in shown  # on screen, not cut

@@ -43,7 +43,7 @@ from specdiff.tui.widgets import (
 )
 from tests.conftest import wait_for
 from tests.test_snapshots import demo_app, session_app
-from tests.tui_driver import drive
+from tests.tui_driver import drive, rendered_lines
 
 THEMES_DIR = Path(__file__).resolve().parent.parent / "themes"
 THEMES = load_themes([THEMES_DIR]).themes
@@ -365,12 +365,6 @@ async def test_a_theme_switch_mid_replay_restyles_every_drawn_token(start: str, 
         drawn_colours(app)
         await wait_for(pilot, lambda: drawn_in(app, start, after), 10, f"the tokens in {start}")
         assert_drawn_in(app, start, after)
-
-
-def rendered_lines(app: SpecdiffApp) -> list[str]:
-    """The screen's rows as text, as the terminal shows them."""
-    strips = app.screen._compositor.render_strips()
-    return ["".join(segment.text for segment in strip) for strip in strips]
 
 
 def drawn_in(app: SpecdiffApp, theme: str, old: str) -> bool:

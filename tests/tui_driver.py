@@ -6,13 +6,14 @@ fact lives, so a test says `drive(app).fork` instead of reaching into the screen
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 from specdiff.compare import Fork
 from specdiff.lanes import Pair
 from specdiff.results import PairResult
 from specdiff.sessions.playback import Playback
-from specdiff.sessions.store import Session
-from specdiff.tui.app import SpecdiffApp
+from specdiff.sessions.store import Session, load_session
+from specdiff.tui.app import SpecdiffApp, make_app
 from specdiff.tui.controls import RunSettings
 from specdiff.tui.messages import (
     RunFailed,
@@ -192,3 +193,21 @@ def drive(app: SpecdiffApp) -> Driver:
 def reports(messages: Iterable[object]) -> list[object]:
     """What the worker threads reported, among the messages an app's hook saw."""
     return [message.report for message in messages if isinstance(message, WorkerReport)]
+
+
+def session_app(path: Path) -> SpecdiffApp:
+    """The app replaying the session at `path`, its pair the only one offered."""
+    session = load_session(path)
+    return make_app(
+        {session.pair.name: session.pair},
+        session.pair.name,
+        session.prompt,
+        session.header.max_tokens,
+        session=session,
+    )
+
+
+def rendered_lines(app: SpecdiffApp) -> list[str]:
+    """The screen's rows as text, as the terminal shows them."""
+    strips = app.screen._compositor.render_strips()
+    return ["".join(segment.text for segment in strip) for strip in strips]
