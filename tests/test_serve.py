@@ -175,6 +175,7 @@ def test_without_textual_serve_the_command_says_what_to_install(
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert "specdiff serve needs textual-serve" in err and "pip install textual-serve" in err
+    assert "pip install -e '.[serve]'" in err  # the extra the README names
 
 
 def test_hosts_are_told_apart() -> None:

@@ -91,24 +91,6 @@ def test_the_readme_names_serve_s_extra() -> None:
     assert "pip install -e '.[serve]'" in mention
 
 
-def test_without_textual_serve_the_error_names_the_extra(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    import socket
-    import sys
-
-    from specdiff.cli import main
-
-    monkeypatch.setitem(sys.modules, "textual_serve.server", None)
-    monkeypatch.delitem(sys.modules, "specdiff.tui.browser")
-    with socket.socket() as taken:  # had the import worked: "in use", never a server
-        taken.bind(("127.0.0.1", 0))
-        taken.listen(1)
-        port = str(taken.getsockname()[1])
-        assert main(["serve", "--port", port, "replay", str(SESSION)]) == 2
-    assert "pip install -e '.[serve]'" in capsys.readouterr().err
-
-
 # -- processes -----------------------------------------------------------------------------
 
 
