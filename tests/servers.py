@@ -225,7 +225,25 @@ def busy_mode(status: str, count: int, seconds: float | None = None) -> str:
     return f"{status}:{count}" + ("" if seconds is None else f":{seconds:g}")
 
 
-class _Faulty(BaseHTTPRequestHandler):
+class _QuietJson(BaseHTTPRequestHandler):
+    """A handler that logs nothing and answers JSON with its length: what every fake
+    server here shares."""
+
+    def log_message(self, *_: object) -> None:
+        return None
+
+    def _json(self, status: int, data: object, **headers: str) -> None:
+        body = json.dumps(data).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class _Faulty(_QuietJson):
     """Answers as `mode` says. ok: no tokens; steady: four tokens and a finish; endless:
     tokens until the client leaves, whatever max_tokens says; nan / inf: a second token
     whose log-probability is NaN / a top candidate at -inf; echo-key: the client's secret
@@ -253,19 +271,6 @@ class _Faulty(BaseHTTPRequestHandler):
         super().setup()
         with _Faulty.counting:
             _Faulty.connections += 1
-
-    def log_message(self, *_: object) -> None:
-        return None
-
-    def _json(self, status: int, data: object, **headers: str) -> None:
-        body = json.dumps(data).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        for name, value in headers.items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(body)
 
     def _giant(self, status: int, start: bytes) -> None:
         """A 50 MB body that opens as JSON and never closes, sent without a length."""
@@ -483,7 +488,7 @@ def deployment_server(mode: str) -> contextlib.AbstractContextManager[str]:
     return script_server(__file__, mode)
 
 
-class _Deployment(BaseHTTPRequestHandler):
+class _Deployment(_QuietJson):
     mode = "vllm"
     running = 0
     hits = 0.0
@@ -491,17 +496,6 @@ class _Deployment(BaseHTTPRequestHandler):
     cached: list[list[str]] = []
     guard = threading.Lock()
     serial = threading.Lock()
-
-    def log_message(self, *_: object) -> None:
-        return None
-
-    def _json(self, status: int, data: object) -> None:
-        body = json.dumps(data).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
     def _metrics(self) -> str:
         engine = self.mode.partition("-")[0]
@@ -645,19 +639,8 @@ def _llama_entry(token_id: int, logprob: float) -> dict:
     return {"id": token_id, "token": "x", "logprob": logprob, "top_logprobs": top}
 
 
-class _LlamaLike(BaseHTTPRequestHandler):
+class _LlamaLike(_QuietJson):
     mode = "llama-plain"
-
-    def log_message(self, *_: object) -> None:
-        return None
-
-    def _json(self, status: int, data: object) -> None:
-        body = json.dumps(data).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         if self.path == "/props":
