@@ -166,6 +166,17 @@ def wait_until(condition: Callable[[], object], what: str, timeout: float = 60.0
         time.sleep(0.05)
 
 
+def process_running(pid: int) -> bool:
+    """Whether `pid` is a process that still runs: not gone, and neither a zombie (ended,
+    its exit status waiting for its parent) nor dead."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    # the command's name may hold spaces and parentheses: the state follows the last ")"
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
 # Property tests: a few dozen generated inputs each in the fast tier, hundreds wherever
 # the run includes the fuzz tier (the full suite, `-m fuzz`). No deadline in either: a
 # deadline is a timed assert, and fails a property on a busy machine, not a broken one.

@@ -20,6 +20,7 @@ import pytest
 
 from specdiff.cli import main
 from specdiff.sessions.store import load_session
+from tests.conftest import process_running
 
 pytestmark = pytest.mark.model
 
@@ -54,15 +55,6 @@ def children(pid: int) -> list[int]:
     return found
 
 
-def running(pid: int) -> bool:
-    """Whether the process exists and has not ended (a zombie has ended)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
 def test_a_stop_signal_finishes_the_saved_session(tmp_path: Path, stop: signal.Signals) -> None:
     folder = tmp_path / "sessions"
@@ -88,7 +80,7 @@ def test_a_stop_signal_finishes_the_saved_session(tmp_path: Path, stop: signal.S
     # named by the start the list shows
     started = datetime.fromisoformat(session.header.created).astimezone(timezone.utc)
     assert saved.name.startswith(started.strftime("%Y%m%dT%H%M%SZ"))
-    assert workers and not any(running(pid) for pid in workers)
+    assert workers and not any(process_running(pid) for pid in workers)
 
 
 def long_prompt(path: Path) -> Path:

@@ -27,7 +27,7 @@ from specdiff.grading.sandbox import (
     current_confinement,
     run_program,
 )
-from tests.conftest import ROOT
+from tests.conftest import ROOT, process_running
 
 CONFINEMENT = current_confinement()
 PR_GET_DUMPABLE = 3
@@ -38,15 +38,6 @@ OWN_UID = pytest.mark.skipif(
 PRIVATE = pytest.mark.skipif(
     not CONFINEMENT.private, reason="no private mount and network namespace here (not root)"
 )
-
-
-def gone(pid: int) -> bool:
-    """The process is dead: no such pid, or a zombie nobody reaped yet."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return True
-    return state in ("Z", "X")
 
 
 @pytest.mark.parametrize(
@@ -132,12 +123,12 @@ def test_a_fork_bomb_is_capped_and_leaves_no_process_behind() -> None:
         # processes count too, and the cap is above them
         assert len(children) < 64
         deadline = time.monotonic() + 5
-        while not all(map(gone, children)) and time.monotonic() < deadline:
+        while any(map(process_running, children)) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert all(map(gone, children)), [pid for pid in children if not gone(pid)]
+        assert not any(map(process_running, children)), list(filter(process_running, children))
     else:
         for pid in children:  # setsid children escape the group kill as this user
-            if not gone(pid):
+            if process_running(pid):
                 os.kill(pid, 9)
 
 

@@ -16,6 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.conftest import process_running
+
 pytestmark = [pytest.mark.model, pytest.mark.server]
 
 LONG_RUN = ["--max-tokens", "3000", "--prompt", "Count from one to a thousand in words:"]
@@ -42,16 +44,6 @@ def command_line(pid: int) -> list[str]:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
     except OSError:
         return []
-
-
-def running(pid: int) -> bool:
-    """Whether the process exists and has not ended (a zombie has ended: its exit status
-    only waits for a parent to read it)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def llama_servers(pid: int) -> list[int]:
@@ -113,15 +105,15 @@ def test_a_stop_signal_stops_both_servers(stop: signal.Signals, phase: str, tmp_
         assert f"{stop.name}: stopping both llama-servers" in stderr
         assert "Traceback" not in stderr
         wait_until(
-            lambda: not any(running(pid) for pid in started),
+            lambda: not any(process_running(pid) for pid in started),
             15,
             f"every process serve-pair started ended (left: "
-            f"{[pid for pid in started if running(pid)]})",
+            f"{[pid for pid in started if process_running(pid)]})",
         )
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
         for pid in started:  # a failed check must not leave servers behind for others
-            if running(pid):
+            if process_running(pid):
                 os.kill(pid, signal.SIGKILL)

@@ -34,7 +34,7 @@ from specdiff.tui.visitors import (
     full_reason,
     size_from_query,
 )
-from tests.conftest import ROOT
+from tests.conftest import ROOT, process_running, wait_until
 from tests.test_serve import SESSION, SLOW, fetch, running_server
 
 REPLAY = ("replay", str(SESSION), "--speed", SLOW)
@@ -111,12 +111,6 @@ def status(pid: int) -> dict[str, str]:
     return dict(line.split(":\t", 1) for line in text.splitlines() if ":\t" in line)
 
 
-def running(pid: int) -> bool:
-    """Whether `pid` is a process that still runs: neither gone nor a zombie."""
-    state = status(pid).get("State", "Z")
-    return not state.startswith(("Z", "X"))
-
-
 def rss_mib(pid: int) -> float:
     return int(status(pid).get("VmRSS", "0 kB").split()[0]) / 1024
 
@@ -127,16 +121,9 @@ def apps_of(server: int) -> list[int]:
     for child in children(server):
         with contextlib.suppress(OSError):
             words = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
-            if b"replay" in words and running(child):
+            if b"replay" in words and process_running(child):
                 apps.append(child)
     return apps
-
-
-def wait_until(condition: Callable[[], bool], seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} not within {seconds} s"
-        time.sleep(0.1)
 
 
 # -- a real server -------------------------------------------------------------------------
@@ -238,10 +225,10 @@ def test_visitors_beyond_the_cap_are_told_the_page_is_full() -> None:
             await visitors[0].read_for(3)
             await sockets[0].close()
             await asyncio.to_thread(
-                wait_until, lambda: len(apps_of(server)) == 1, ENDS_WITHIN, "the app's end"
+                wait_until, lambda: len(apps_of(server)) == 1, "the app's end", ENDS_WITHIN
             )
             await asyncio.to_thread(
-                wait_until, lambda: fetch(url + "/")[0] == 200, 10, "the place given back"
+                wait_until, lambda: fetch(url + "/")[0] == 200, "the place given back", 10
             )
             async with client.ws_connect(f"{url}/ws", headers={"Origin": url}) as ws:
                 await Visitor(ws).replaying()
@@ -273,7 +260,7 @@ def test_apps_end_when_their_visitors_leave_while_they_draw() -> None:
 
     with running_server(*REPLAY) as (url, process):
         asyncio.run(visit(url))
-        wait_until(lambda: apps_of(process.pid) == [], ENDS_WITHIN, "every app's end")
+        wait_until(lambda: apps_of(process.pid) == [], "every app's end", ENDS_WITHIN)
         process.send_signal(signal.SIGTERM)
         _, err = process.communicate(timeout=60)
     assert "killed" not in err, err
@@ -302,7 +289,7 @@ def test_an_app_that_ignores_quit_and_sigterm_is_killed_when_its_visitor_leaves(
 
     with running_server(*REPLAY) as (url, process):
         app = asyncio.run(visit(url, process.pid))
-        wait_until(lambda: not running(app), ENDS_WITHIN, "the stopped app's end")
+        wait_until(lambda: not process_running(app), "the stopped app's end", ENDS_WITHIN)
         assert apps_of(process.pid) == []
         assert process.poll() is None  # the server serves on
 
@@ -325,7 +312,7 @@ def test_stopping_the_server_kills_an_app_that_ignores_quit_and_sigterm() -> Non
         app = asyncio.run(visit(url, process.pid))
         _, err = process.communicate(timeout=60)
         assert process.returncode == 130, err
-        assert not running(app), "an app outlived the server"
+        assert not process_running(app), "an app outlived the server"
         assert err.splitlines() == [
             "specdiff serve: a visitor's app ignored quit and SIGTERM: killed",
             "specdiff serve: stopped",
@@ -344,7 +331,7 @@ def test_an_app_does_not_outlive_a_killed_server() -> None:
     with running_server(*REPLAY) as (url, process):
         app = asyncio.run(visit(url, process.pid))
         process.wait(timeout=30)
-        wait_until(lambda: not running(app), 10, "the app's end with its server")
+        wait_until(lambda: not process_running(app), "the app's end with its server", 10)
 
 
 @pytest.mark.server

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, process_running
 
 BUSY = """
 import time
@@ -55,15 +55,6 @@ def _children(parent: int) -> list[int]:
     return found
 
 
-def _running(pid: int) -> bool:
-    """Whether `pid` is a live process (a zombie, killed and not yet reaped, is not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
-
-
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_a_busy_worker_ends_with_its_front_end(tmp_path: Path, how: signal.Signals) -> None:
@@ -88,15 +79,15 @@ def test_a_busy_worker_ends_with_its_front_end(tmp_path: Path, how: signal.Signa
         assert len(workers) == 1, "the front end started no worker"
         worker = workers[0]
         time.sleep(0.5)  # the worker is past its start, busy in the call
-        assert _running(worker)
+        assert process_running(worker)
         front_end.send_signal(how)
         front_end.wait(10)
         deadline = time.monotonic() + 2
-        while _running(worker) and time.monotonic() < deadline:
+        while process_running(worker) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _running(worker), f"the worker outlived its front end's {how.name}"
+        assert not process_running(worker), f"the worker outlived its front end's {how.name}"
     finally:
         front_end.kill()
         front_end.wait(10)
-        if worker is not None and _running(worker):
+        if worker is not None and process_running(worker):
             os.kill(worker, signal.SIGKILL)
