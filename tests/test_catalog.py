@@ -270,3 +270,25 @@ def test_a_run_stopped_before_its_first_token_is_listed_as_such(
     assert not any(r["stopped_before_first_token"] for r in records if r is not record)
     summary = load_session(path).summary()
     assert summary.stopped_before_first_token and not summary.identical
+
+
+def test_a_run_stopped_after_agreeing_tokens_is_not_called_identical(folder: Path, capsys) -> None:
+    """A Ctrl+C after some agreeing tokens says nothing of the tokens never made."""
+    lines = DEMOS[0].read_text(encoding="utf-8").splitlines()
+    footer = json.loads(lines[-1])
+    footer.update(identical=True, fork_index=None, fork_margins=None, fork_class=None)
+    finished = folder / "finished.jsonl"
+    finished.write_text("\n".join([*lines[:-1], json.dumps(footer)]) + "\n", encoding="utf-8")
+    footer["cancelled"] = True
+    stopped = folder / "stopped-agreeing.jsonl"
+    stopped.write_text("\n".join([*lines[:-1], json.dumps(footer)]) + "\n", encoding="utf-8")
+    assert main(["sessions", "--sessions-dir", str(folder)]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert "identical" not in next(line for line in rows if "stopped, same so far" in line)
+    assert sum("identical" in line for line in rows) == 1
+    assert main(["sessions", "--sessions-dir", str(folder), "--json"]) == 0
+    records = {
+        Path(r["path"]).name: r for r in map(json.loads, capsys.readouterr().out.splitlines())
+    }
+    assert records["stopped-agreeing.jsonl"]["cancelled"] is True
+    assert records["finished.jsonl"]["cancelled"] is False

@@ -109,6 +109,7 @@ def session_json(info: SessionInfo) -> dict[str, Any]:
         "partial": info.partial,
         "identical": info.identical,
         "stopped_before_first_token": info.stopped_before_first_token,
+        "cancelled": info.cancelled,
         "fork_index": info.fork_index,
         "generated": list(info.generated) if info.generated else None,
         "problem": info.problem,

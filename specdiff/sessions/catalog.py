@@ -37,6 +37,10 @@ a partial session's last steps of both lanes (a step is about 1 KB)."""
 STOPPED_EARLY = "stopped before any token"
 """What the list says of a run stopped before either lane produced a token."""
 
+STOPPED_AGREEING = "stopped, same so far"
+"""What the list says of a run stopped before its end whose lanes had agreed until then:
+not "identical", which would claim the whole run."""
+
 
 @dataclass(frozen=True)
 class SessionInfo:
@@ -51,6 +55,8 @@ class SessionInfo:
     partial: bool = False
     stopped_before_first_token: bool = False
     """Stopped before either lane produced a token: nothing was compared."""
+    cancelled: bool = False
+    """Stopped before the end (Ctrl+C, a closed terminal): the lanes ran only so far."""
     problem: str | None = None
     """Why the file could not be read; the other fields are then empty."""
     folder: str = ""
@@ -67,6 +73,8 @@ class SessionInfo:
             return STOPPED_EARLY
         if self.fork_index is not None:
             return f"token {self.fork_index}"
+        if self.identical and self.cancelled:
+            return STOPPED_AGREEING
         return "identical" if self.identical else "lengths differ"
 
     @property
@@ -147,6 +155,7 @@ def read_info(path: Path) -> SessionInfo:
             identical=footer.identical and not footer.stopped_before_first_token,
             generated=footer.generated,
             stopped_before_first_token=footer.stopped_before_first_token,
+            cancelled=footer.cancelled,
         )
     except KeyError as error:
         return SessionInfo(path=path, problem=f"missing field {error.args[0]!r}")
