@@ -7,8 +7,9 @@ PairRun, the same lockstep runner `specdiff run` uses, so a trial's fork is the 
 to lane a's value (does the lanes' own difference explain the fork?), and the kernel
 switches llama.cpp has at run time, set in *both* lanes (does a kernel explain it?).
 Toggling a kernel in one lane only would add a difference rather than remove one. The
-runs are bounded by a budget and each outcome is cached under the prompt, the lanes
-and the build, so a second explain of the same fork runs only what is new.
+runs are bounded by a budget, each stops at its fork (its answer), each outcome is
+cached under the prompt, the lanes and the build, so a second explain of the same fork
+runs only what is new, and the progress says about how long the rest will take.
 
 Part 2 (which layer and operation) replays each lane to the fork step with tensor taps
 (`specdiff.engine.llama.taps`) and compares the two lanes' columns tensor by tensor in
