@@ -16,12 +16,14 @@ from specdiff.autopsy import (
     DRAFT_KEY,
     Autopsy,
     AutopsyError,
+    AutopsyStage,
     ForkMargin,
     LayerGrowth,
     SettingTrial,
     TensorDifference,
     draft_verdict,
 )
+from specdiff.autopsy.progress import duration
 from specdiff.cli import main
 from specdiff.engine.autopsy import plan_moves
 from specdiff.lanes import Lane, Pair, presets
@@ -533,3 +535,16 @@ def test_tensor_words_know_the_caches_and_attentions_inner_tensors(name: str, wo
     assert op_words("SET_ROWS") == "the write into the KV cache"
     assert op_meaning("SET_ROWS").startswith("a write into the KV cache")
     assert op_words("SOFT_MAX") == "the softmax" and op_meaning("SOFT_MAX")
+
+
+def test_a_stage_says_the_time_left_in_seconds_then_minutes_and_nothing_before_a_measure() -> None:
+    assert AutopsyStage("the pair as given", 1, 8).line() == "run 1/8: the pair as given"
+    assert AutopsyStage("repack off", 3, 8, 39.6).line() == (
+        "run 3/8: repack off · about 40 s left · fewer --max-tokens is faster"
+    )
+    taps = AutopsyStage("tapping both lanes at token 30", None, 8, 0.2)
+    assert taps.line("max tokens") == (
+        "tapping both lanes at token 30 · about 1 s left · fewer max tokens is faster"
+    )
+    assert taps.done == 8 and AutopsyStage("repack off", 3, 8).done == 2
+    assert [duration(s) for s in (119.4, 120, 1000)] == ["119 s", "2 min", "17 min"]

@@ -8,10 +8,12 @@ import json
 import math
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
+from specdiff.autopsy import Autopsy, AutopsyInterrupted, AutopsyStage
 from specdiff.cli import main
 from specdiff.lanes import Lane, presets
 from tests.servers import probed_repack
@@ -166,3 +168,88 @@ def test_identical_lanes_have_nothing_to_explain(
     )
     assert code == 0
     assert "Nothing to explain" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def ubatch_autopsy(forking_prompt) -> tuple[Autopsy, list[AutopsyStage], int, str]:
+    """One autopsy of the ubatch fork found on this CPU (the pair as given and one
+    setting moved), made in this process with its progress kept: the autopsy, its
+    stages, the budget and the prompt."""
+    from specdiff.engine.autopsy import explain_pair  # deferred: llama.cpp loads here
+
+    found = forking_prompt("ubatch", 40)
+    stages: list[AutopsyStage] = []
+    autopsy = explain_pair(presets()["ubatch"], found.prompt, 40, 2, progress=stages.append)
+    assert autopsy.fork == found.fork_index
+    return autopsy, stages, 40, found.prompt
+
+
+def test_the_progress_carries_an_estimate_once_the_pair_as_given_has_run(
+    ubatch_autopsy,
+) -> None:
+    autopsy, stages, _, _ = ubatch_autopsy
+    assert [(stage.run, stage.runs) for stage in stages] == [(1, 2), (2, 2), (None, 2)]
+    assert stages[0].seconds_left is None  # nothing measured yet: no guess
+    assert stages[0].line() == "run 1/2: the pair as given"
+    for stage in stages[1:]:
+        assert stage.seconds_left is not None and stage.seconds_left > 0
+        assert " · about " in stage.line() and stage.line().endswith(
+            " left · fewer --max-tokens is faster"
+        )
+    assert stages[2].doing == f"tapping both lanes at token {autopsy.fork}"
+
+
+def test_a_trial_stops_at_its_fork_and_forks_where_run_does(ubatch_autopsy) -> None:
+    """The pair as given streamed up to its fork and no further, where the search's run
+    to the whole budget forked; a moved setting's trial forks where a run of its lanes
+    to the whole budget does, and decodes the whole budget only where they agree."""
+    from specdiff.engine.autopsy import plan_moves  # deferred, as above
+    from specdiff.engine.pairrun import PairRun
+
+    autopsy, _, max_tokens, prompt = ubatch_autopsy
+    as_given, *moved_trials = autopsy.trials
+    assert as_given.fork is not None and autopsy.fork == as_given.fork
+    assert as_given.tokens_a == as_given.tokens_b == as_given.fork + 1 < max_tokens
+    moved = {move.setting: move.pair for move in plan_moves(presets()["ubatch"])}
+    assert moved_trials
+    for trial in moved_trials:
+        lanes = moved[trial.setting]
+        assert lanes is not None
+        with PairRun(lanes) as runner:
+            whole = runner.run(prompt, max_tokens)
+        fork = whole.comparison.fork
+        assert trial.fork == (None if fork is None else fork.index), trial.setting
+        if trial.fork is not None:
+            assert trial.tokens_a == trial.tokens_b == trial.fork + 1 < max_tokens
+        else:
+            assert (trial.tokens_a, trial.tokens_b) == (len(whole.a.steps), len(whole.b.steps))
+
+
+def test_a_cancel_during_the_sweep_interrupts_it_and_caches_nothing_of_that_run(
+    forking_prompt, tmp_path: Path
+) -> None:
+    """The user's cancel, set as run 2 begins, ends the autopsy (a trial's own stop at
+    its fork must not pass for it, nor it for an answer): no record, and the cache
+    holds the pair as given only."""
+    from specdiff.engine.autopsy import explain_pair  # deferred, as above
+
+    found = forking_prompt("ubatch", 40)
+    cancel = threading.Event()
+
+    def progress(stage: AutopsyStage) -> None:
+        if stage.run == 2:
+            cancel.set()
+
+    with pytest.raises(AutopsyInterrupted):
+        explain_pair(
+            presets()["ubatch"],
+            found.prompt,
+            40,
+            3,
+            str(tmp_path),
+            cancel=cancel,
+            progress=progress,
+        )
+    (cache,) = tmp_path.glob("*.json")
+    (entry,) = json.loads(cache.read_text()).values()
+    assert entry["fork"] == found.fork_index

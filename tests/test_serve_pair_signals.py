@@ -10,13 +10,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.conftest import process_running
+from tests.conftest import process_running, wait_until
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
 
@@ -61,13 +60,19 @@ def healthy(server: int) -> bool:
         return False
 
 
-def wait_until(condition, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"not within {seconds:.0f} s: {what}")
+def decoding(server: int) -> bool:
+    """Whether a slot of the server is processing a request: the run is under way."""
+    arguments = command_line(server)
+    if "--port" not in arguments:
+        return False
+    port = arguments[arguments.index("--port") + 1]
+    try:
+        slots = httpx.get(f"http://127.0.0.1:{port}/slots", timeout=1).json()
+    except (httpx.HTTPError, ValueError):
+        return False
+    return isinstance(slots, list) and any(
+        isinstance(slot, dict) and slot.get("is_processing") is True for slot in slots
+    )
 
 
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
@@ -84,17 +89,21 @@ def test_a_stop_signal_stops_both_servers(stop: signal.Signals, phase: str, tmp_
     started: list[int] = []
     try:
         if phase == "starting":
-            wait_until(lambda: llama_servers(process.pid), 120, "the first llama-server started")
+            wait_until(lambda: llama_servers(process.pid), "the first llama-server to start", 120)
         else:
             wait_until(
                 lambda: (
                     len(llama_servers(process.pid)) == 2
                     and all(healthy(s) for s in llama_servers(process.pid))
                 ),
+                "both llama-servers to answer /health",
                 240,
-                "both llama-servers answered /health",
             )
-            time.sleep(1.0)  # the run is under way
+            wait_until(
+                lambda: any(decoding(s) for s in llama_servers(process.pid)),
+                "a llama-server to decode the run",
+                60,
+            )
         started = descendants(process.pid)
         servers = llama_servers(process.pid)
         assert servers, "no llama-server to check"
@@ -104,12 +113,14 @@ def test_a_stop_signal_stops_both_servers(stop: signal.Signals, phase: str, tmp_
         assert code == 128 + stop, stderr
         assert f"{stop.name}: stopping both llama-servers" in stderr
         assert "Traceback" not in stderr
-        wait_until(
-            lambda: not any(process_running(pid) for pid in started),
-            15,
-            f"every process serve-pair started ended (left: "
-            f"{[pid for pid in started if process_running(pid)]})",
-        )
+        with contextlib.suppress(AssertionError):  # the check below names who is left
+            wait_until(
+                lambda: not any(process_running(pid) for pid in started),
+                "every process serve-pair started to end",
+                15,
+            )
+        left = [pid for pid in started if process_running(pid)]
+        assert not left, f"processes serve-pair started outlived it: {left}"
     finally:
         if process.poll() is None:
             process.kill()

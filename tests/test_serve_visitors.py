@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import re
@@ -211,6 +212,14 @@ def test_visitors_beyond_the_cap_are_told_the_page_is_full() -> None:
             for visitor in visitors[:2]:
                 await visitor.replaying()
             for ws in sockets[2:]:  # turned away at once, told why
+                # the page is sent to the address that says so (it shows "Session
+                # ended." for any close, whatever its reason)
+                message = await asyncio.wait_for(ws.receive(), 30)
+                assert message.type == aiohttp.WSMsgType.TEXT, message
+                kind, target = json.loads(message.data)
+                assert kind == "open_url" and target["new_tab"] is False
+                status, page = fetch(target["url"])
+                assert status == 503 and full_reason(2) in page.decode()
                 message = await asyncio.wait_for(ws.receive(), 30)
                 assert message.type == aiohttp.WSMsgType.CLOSE, message
                 assert ws.close_code == 1013

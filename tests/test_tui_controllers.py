@@ -10,16 +10,18 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from specdiff.autopsy import AutopsyStage
 from specdiff.engine.base import LiveStats
 from specdiff.lanes import Lane, Pair, presets
 from specdiff.results import LaneOutcome, PairResult
 from specdiff.sessions.store import Session, load_session
 from specdiff.tui import navigation
-from specdiff.tui.explain import ForkExplainer
+from specdiff.tui.explain import AutopsyProgressed, ForkExplainer
 from specdiff.tui.host import IsCancelled
 from specdiff.tui.live import LiveRun, Streaming
 from specdiff.tui.messages import (
     Alerted,
+    AutopsyProgress,
     Changes,
     CursorMoved,
     ForkFound,
@@ -287,3 +289,27 @@ def test_nothing_is_saved_or_reported_mid_run_or_before_one(tmp_path: Path) -> N
     assert isinstance(said, StatusChanged) and said.text.startswith("saved: ")
     (again,) = output.save_shown(view, 200)
     assert isinstance(again, StatusChanged) and again.text.startswith("already saved: ")
+
+
+def test_the_autopsys_progress_shows_the_engines_estimate_of_the_time_left() -> None:
+    view, host = CompareView(presets()["ubatch"]), FakeHost()
+    view.result = result_of(session())
+    explainer = ForkExplainer(view, host)
+    explainer.toggle()
+    target = explainer.running
+    assert target is not None and [group for group, _ in host.threads] == ["autopsy"]
+    first, second = (
+        explainer.receive(AutopsyProgressed(target, stage))
+        for stage in (AutopsyStage("the pair as given", 1, 8), AutopsyStage("repack off", 3, 8, 40))
+    )
+    assert first[1] == StatusChanged("explaining the fork · w or escape stops")
+    assert first[0] == AutopsyProgress(
+        explainer.title(target, "explaining"), "run 1/8: the pair as given", 0, 9
+    )
+    assert second[1] == StatusChanged("explaining the fork · about 40 s left · w or escape stops")
+    assert isinstance(second[0], AutopsyProgress) and second[0].done == 2
+    assert second[0].line == "run 3/8: repack off · about 40 s left · fewer max tokens is faster"
+    assert explainer.stop() == [StatusChanged("stopping the autopsy…")]
+    # a stage that arrives while the autopsy stops moves the bar, not the status line
+    late = explainer.receive(AutopsyProgressed(target, AutopsyStage("KV cache f32", 4, 8, 30)))
+    assert kinds(late) == [AutopsyProgress]

@@ -1,9 +1,10 @@
 """A worker process ends with the program that started it, however that program ends:
 a worker left behind holds a model's memory and a core with nobody to read its steps.
 
-The worker is kept busy (a function call that sleeps, as a decode loop would run), so it
-reads no request that would tell it the front end has gone; the front end is a small
-Python program killed by SIGTERM (whose default action runs no cleanup) or SIGKILL."""
+The worker is kept busy (a function call that sleeps, as a decode loop would run, once it
+has said so in a file), so it reads no request that would tell it the front end has
+gone; the front end is a small Python program killed by SIGTERM (whose default action
+runs no cleanup) or SIGKILL."""
 
 from __future__ import annotations
 
@@ -11,27 +12,30 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, process_running
+from tests.conftest import ROOT, process_running, wait_until
 
 BUSY = """
+import pathlib
 import time
 
 
-def sleep(seconds, cancel):
+def sleep(seconds, started, cancel):
+    pathlib.Path(started).write_text("busy")
     time.sleep(seconds)
 """
 
 FRONT_END = """
+import sys
+
 import busy
 from specdiff.engine.worker import call_in_worker
 
 print("calling", flush=True)
-call_in_worker(busy.sleep, [120])
+call_in_worker(busy.sleep, [120, sys.argv[1]])
 """
 
 WORKER_MODULE = b"specdiff.engine.worker_child"
@@ -61,8 +65,9 @@ def test_a_busy_worker_ends_with_its_front_end(tmp_path: Path, how: signal.Signa
     (tmp_path / "busy.py").write_text(BUSY)
     paths = [str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")]
     environment = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p))
+    started = tmp_path / "started"
     front_end = subprocess.Popen(
-        [sys.executable, "-c", FRONT_END],
+        [sys.executable, "-c", FRONT_END, str(started)],
         env=environment,
         stdout=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
@@ -71,21 +76,16 @@ def test_a_busy_worker_ends_with_its_front_end(tmp_path: Path, how: signal.Signa
     try:
         assert front_end.stdout is not None
         assert front_end.stdout.readline() == b"calling\n"
-        deadline = time.monotonic() + 30
-        workers = _children(front_end.pid)
-        while not workers and time.monotonic() < deadline:
-            time.sleep(0.05)
-            workers = _children(front_end.pid)
-        assert len(workers) == 1, "the front end started no worker"
-        worker = workers[0]
-        time.sleep(0.5)  # the worker is past its start, busy in the call
-        assert process_running(worker)
+        wait_until(started.exists, "the worker to begin the call", 30)
+        (worker,) = _children(front_end.pid)
+        assert process_running(worker)  # busy in the call
         front_end.send_signal(how)
         front_end.wait(10)
-        deadline = time.monotonic() + 2
-        while process_running(worker) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not process_running(worker), f"the worker outlived its front end's {how.name}"
+        wait_until(
+            lambda: not process_running(worker),
+            f"the worker to end with its front end's {how.name}",
+            2,
+        )
     finally:
         front_end.kill()
         front_end.wait(10)

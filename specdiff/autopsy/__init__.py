@@ -10,7 +10,8 @@ autopsy without loading llama.cpp, and a JSON file of one reads back the same
 
 The modules, each importing only those above it: `records` (the parts), `words` (names
 and ops as a reader knows them), `codec` (the parts as JSON), `findings` (the Autopsy
-record) and `files` (an autopsy saved beside its session). The engine side that fills
+record) and `files` (an autopsy saved beside its session); `progress` is the stage an
+autopsy being made reports, with its estimate of the time left. The engine side that fills
 them in is `specdiff.engine.autopsy`.
 """
 
@@ -25,6 +26,7 @@ from specdiff.autopsy.files import (
     saved_beside,
 )
 from specdiff.autopsy.findings import Autopsy
+from specdiff.autopsy.progress import AutopsyStage
 from specdiff.autopsy.records import (
     DRAFT_KEY,
     LAST_BITS,
@@ -54,6 +56,7 @@ __all__ = [
     "Autopsy",
     "AutopsyError",
     "AutopsyInterrupted",
+    "AutopsyStage",
     "ForkMargin",
     "LayerGrowth",
     "SettingTrial",

@@ -43,6 +43,8 @@ class SettingTrial:
     fork: int | None
     """The first token at which the lanes differ; None when they agree throughout."""
     tokens_a: int
+    """Tokens lane a generated in this run: a run stops once its lanes fork (its answer
+    is known there), so a forked trial's count ends at the fork."""
     tokens_b: int
     speed_a: float
     """Tokens per second after the first token."""

@@ -160,7 +160,7 @@ def command_explain(args: argparse.Namespace) -> int:
             autopsy = call_in_worker(
                 explain_pair,
                 (pair, prompt, max_tokens, args.max_runs, cache),
-                {"progress": status.message},
+                {"progress": lambda stage: status.message(stage.line())},
                 cancel,
                 doing="explaining the fork",
             )
@@ -311,7 +311,7 @@ def explain_servers(
     cancel = threading.Event()
     try:
         with interrupt_sets(cancel):
-            autopsy = sweep.run(status.message, cancel)
+            autopsy = sweep.run(lambda stage: status.message(stage.line()), cancel)
     except AutopsyInterrupted:
         status.done()
         print("specdiff: interrupted", file=sys.stderr)

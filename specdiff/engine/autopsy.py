@@ -7,8 +7,9 @@ PairRun, the same lockstep runner `specdiff run` uses, so a trial's fork is the 
 to lane a's value (does the lanes' own difference explain the fork?), and the kernel
 switches llama.cpp has at run time, set in *both* lanes (does a kernel explain it?).
 Toggling a kernel in one lane only would add a difference rather than remove one. The
-runs are bounded by a budget and each outcome is cached under the prompt, the lanes
-and the build, so a second explain of the same fork runs only what is new.
+runs are bounded by a budget, each stops at its fork (its answer), each outcome is
+cached under the prompt, the lanes and the build, so a second explain of the same fork
+runs only what is new, and the progress says about how long the rest will take.
 
 Part 2 (which layer and operation) replays each lane to the fork step with tensor taps
 (`specdiff.engine.llama.taps`) and compares the two lanes' columns tensor by tensor in
@@ -27,7 +28,7 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from specdiff.autopsy import (
     Autopsy,
     AutopsyError,
     AutopsyInterrupted,
+    AutopsyStage,
     ForkMargin,
     LayerGrowth,
     SettingTrial,
@@ -51,10 +53,11 @@ from specdiff.engine.pairrun import PairRun
 from specdiff.engine.runtime import build_info
 from specdiff.errors import SpecdiffError
 from specdiff.files import write_text_atomic
-from specdiff.lanes import Lane, Pair, differences
+from specdiff.lanes import Lane, LaneId, Pair, differences
+from specdiff.results import LaneOutcome, PairResult
 from specdiff.safe_text import visible
 
-Progress = Callable[[str], None]
+Progress = Callable[[AutopsyStage], None]
 
 SERVER_PART2 = (
     "explain needs both lanes in-process: it traces layers with llama.cpp's eval "
@@ -69,7 +72,7 @@ SERVER_PART2_NOTE = (
 UNTRACED_KEYS = ("label",)
 
 
-def _quiet(_: str) -> None:
+def _quiet(_: AutopsyStage) -> None:
     return None
 
 
@@ -171,7 +174,8 @@ def explain_pair(
     progress: Progress = _quiet,
 ) -> Autopsy:
     """The whole autopsy of `pair` on `prompt`. Shaped for `call_in_worker`: its
-    arguments and its value pickle, and `progress` receives one line per stage."""
+    arguments and its value pickle, and `progress` receives one AutopsyStage per stage,
+    with the time left estimated from the runs measured before it."""
     if max_runs < 1:
         raise AutopsyError(f"--max-runs must be at least 1, got {max_runs}")
     refuse_servers(pair)
@@ -180,24 +184,24 @@ def explain_pair(
     pool = ModelPool()
     try:
         cache = _TrialCache(Path(cache_dir) if cache_dir else None, prompt, max_tokens)
-        progress(f"run 1/{max_runs}: the pair as given")
-        baseline = _trial(
-            Move("as given", "", "", "as given", pair), prompt, max_tokens, pool, cancel, cache
-        )
+        clock = _Clock(lambda move: _trial(move, prompt, max_tokens, pool, cancel, cache))
+        moves = plan_moves(pair)
+        room = max_runs - 1
+        runs = min(max_runs, len(moves) + 1)
+        progress(AutopsyStage("the pair as given", 1, runs))
+        baseline = clock.trial(Move("as given", "", "", "as given", pair))
         if baseline.error is not None:
             raise AutopsyError(f"the pair as given failed: {baseline.error}")
         if baseline.identical:
             return Autopsy(
                 pair.name, max_tokens, None, (baseline,), max_runs, seconds=_since(began)
             )
-        moves = plan_moves(pair)
-        trials = [baseline]
-        room = max_runs - 1
-        for number, move in enumerate(moves[:room], start=2):
-            progress(f"run {number}/{min(max_runs, len(moves) + 1)}: {move.setting}")
-            trials.append(_trial(move, prompt, max_tokens, pool, cancel, cache))
+        trials = [baseline, *_sweep(clock, moves[:room], runs, baseline.fork, progress)]
         not_tried = tuple(f"{move.setting} (over --max-runs)" for move in moves[room:])
-        part2 = _part2(pair, prompt, max_tokens, baseline, pool, cancel, progress)
+        if baseline.fork is not None:
+            left = clock.seconds_left(0, baseline.fork)
+            progress(AutopsyStage(f"tapping both lanes at token {baseline.fork}", None, runs, left))
+        part2 = _part2(pair, prompt, max_tokens, baseline, pool, cancel)
         return replace(
             part2,
             trials=tuple(trials),
@@ -211,6 +215,50 @@ def explain_pair(
         pool.close()
 
 
+def _sweep(
+    clock: _Clock, moves: list[Move], runs: int, fork: int | None, progress: Progress
+) -> list[SettingTrial]:
+    """The trial of each move after the pair as given (run 2 on), each stage reported
+    with the time left as measured so far."""
+    trials = []
+    for number, move in enumerate(moves, start=2):
+        left = clock.seconds_left(runs - number + 1, fork)
+        progress(AutopsyStage(move.setting, number, runs, left))
+        trials.append(clock.trial(move))
+    return trials
+
+
+class _Clock:
+    """The seconds each run took, and from them about how long the rest of an autopsy
+    takes. A run read from the cache, or one that failed, is not counted: it tells
+    nothing of how long a decode takes."""
+
+    def __init__(self, run: Callable[[Move], SettingTrial]) -> None:
+        self.run = run
+        self.runs: list[float] = []
+        self.steps: list[float] = []
+        """Seconds per lockstep step (one token of each lane) of each run measured."""
+
+    def trial(self, move: Move) -> SettingTrial:
+        """The trial of `move`, its seconds noted."""
+        began = time.perf_counter()
+        trial = self.run(move)
+        seconds = time.perf_counter() - began
+        if not trial.cached and trial.error is None:
+            self.runs.append(seconds)
+            self.steps.append(seconds / max(1, trial.tokens_a, trial.tokens_b))
+        return trial
+
+    def seconds_left(self, runs_left: int, fork: int | None) -> float | None:
+        """`runs_left` runs at the mean of those measured, then part 2: each lane decodes
+        the prefix up to `fork` once more, with its taps (None: no part 2). None until
+        one run was measured."""
+        if not self.runs:
+            return None
+        part2 = 0.0 if fork is None else sum(self.steps) / len(self.steps) * (fork + 1)
+        return sum(self.runs) / len(self.runs) * runs_left + part2
+
+
 def _part2(
     pair: Pair,
     prompt: str,
@@ -218,7 +266,6 @@ def _part2(
     baseline: SettingTrial,
     pool: ModelPool,
     cancel: threading.Event,
-    progress: Progress,
 ) -> Autopsy:
     """Both lanes tapped at the fork the pair as given reached; a note instead where
     the lanes differ only in length."""
@@ -231,7 +278,6 @@ def _part2(
             part2_note="the lanes differ only in length (one stopped early); "
             "there is no fork step to trace",
         )
-    progress(f"tapping both lanes at token {baseline.fork}")
     return _layers(pair, prompt, max_tokens, baseline.fork, pool, cancel)
 
 
@@ -272,7 +318,13 @@ def _trial(
     cancel: threading.Event,
     cache: _TrialCache,
 ) -> SettingTrial:
-    """One run of the moved pair; its outcome, from the cache where it was run before."""
+    """One run of the moved pair; its outcome, from the cache where it was run before.
+
+    A trial's answer is where its lanes first differ, or that they never do: once they
+    have forked nothing later can change it, so the run stops there (its token counts
+    end at the fork) and only a trial whose lanes keep agreeing decodes the whole
+    budget. The fork is found by the same runner, at the same step, as `specdiff run`
+    finds it."""
     if move.pair is None:
         return SettingTrial(
             move.setting, move.key, move.value, move.scope, None, 0, 0, 0.0, 0.0, move.error
@@ -281,18 +333,11 @@ def _trial(
     if cached is not None:
         return cached
     try:
-        with PairRun(move.pair, cancel=cancel, pool=pool) as run:
-            for _ in run.stream(prompt, max_tokens):
-                if cancel.is_set():
-                    raise Cancelled("cancelled")
-            result = run.result
+        result = _run_to_answer(move.pair, prompt, max_tokens, pool, cancel)
     except SpecdiffError as error:
         return SettingTrial(
             move.setting, move.key, move.value, move.scope, None, 0, 0, 0.0, 0.0, str(error)
         )
-    assert result is not None  # the stream ran to its end
-    if result.cancelled:
-        raise Cancelled("cancelled")
     failure = "; ".join(result.error_lines()) or None
     fork = result.comparison.fork
     trial = SettingTrial(
@@ -310,6 +355,52 @@ def _trial(
     if failure is None:
         cache.put(move, trial)
     return trial
+
+
+def _run_to_answer(
+    pair: Pair, prompt: str, max_tokens: int, pool: ModelPool, cancel: threading.Event
+) -> PairResult:
+    """The pair run until its lanes fork, or to the budget where they never do. Its own
+    stop ends it at the fork; the user's `cancel` raises Cancelled."""
+    answered = _TrialStop(cancel)
+    with PairRun(pair, cancel=answered, pool=pool) as run:
+        for _ in run.stream(prompt, max_tokens):
+            if cancel.is_set():
+                raise Cancelled("cancelled")
+            if _forked(run.outcomes):
+                answered.set()
+        result = run.result
+    assert result is not None  # the stream ran to its end
+    if cancel.is_set() or result.cancelled and not answered.answered:
+        raise Cancelled("cancelled")
+    return result
+
+
+class _TrialStop(threading.Event):
+    """A trial's own stop, set once its answer is known. It also reads as set while the
+    user's cancel is, so a lane that is loading or decoding stops for either; `answered`
+    tells the two apart (a user's cancel raises Cancelled, an answer is a trial)."""
+
+    def __init__(self, user: threading.Event) -> None:
+        super().__init__()
+        self.user = user
+
+    def is_set(self) -> bool:
+        return super().is_set() or self.user.is_set()
+
+    @property
+    def answered(self) -> bool:
+        return super().is_set()
+
+
+def _forked(outcomes: Mapping[LaneId, LaneOutcome]) -> bool:
+    """Whether the latest step both lanes have streamed holds two different picks. Asked
+    after every step, so the first such step is the run's fork."""
+    if set(outcomes) != {"a", "b"}:
+        return False
+    a, b = outcomes["a"].steps, outcomes["b"].steps
+    both = min(len(a), len(b))
+    return both > 0 and a[both - 1].token_id != b[both - 1].token_id
 
 
 class _TrialCache:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from specdiff.autopsy import DRAFT_KEY, Autopsy, AutopsyError, SettingTrial
+from specdiff.autopsy import DRAFT_KEY, Autopsy, AutopsyError, AutopsyStage, SettingTrial
 from specdiff.engine.autopsy import SERVER_PART2_NOTE, server_trial
 from specdiff.engine.worker import call_in_worker
 from specdiff.lanes import Pair
@@ -25,7 +25,7 @@ DraftRestart = Callable[[int], tuple[str, str]]
 URL and its launch line (the lane's server_flags)."""
 DEFAULT_DRAFT_LENGTHS = (1, 2, 4, 8)
 """The speculative server's draft lengths serve-pair explain tries, as --max-runs allows."""
-Progress = Callable[[str], None]
+Progress = Callable[[AutopsyStage], None]
 
 
 @dataclass(frozen=True)
@@ -65,14 +65,20 @@ class ServerSweep:
         )
 
     def _trials(self, progress: Progress, cancel: threading.Event) -> list[SettingTrial]:
-        lengths = self.lengths
-        progress(f"run 1/{min(self.max_runs, len(lengths) + 1)}: the pair as given")
+        """Each run, a restart of the server included, timed: the mean of those done
+        times the runs left is the time left each stage reports."""
+        lengths = self.lengths[: self.max_runs - 1]
+        runs = len(lengths) + 1
+        began = time.perf_counter()
+        progress(AutopsyStage("the pair as given", 1, runs))
         trials = [self._trial(self.pair, "as given", "as started", "as given", cancel)]
         if trials[0].error is not None:
             raise AutopsyError(f"the pair as given failed: {trials[0].error}")
-        for number, length in enumerate(lengths[: self.max_runs - 1], start=2):
+        for number, length in enumerate(lengths, start=2):
             assert self.restart is not None  # lengths are empty without it
-            progress(f"run {number}: server a drafting at most {length} tokens")
+            mean = (time.perf_counter() - began) / (number - 1)
+            doing = f"server a drafting at most {length} tokens"
+            progress(AutopsyStage(doing, number, runs, mean * (runs - number + 1)))
             url, flags = self.restart(length)
             lane_a = replace(self.pair.a, endpoint=url, server_flags=flags)
             moved = replace(self.pair, a=lane_a)

@@ -22,6 +22,7 @@ module adds what a demo on someone else's network needs:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import json
 import logging
@@ -295,13 +296,11 @@ class BrowserServer(Server):
 
     async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
         """A visitor's app for as long as the visitor stays, within the bounds of
-        visitors.py; a visitor beyond --max-visitors is told so in the close frame."""
+        visitors.py; a visitor beyond --max-visitors is told so (`turn_away`)."""
         websocket = web.WebSocketResponse(heartbeat=HEARTBEAT_SECONDS)
         await websocket.prepare(request)
         if self.full():  # checked and taken with no await between: no race for a place
-            reason = full_reason(self.max_visitors)
-            self.refusals.refused(f"refused a visitor: {reason}")
-            await websocket.close(code=FULL_CLOSE_CODE, message=reason.encode())
+            await self.turn_away(websocket)
             return websocket
         visitor = VisitorApp(
             self.command, websocket, self.download_manager, lambda: self.visitors.discard(visitor)
@@ -316,6 +315,20 @@ class BrowserServer(Server):
             await visitor.stop()
             await websocket.close()
         return websocket
+
+    async def turn_away(self, websocket: web.WebSocketResponse) -> None:
+        """The page's websocket refused for want of a place. textual-serve's page says
+        "Session ended." whatever a close frame holds, so it is first sent to its own
+        address (textual-serve's open_url message, which it follows in the same tab):
+        while the places are taken, that page is the one line saying so, and once one
+        is free it is the app. The close frame still gives the reason, for any other
+        client."""
+        reason = full_reason(self.max_visitors)
+        self.refusals.refused(f"refused a visitor: {reason}")
+        page = {"url": f"{self.public_url}/", "new_tab": False}
+        with contextlib.suppress(ConnectionResetError):  # a visitor already gone
+            await websocket.send_str(json.dumps(["open_url", page]))
+        await websocket.close(code=FULL_CLOSE_CODE, message=reason.encode())
 
     async def relay_messages(self, websocket: web.WebSocketResponse, visitor: VisitorApp) -> None:
         """The page's messages to its app until the visitor leaves; a message that is

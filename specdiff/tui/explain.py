@@ -4,7 +4,8 @@ panel's place.
 The autopsy is `specdiff explain`'s: the same engine entry point (`explain_pair`) run the
 same way, in a worker process through `call_in_worker`, so llama.cpp never loads in the
 TUI's process and a native crash ends the autopsy, not the app. A thread of the app
-waits on that process and hands its progress lines to the panel. A replayed session
+waits on that process and hands its progress (each stage, with the engine's estimate of
+the time left) to the panel and the status bar. A replayed session
 whose autopsy was saved beside it (`specdiff explain SESSION --save`) is shown from
 that file, without a model. What cannot be explained (server lanes, lanes that agree,
 a model file that is gone) is one line in the status bar.
@@ -25,10 +26,12 @@ from specdiff.autopsy import (
     Autopsy,
     AutopsyError,
     AutopsyInterrupted,
+    AutopsyStage,
     load_saved,
     missing_model,
     saved_beside,
 )
+from specdiff.autopsy.progress import duration
 from specdiff.errors import SpecdiffError
 from specdiff.lanes import Pair
 from specdiff.safe_text import visible
@@ -66,12 +69,17 @@ class Target:
     session_path: Path | None
 
 
+BUDGET_FIELD = "max tokens"
+"""The config field that sets the token budget, named where the estimate suggests it."""
+STOP_KEYS = "w or escape stops"
+
+
 @dataclass(frozen=True)
 class AutopsyProgressed:
-    """The autopsy of `target` being made says where it is (one line)."""
+    """The autopsy of `target` being made says where it is."""
 
     target: Target
-    line: str
+    stage: AutopsyStage
 
 
 @dataclass(frozen=True)
@@ -95,7 +103,6 @@ class ForkExplainer:
         self.shown_over: tuple[object, object] = (None, None)
         self.started_over: tuple[object, object] = (None, None)
         """The session and live result on screen when the autopsy was shown."""
-        self.progress_done = 0
         self.panel_open = False
         """The autopsy is in the divergence panel's place."""
         self._checking: Stoppable | None = None
@@ -193,12 +200,11 @@ class ForkExplainer:
         self.running = target
         self.started_over = self.on_screen()
         self.cancel.clear()
-        self.progress_done = 0
         progress = AutopsyProgress(
             self.title(target, "explaining"), "starting the engine…", 0, MAX_RUNS + 1
         )
         self.host.run_in_thread(partial(self.explain, target), "autopsy")
-        status = StatusChanged("explaining the fork · w or escape stops")
+        status = StatusChanged(f"explaining the fork · {STOP_KEYS}")
         return [*self.open_panel(progress), status]
 
     def stop(self) -> Changes:
@@ -227,8 +233,8 @@ class ForkExplainer:
                     str(cache_dir() / "explain"),
                 ),
                 {
-                    "progress": lambda line: self.host.post(
-                        self.receive, AutopsyProgressed(target, line)
+                    "progress": lambda stage: self.host.post(
+                        self.receive, AutopsyProgressed(target, stage)
                     )
                 },
                 self.cancel,
@@ -246,15 +252,20 @@ class ForkExplainer:
     def receive(self, report: AutopsyProgressed | AutopsyEnded) -> Changes:
         """What the worker thread reported, on the UI thread."""
         if isinstance(report, AutopsyProgressed):
-            return self.progressed(report.target, report.line)
+            return self.progressed(report.target, report.stage)
         return self.ended(report.target, report.autopsy, report.problem)
 
-    def progressed(self, target: Target, line: str) -> Changes:
+    def progressed(self, target: Target, stage: AutopsyStage) -> Changes:
+        """The panel's bar and line at `stage`; the status bar says the time left."""
         if self.running != target:
             return []
-        self.progress_done += 1
         title = self.title(target, "explaining")
-        return [AutopsyProgress(title, line, self.progress_done, MAX_RUNS + 1)]
+        # the taps of part 2 are the bar's last step
+        progress = AutopsyProgress(title, stage.line(BUDGET_FIELD), stage.done, stage.runs + 1)
+        if self.cancel.is_set():
+            return [progress]  # the status line says it is stopping
+        left = "" if stage.seconds_left is None else f" · about {duration(stage.seconds_left)} left"
+        return [progress, StatusChanged(f"explaining the fork{left} · {STOP_KEYS}")]
 
     def ended(self, target: Target, autopsy: Autopsy | None, problem: str) -> Changes:
         if self.running != target:
