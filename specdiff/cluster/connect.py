@@ -1,0 +1,61 @@
+"""Joining a Ray cluster, or starting one on this machine, and sizing the actors to it."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from specdiff.cluster import import_ray
+from specdiff.errors import SpecdiffError
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The Ray cluster this process drives."""
+
+    address: str | None
+    """What --ray named; None for a cluster on this machine."""
+    started: bool
+    """This process started (or joined) it, and so ends its part in it when done; False
+    when the caller had already connected (ray.init before specdiff ran)."""
+    cpus: int
+    """The CPUs the whole cluster offers."""
+
+
+def connect(address: str | None) -> Cluster:
+    """Join the cluster at `address`, or start one on this machine with every core; a
+    process already connected (a caller's own ray.init) stays on its cluster."""
+    ray = import_ray()
+    started = not ray.is_initialized()
+    if started:
+        try:
+            if address:
+                ray.init(address=address, log_to_driver=False)
+            else:
+                ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+        except (ConnectionError, RuntimeError, ValueError) as error:
+            where = f"the Ray cluster at {address}" if address else "a Ray cluster here"
+            raise SpecdiffError(
+                f"could not start or join {where}: {str(error).splitlines()[0][:200]}; check "
+                "the address (ray status on the head node shows it)"
+            ) from None
+    cpus = int(ray.cluster_resources().get("CPU", 0))
+    return Cluster(address, started, cpus)
+
+
+def disconnect(cluster: Cluster) -> None:
+    """Leave the cluster (a local one ends with it) unless the caller had joined it."""
+    if cluster.started:
+        import_ray().shutdown()
+
+
+def actor_count(cluster: Cluster, cpus_per_actor: int, asked: int | None) -> int:
+    """--ray-actors, else as many actors as the cluster's CPUs hold at `cpus_per_actor`."""
+    if asked is not None:
+        return asked
+    if cluster.cpus < cpus_per_actor:
+        raise SpecdiffError(
+            f"the Ray cluster offers {cluster.cpus} CPUs, fewer than --ray-cpus "
+            f"{cpus_per_actor} for one actor: lower --ray-cpus"
+        )
+    return cluster.cpus // cpus_per_actor
