@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -111,6 +112,15 @@ class PairHolder:
         if self.worker is not None:
             self.worker.close()
             self.worker = None
+
+
+ACTOR_PREFIX = "specdiff-"
+"""Every actor's name starts so (`ray list actors` shows whose they are)."""
+
+
+def actor_name(kind: str) -> str:
+    """A name no other actor has: ACTOR_PREFIX, what it runs, and a random part."""
+    return f"{ACTOR_PREFIX}{kind}-{uuid.uuid4().hex[:12]}"
 
 
 def remote_class(holder: type[Any], cpus: int) -> Any:

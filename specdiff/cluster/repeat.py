@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from specdiff.cluster import import_ray
-from specdiff.cluster.actors import pinned, remote_class
+from specdiff.cluster.actors import actor_name, pinned, remote_class
 from specdiff.lanes import Lane, default_threads
 from specdiff.repeat import RunDone, repeat_numbers
 from specdiff.repeat_summary import BatchedRun, RepeatResult, RepeatSummary, summary
@@ -61,7 +61,8 @@ class _Shares:
         self.done: dict[int, tuple[BatchedRun, list[str]]] = {}
 
     def send(self, request: tuple[Any, ...], numbers: list[int], losses: int = 0) -> None:
-        actor = self.actor_class.remote(self.cpus, default_threads())
+        named = self.actor_class.options(name=actor_name("repeat"))
+        actor = named.remote(self.cpus, default_threads())
         lane, prompt, width, max_tokens = request
         self.flying[actor.runs.remote(lane, prompt, numbers, width, max_tokens)] = (
             actor, numbers, losses,

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from specdiff.cluster import import_ray
-from specdiff.cluster.actors import PairHolder, Unit, remote_class
+from specdiff.cluster.actors import PairHolder, Unit, actor_name, remote_class
 from specdiff.compare import DEFAULT_NEAR_TIE
 from specdiff.errors import SpecdiffError
 from specdiff.lanes import LaneId, Pair, default_threads
@@ -32,9 +32,6 @@ WAIT_SECONDS = 0.1
 STOP_SECONDS = 10.0
 """How long a stopped unit's actor may take to hand back its steps so far."""
 
-ActorStarted = Callable[[Any], None]
-"""Told each actor handle as a unit is sent to it (a test kills one there)."""
-
 
 class RayRunners:
     """The suite's runners as Ray actors: `slots` of them per pair, each loading it."""
@@ -45,7 +42,6 @@ class RayRunners:
         cpus_per_actor: int,
         cancel: threading.Event,
         say: Callable[[str], None],
-        on_unit: ActorStarted | None = None,
     ) -> None:
         self.slots = actors
         self.cpus = cpus_per_actor
@@ -53,11 +49,10 @@ class RayRunners:
         self.say = say
         """Where an actor's death is told (every slot's, not only the one that says
         what loads)."""
-        self.on_unit = on_unit
         self._opened: list[RayPairRunner] = []
 
     def new(self, pair: Pair, progress: Callable[[str], None]) -> RayPairRunner:
-        runner = RayPairRunner(pair, progress, self.cancel, self.cpus, self.say, self.on_unit)
+        runner = RayPairRunner(pair, progress, self.cancel, self.cpus, self.say)
         self._opened.append(runner)
         return runner
 
@@ -82,29 +77,58 @@ class RayPairRunner:
         cancel: threading.Event,
         cpus: int,
         say: Callable[[str], None],
-        on_unit: ActorStarted | None = None,
     ) -> None:
         self.pair = pair
         self.progress = progress
         self.say = say
         self.cancel = cancel
         self.cpus = cpus
-        self.on_unit = on_unit
         self.alive = True
         self._tokens: list[int] = []
         self._executed: dict[str, dict[str, Any]] = {}
         self.build: dict[str, str] = {}
         self.actor: Any = None
-        self._start(loud=True)
+        self._prompt: str | None = None
+        """The prompt last tokenized: a fresh actor tokenizes it again, so that its
+        lanes check their own ids of it."""
+        self._loud = True
+        self._call(lambda: None)  # the first actor, saying what it loads
 
-    def _start(self, loud: bool) -> None:
-        """A fresh actor with the pair loaded (the lines it said while loading told)."""
-        self.actor = _actor_class(self.cpus).remote(self.cpus, default_threads())
+    def _call(self, call: Callable[[], Any]) -> Any:
+        """`call()` (which uses `self.actor`) on a live actor: one started with the pair
+        loaded where there is none, and again after its actor (or node) died, up to
+        MAX_ACTOR_LOSSES times; WorkerCrashed after that."""
+        ray = import_ray()
+        for lost in range(MAX_ACTOR_LOSSES + 1):
+            try:
+                if self.actor is None:
+                    self._start()
+                return call()
+            except ray.exceptions.RayActorError as error:
+                self.actor = None  # dead: a fresh one takes its place
+                why = str(error).splitlines()[0][:200]
+                if lost == MAX_ACTOR_LOSSES:
+                    from specdiff.engine.worker import WorkerCrashed
+
+                    raise WorkerCrashed(f"its Ray actor died {lost + 1} times: {why}") from None
+                self.say(f"a Ray actor died under a unit ({why}); running it again on another")
+        raise AssertionError("unreachable: the loop returns or raises")
+
+    def _start(self) -> None:
+        """A fresh actor with the pair loaded (the first one tells what it loads)."""
+        self.actor = (
+            _actor_class(self.cpus)
+            .options(name=actor_name("pair"))
+            .remote(self.cpus, default_threads())
+        )
         opened = self._get(self.actor.open.remote(self.pair))
-        if loud:
+        if self._loud:
+            self._loud = False
             for line in opened.said:
                 self.progress(line)
         self.build, self._executed = opened.build, opened.executed
+        if self._prompt is not None:
+            self._tokens, self._executed = self._get(self.actor.tokenize.remote(self._prompt))
 
     def _get(self, ref: Any) -> Any:
         """The call's value; its SpecdiffError raised as itself, not as Ray's wrapper."""
@@ -117,11 +141,14 @@ class RayPairRunner:
             raise
 
     def tokenize(self, prompt: str) -> list[int]:
-        self._tokens, self._executed = self._get(self.actor.tokenize.remote(prompt))
+        self._prompt = prompt
+        self._tokens, self._executed = self._call(
+            lambda: self._get(self.actor.tokenize.remote(prompt))
+        )
         return self._tokens
 
     def check(self, tokens: Sequence[int], max_tokens: int) -> None:
-        self._get(self.actor.check.remote(list(tokens), max_tokens))
+        self._call(lambda: self._get(self.actor.check.remote(list(tokens), max_tokens)))
 
     def executed(self) -> dict[str, dict[str, Any]]:
         return self._executed
@@ -138,24 +165,9 @@ class RayPairRunner:
     ) -> PairResult:
         """The unit's result; its steps handed to `on_step` once it has arrived, in the
         order the actor's worker produced them. Runs again on a fresh actor when its
-        actor dies under it."""
-        ray = import_ray()
+        actor dies under it: nothing of the lost run was handed over."""
         request = (prompt, max_tokens, list(stop), near_tie, teacher_forced, control)
-        for lost in range(MAX_ACTOR_LOSSES + 1):
-            try:
-                unit = self._unit(request)
-                break
-            except ray.exceptions.RayActorError as error:
-                why = str(error).splitlines()[0][:200]
-                if lost == MAX_ACTOR_LOSSES:
-                    from specdiff.engine.worker import WorkerCrashed
-
-                    raise WorkerCrashed(f"its Ray actor died {lost + 1} times: {why}") from None
-                self.say(
-                    f"a Ray actor died under a unit of {self.pair.name} ({why}); running it again"
-                )
-                self.close()
-                self._start(loud=False)
+        unit: Unit = self._call(lambda: self._unit(request))
         self.alive = unit.alive
         if on_step is not None:
             _replay(unit, on_step)
@@ -166,8 +178,6 @@ class RayPairRunner:
         answer in STOP_SECONDS is ended, and the unit counts as cancelled."""
         ray = import_ray()
         ref = self.actor.run.remote(*request)
-        if self.on_unit is not None:
-            self.on_unit(self.actor)
         while not ray.wait([ref], timeout=WAIT_SECONDS)[0]:
             if self.cancel.is_set():
                 self.actor.stop.remote()
