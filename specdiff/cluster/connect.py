@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 
@@ -29,10 +30,12 @@ def connect(address: str | None) -> Cluster:
     started = not ray.is_initialized()
     if started:
         try:
+            # Ray's own INFO lines would break into the progress line
+            quiet = {"log_to_driver": False, "logging_level": logging.ERROR}
             if address:
-                ray.init(address=address, log_to_driver=False)
+                ray.init(address=address, **quiet)
             else:
-                ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+                ray.init(num_cpus=os.cpu_count(), include_dashboard=False, **quiet)
         except (ConnectionError, RuntimeError, ValueError) as error:
             where = f"the Ray cluster at {address}" if address else "a Ray cluster here"
             raise SpecdiffError(
