@@ -60,30 +60,32 @@ def suite_seconds(
         return time.perf_counter() - began, outcome.ledger.count
 
 
-def per_call_ms(call: Callable[[], object], calls: int) -> float:
-    """The median of `calls` round trips, in milliseconds."""
-    times = []
-    for _ in range(calls):
-        began = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - began)
-    return 1000 * statistics.median(times)
+def timed(call: Callable[[], object]) -> float:
+    began = time.perf_counter()
+    call()
+    return time.perf_counter() - began
 
 
 def round_trips(pair: Pair, prompt: str, calls: int) -> None:
-    """An empty actor call, and a loaded pair's tokenize via an actor and in-process."""
+    """An empty actor call, and a loaded pair's tokenize via an actor and in-process, the
+    two taken in turn so that both see the same load on a shared machine."""
     empty = ray.remote(num_cpus=1)(Empty).remote()
     ray.get(empty.call.remote())
-    print(f"empty actor call: {per_call_ms(lambda: ray.get(empty.call.remote()), calls):.2f} ms")
+    spent = [timed(lambda: ray.get(empty.call.remote())) for _ in range(calls)]
+    print(f"empty actor call: {1000 * statistics.median(spent):.2f} ms (median of {calls})")
     ray.kill(empty)
     on_ray = RayPairRunner(pair, lambda _: None, threading.Event(), 1, print)
-    via_ray = per_call_ms(lambda: on_ray.tokenize(prompt), calls)
-    on_ray.close()
+    via_ray: list[float] = []
+    here: list[float] = []
     with PairWorker(pair) as worker:
-        here = per_call_ms(lambda: worker.tokenize(prompt), calls)
+        for _ in range(calls):
+            via_ray.append(timed(lambda: on_ray.tokenize(prompt)))
+            here.append(timed(lambda: worker.tokenize(prompt)))
+    on_ray.close()
+    ray_ms, here_ms = (1000 * statistics.median(times) for times in (via_ray, here))
     print(
-        f"tokenize a prompt: {via_ray:.2f} ms via an actor, {here:.2f} ms in-process "
-        f"(worker process): Ray adds {via_ray - here:.2f} ms per call"
+        f"tokenize a prompt: {ray_ms:.2f} ms via an actor, {here_ms:.2f} ms in-process "
+        f"(worker process): Ray adds {ray_ms - here_ms:.2f} ms per call"
     )
 
 
