@@ -206,6 +206,17 @@ def test_repeat_over_actors_equals_repeat_in_process(ray_cluster: Any, capsys) -
     assert spread["runs"] == 5 and not spread["cancelled"]
 
 
+@pytest.mark.model
+def test_more_actors_than_the_cluster_holds_are_refused(
+    ray_cluster: Any, three_prompts: Path, tmp_path: Path, capsys
+) -> None:
+    report = tmp_path / "report"
+    assert main([*suite_args(three_prompts, report), "--ray", "--ray-actors", "3"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "--ray-actors 3 at 1 CPU each needs 3 CPUs, and the Ray cluster offers 2" in line
+    assert not list((report / "sessions").rglob("*.jsonl"))
+
+
 RAY_HIDDEN = "import sys; sys.modules['ray'] = None; from specdiff.cli import main; "
 
 

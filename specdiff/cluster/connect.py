@@ -53,7 +53,15 @@ def disconnect(cluster: Cluster) -> None:
 
 
 def actor_count(cluster: Cluster, cpus_per_actor: int, asked: int | None) -> int:
-    """--ray-actors, else as many actors as the cluster's CPUs hold at `cpus_per_actor`."""
+    """--ray-actors, else as many actors as the cluster's CPUs hold at `cpus_per_actor`.
+    More than it holds are refused: the ones left waiting for CPUs would hold up the
+    others, which start units only once every actor has loaded."""
+    held = cluster.cpus // cpus_per_actor
+    if asked is not None and asked > held:
+        raise SpecdiffError(
+            f"--ray-actors {asked} at {cpus_per_actor} CPU each needs {asked * cpus_per_actor} "
+            f"CPUs, and the Ray cluster offers {cluster.cpus}: ask for at most {held}"
+        )
     if asked is not None:
         return asked
     if cluster.cpus < cpus_per_actor:
