@@ -256,3 +256,35 @@ def test_ray_settings_without_ray_are_refused(
     assert main([*suite_args(three_prompts, report), *extra]) == 2
     assert words in capsys.readouterr().err
     assert not report.exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--batch", "4"], "--batch runs every run in one KV memory; drop --batch or --ray"),
+        (["--companions", "0,1"], "--ray runs one --companions value; sweep without --ray"),
+        (
+            ["--endpoint", "http://127.0.0.1:9"],
+            "--ray runs in-process repeats; a server repeat drops --ray",
+        ),
+    ],
+)
+def test_repeat_modes_that_need_their_runs_in_one_place_refuse_ray(
+    extra: list[str], words: str, capsys
+) -> None:
+    assert main(["repeat", "--prompt", "hi", "-n", "2", "--ray", *extra]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert words in line
+
+
+def test_a_ray_suite_with_concurrency_is_refused(
+    three_prompts: Path, tmp_path: Path, capsys
+) -> None:
+    report = tmp_path / "report"
+    server = ["--both", "backend=server", "--both", "endpoint=http://127.0.0.1:9"]
+    plain = [arg if arg != PAIR else "ubatch" for arg in suite_args(three_prompts, report)]
+    arguments = [*plain, *server, "--concurrency", "2", "--ray"]
+    assert main(arguments) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "--ray runs units side by side on its actors (--ray-actors); drop --concurrency" in line
+    assert not list(report.rglob("*.jsonl"))
