@@ -217,6 +217,22 @@ def test_more_actors_than_the_cluster_holds_are_refused(
     assert not list((report / "sessions").rglob("*.jsonl"))
 
 
+@pytest.mark.model
+def test_a_pair_that_will_not_load_on_an_actor_is_skipped_as_in_process(
+    ray_cluster: Any, three_prompts: Path, tmp_path: Path, capsys
+) -> None:
+    report = tmp_path / "report"
+    loud = [arg for arg in suite_args(three_prompts, report) if arg != "--quiet"]
+    missing = str(tmp_path / "missing.gguf")
+    assert main([*loud, "--both", f"model={missing}", "--ray"]) == 1
+    err = capsys.readouterr().err
+    assert f"skipped {PAIR}: model file not found: {missing}" in err
+    assert "Traceback" not in err
+    # the actors that tried are gone with the pair: none is left to the next one
+    names = [a["name"] for a in ray_cluster.util.list_named_actors(all_namespaces=True)]
+    assert not [name for name in names if name.startswith("specdiff-")]
+
+
 RAY_HIDDEN = "import sys; sys.modules['ray'] = None; from specdiff.cli import main; "
 
 

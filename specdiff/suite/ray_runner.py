@@ -92,7 +92,11 @@ class RayPairRunner:
         """The prompt last tokenized: a fresh actor tokenizes it again, so that its
         lanes check their own ids of it."""
         self._loud = True
-        self._call(lambda: None)  # the first actor, saying what it loads
+        try:
+            self._call(lambda: None)  # the first actor, saying what it loads
+        except BaseException:
+            self.close()  # a pair that will not load leaves no actor behind
+            raise
 
     def _call(self, call: Callable[[], Any]) -> Any:
         """`call()` (which uses `self.actor`) on a live actor: one started with the pair
