@@ -304,3 +304,12 @@ def test_a_ray_suite_with_concurrency_is_refused(
     [line] = capsys.readouterr().err.strip().splitlines()
     assert "--ray runs units side by side on its actors (--ray-actors); drop --concurrency" in line
     assert not list(report.rglob("*.jsonl"))
+
+
+def test_prompts_taken_as_the_address_are_named_in_one_line(tmp_path: Path, capsys) -> None:
+    report = tmp_path / "report"
+    assert main(["suite", "--ray", "coding", "--report", str(report)]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "--ray took 'coding' as the cluster's address" in line
+    assert "specdiff suite coding --ray" in line
+    assert not report.exists()

@@ -55,6 +55,12 @@ def check_ray_options(args: argparse.Namespace) -> None:
         if given:
             raise ArgumentError(f"{', '.join(given)} sets how --ray runs: add --ray")
         return
+    if args.ray and getattr(args, "prompts", "") is None and not getattr(args, "resume", False):
+        raise ArgumentError(
+            f"--ray took {args.ray!r} as the cluster's address, and no PROMPTS are left: "
+            f"give PROMPTS before --ray (specdiff suite {args.ray} --ray), or the address "
+            "as --ray=ADDRESS"
+        )
     from specdiff.cluster import import_ray
 
     import_ray()
