@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import partial
@@ -174,7 +174,27 @@ def repeat(
     cancel = cancel or threading.Event()
     result = RepeatResult(lane, prompt, max_tokens, max_companions, [], [])
     with _local_lane(lane, max_companions, progress, cancel) as batched:
-        _beside_companions(batched, result, runs, False, on_run, cancel)
+        _beside_companions(batched, result, range(runs), False, on_run, cancel)
+    return result
+
+
+def repeat_numbers(
+    lane: Lane,
+    prompt: str,
+    numbers: Sequence[int],
+    max_companions: int,
+    max_tokens: int,
+    on_run: Callable[[int, BatchedRun], None] | None = None,
+    progress: Callable[[str], None] | None = None,
+    cancel: threading.Event | None = None,
+) -> RepeatResult:
+    """Only the runs numbered `numbers` of `repeat` (each beside the companions its number
+    gives it), in that order: a share of the runs, for one of several machines."""
+    check_repeat(lane, prompt, max(len(numbers), 1), max_companions, max_tokens)
+    cancel = cancel or threading.Event()
+    result = RepeatResult(lane, prompt, max_tokens, max_companions, [], [])
+    with _local_lane(lane, max_companions, progress, cancel) as batched:
+        _beside_companions(batched, result, numbers, False, on_run, cancel)
     return result
 
 
@@ -198,7 +218,7 @@ def sweep_companions(
         for value in values:
             result = RepeatResult(lane, prompt, max_tokens, value, [], [])
             results.append(result)
-            _beside_companions(batched, result, runs, True, on_run, cancel)
+            _beside_companions(batched, result, range(runs), True, on_run, cancel)
             if result.cancelled:
                 break
     return results
@@ -207,16 +227,16 @@ def sweep_companions(
 def _beside_companions(
     batched: BatchedLane,
     result: RepeatResult,
-    runs: int,
+    numbers: Sequence[int],
     exact: bool,
     on_run: Callable[[int, BatchedRun], None] | None,
     cancel: threading.Event,
 ) -> None:
-    """Decode the result's prompt `runs` times, each run beside its companions."""
+    """Decode the result's prompt once per run number, each run beside its companions."""
     pool = load_prompts(COMPANION_SET)
     tokens = batched.tokenize(result.prompt)
     companion_tokens = [batched.tokenize(item["prompt"]) for item in pool]
-    for number in range(runs):
+    for number in numbers:
         if cancel.is_set():
             result.cancelled = True
             return

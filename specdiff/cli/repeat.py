@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specdiff.cli import options
+from specdiff.cli.cluster import add_ray_options, check_ray_options, cpus_of, joined
 from specdiff.cli.common import (
     ArgumentError,
     Exit,
@@ -84,6 +85,7 @@ def add_parser(commands: Subcommands) -> None:
         action="store_true",
         help="refused: every run of repeat is lane a again, so the runs are each other's control",
     )
+    add_ray_options(parser)
     options.add_json_summary(parser)
     options.add_quiet(parser)
 
@@ -157,6 +159,7 @@ def command_repeat(args: argparse.Namespace) -> int:
             "runs are each other's control; for the noise floor without the load, sweep "
             "down to it (--companions 0,3 or --concurrency 1,4)"
         )
+    check_ray_options(args)
     lane = repeat_lane(args)
     if lane.chat:
         raise ArgumentError(
@@ -173,6 +176,8 @@ def command_repeat(args: argparse.Namespace) -> int:
         check_batch(lane, args.batch, args.max_tokens)
     if args.plot is not None:
         check_plot(Path(args.plot))
+    if args.ray is not None:
+        check_ray_repeat(args, served, values)
     where = without_credentials(lane.endpoint)
     status = Status(sys.stderr, not args.quiet)
     status.message(opening_line(args, values, where, served))
@@ -182,7 +187,9 @@ def command_repeat(args: argparse.Namespace) -> int:
     doing = "repeating the prompt" + (f" against {where}" if served else "")
     data: RepeatSummary | SweepSummary
     with interrupt_sets(cancel):
-        if len(values) > 1:
+        if args.ray is not None:
+            data = ray_repeat(args, lane, prompt, values[0], bar, cancel, status)
+        elif len(values) > 1:
             sweep = (lane, prompt, args.runs, values, args.max_tokens)
             data = call_in_worker(run_sweep, sweep, events, cancel, doing=doing)
         else:
@@ -190,6 +197,36 @@ def command_repeat(args: argparse.Namespace) -> int:
             data = call_in_worker(run_repeat, one, events, cancel, doing=doing)
     status.done()
     return report(args, data)
+
+
+def check_ray_repeat(args: argparse.Namespace, served: bool, values: list[int]) -> None:
+    """--ray shares a plain in-process repeat's runs among actors: the other modes each
+    need their runs in one place (one batch, one server's load, one sweep's context)."""
+    if served:
+        raise ArgumentError("--ray runs in-process repeats; a server repeat drops --ray")
+    if args.batch is not None:
+        raise ArgumentError("--batch runs every run in one KV memory; drop --batch or --ray")
+    if len(values) > 1:
+        raise ArgumentError("--ray runs one --companions value; sweep without --ray")
+
+
+def ray_repeat(
+    args: argparse.Namespace,
+    lane: Lane,
+    prompt: str,
+    width: int,
+    bar: RunProgress,
+    cancel: threading.Event,
+    status: Status,
+) -> RepeatSummary:
+    """The repeat's runs shared among the actors of the cluster --ray names."""
+    from specdiff.cluster.repeat import repeat_on_cluster  # deferred: Ray loads only here
+
+    with joined(args, status.message) as (_, actors):
+        return repeat_on_cluster(
+            lane, prompt, args.runs, width, args.max_tokens, actors, cpus_of(args),
+            bar.ended, cancel, status.message,
+        )  # fmt: skip
 
 
 def check_plot(path: Path) -> None:

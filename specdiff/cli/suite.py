@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specdiff.cli import options
+from specdiff.cli.cluster import add_ray_options, check_ray_options, suite_runners
 from specdiff.cli.common import (
     ArgumentError,
     Exit,
@@ -80,6 +81,7 @@ def add_parser(commands: Subcommands) -> None:
     options.add_stop(suite)
     add_grading_options(suite)
     add_load_options(suite)
+    add_ray_options(suite)
     suite.add_argument("--resume", action="store_true", help="continue a stopped suite in DIR")
     suite.add_argument("--force", action="store_true", help="replace the report in DIR")
     options.add_allow_servers(suite)
@@ -170,6 +172,7 @@ def command_suite(args: argparse.Namespace) -> int:
     from specdiff.suite.settings import check_resume
 
     check_limits(args.max_tokens, args.near_tie)
+    check_ray_options(args)
     given, prompts, skipped = given_suite(args)
     report_dir = chosen_report_dir(args.report, args.resume, given)
     allowed = args.allow_servers  # the server lanes a suite.json names, on a resume
@@ -180,6 +183,7 @@ def command_suite(args: argparse.Namespace) -> int:
         prompts, skipped = load_suite_prompts(settings.source, args.skip_bad)
         prompts = select_prompts(prompts, settings.ids, settings.limit, settings.source)
         check_resume(read_suite_file(report_dir), None, prompts, report_dir)
+    check_ray_load(args, settings)
     write_settings(report_dir, settings, prompts)
     status = Status(sys.stderr, not args.quiet)
     announce(status, settings, prompts, skipped, report_dir)
@@ -191,22 +195,32 @@ def command_suite(args: argparse.Namespace) -> int:
             status.message(run.line())
 
     cancel, drain = threading.Event(), threading.Event()
-    runner = SuiteRun(
-        settings,
-        prompts,
-        report_dir,
-        skipped,
-        log.show,
-        status.message,
-        cancel,
-        on_finished,
-        drain,
-        score_kld=not args.no_kld,
-    )
-    with draining_interrupts(drain, cancel):
+    with suite_runners(args, cancel, status.message) as runners, draining_interrupts(drain, cancel):
+        runner = SuiteRun(
+            settings,
+            prompts,
+            report_dir,
+            skipped,
+            log.show,
+            status.message,
+            cancel,
+            on_finished,
+            drain,
+            score_kld=not args.no_kld,
+            runners=runners,
+        )
         outcome = runner.run()
     status.done()
     return suite_exit(outcome, report_dir)
+
+
+def check_ray_load(args: argparse.Namespace, settings: SuiteSettings) -> None:
+    """--ray runs its units side by side on actors; --concurrency (server lanes' requests
+    in flight from this process) does not go with it."""
+    if args.ray is not None and settings.concurrency > 1:
+        raise ArgumentError(
+            "--ray runs units side by side on its actors (--ray-actors); drop --concurrency"
+        )
 
 
 def chosen_report_dir(report: str | None, resume: bool, given: SuiteSettings | None) -> Path:

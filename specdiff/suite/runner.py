@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from specdiff.errors import SpecdiffError
 from specdiff.lanes import Pair
@@ -48,12 +48,8 @@ from specdiff.suite.progress import FinishedRun, Progress, Tally, duration
 from specdiff.suite.prompts import SuitePrompt
 from specdiff.suite.records import PromptRecord, lane_serving, read_record, unreadable_record
 from specdiff.suite.restarts import Restart, restart_of
-from specdiff.suite.runners import Runners
+from specdiff.suite.runners import PairRunner, Runners, UnitRunners
 from specdiff.suite.settings import SuiteSettings
-
-if TYPE_CHECKING:
-    from specdiff.engine.pairrun import PairRun
-    from specdiff.engine.worker import PairWorker
 
 # a caller of SuiteRun reads its progress from these records too
 __all__ = ["FinishedRun", "Progress", "PromptSkipped", "SuiteRun", "duration"]
@@ -71,7 +67,7 @@ class _Variant:
     label: str
     pair: Pair
     quant: str
-    runner: PairWorker | PairRun | None
+    runner: PairRunner | None
     """None until it has loaded, and where it would not."""
 
 
@@ -90,6 +86,7 @@ class SuiteRun:
         on_finished: Callable[[FinishedRun], None] | None = None,
         drain: threading.Event | None = None,
         score_kld: bool = True,
+        runners: UnitRunners | None = None,
     ) -> None:
         self.settings = settings
         self.score_kld = score_kld
@@ -107,7 +104,9 @@ class SuiteRun:
         self.drain = drain or threading.Event()
         """Start no new run; those in flight finish."""
         self._drain_noted = False
-        self.runners = Runners(settings.concurrency, self.cancel)
+        self.runners: UnitRunners = runners or Runners(settings.concurrency, self.cancel)
+        """What runs the prompts: here (worker processes, or threads with --concurrency),
+        or on a cluster's actors."""
         self.skipped_runs = 0
         """Runs that could not start (a prompt too long, a pair that would not load)."""
         self.unloaded: list[str] = []
@@ -190,7 +189,7 @@ class SuiteRun:
         once, each on a runner of its own; True when the suite was stopped."""
         self.on_message(f"{label}: {pair.description or pair.name}")
         queue = _Pending(deque(pending))
-        slots = min(self.settings.concurrency, len(pending))
+        slots = min(self.runners.slots, len(pending))
         # no run starts before every runner has loaded: the load is N from the first run
         loaded = threading.Barrier(slots)
         helpers = [
@@ -315,7 +314,7 @@ class SuiteRun:
         pending: Callable[[], list[SuitePrompt]],
         tally: Tally,
         loud: bool = True,
-    ) -> PairWorker | PairRun | None:
+    ) -> PairRunner | None:
         """A runner with the pair loaded; None, with the `pending` prompts skipped, when
         the pair will not load (or its worker crashes loading it): the other pairs still
         can."""

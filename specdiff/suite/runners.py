@@ -10,15 +10,55 @@ quick; an in-process lane's llama.cpp loads in the worker process only.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from specdiff.lanes import Pair
+from specdiff.results import PairResult
+from specdiff.steps import TokenStep
 
 if TYPE_CHECKING:
     from specdiff.engine.llama.context import ModelPool
     from specdiff.engine.pairrun import PairRun
     from specdiff.engine.worker import PairWorker
+
+
+class PairRunner(Protocol):
+    """One pair loaded, running one prompt at a time: PairWorker's interface."""
+
+    @property
+    def build(self) -> dict[str, str]: ...
+
+    def tokenize(self, prompt: str) -> list[int]: ...
+
+    def check(self, tokens: Sequence[int], max_tokens: int) -> None: ...
+
+    def executed(self) -> dict[str, dict[str, Any]]: ...
+
+    def run(
+        self,
+        prompt: str,
+        max_tokens: int,
+        stop: Sequence[str] = (),
+        near_tie: float = ...,
+        on_step: Callable[[TokenStep], None] | None = None,
+        teacher_forced: bool = False,
+        control: bool = False,
+    ) -> PairResult: ...
+
+    def close(self) -> None: ...
+
+
+class UnitRunners(Protocol):
+    """What SuiteRun runs a pair's prompts on: up to `slots` runners at once, each made
+    by `new` (PairWorker's interface), all of them ended by `release` once the pair's
+    runs are over. `Runners` runs them on this machine; a cluster's runners elsewhere."""
+
+    slots: int
+
+    def new(self, pair: Pair, progress: Callable[[str], None]) -> PairRunner: ...
+
+    def release(self) -> None: ...
 
 
 class Runners:
@@ -27,6 +67,7 @@ class Runners:
 
     def __init__(self, concurrency: int, cancel: threading.Event) -> None:
         self.concurrency = concurrency
+        self.slots = concurrency
         self.cancel = cancel
         self._loading = threading.Lock()
         self._models: ModelPool | None = None
