@@ -26,6 +26,7 @@ from specdiff.cli.common import (
     known_pairs,
     resolve_pair,
 )
+from specdiff.cli.suite_shards import add_shard_options, given_shard, record_shard
 from specdiff.errors import printable
 from specdiff.grading import DEFAULT_TIMEOUT as DEFAULT_GRADE_TIMEOUT
 from specdiff.grading import MAX_TIMEOUT as MAX_GRADE_TIMEOUT
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from specdiff.suite.progress import Progress
     from specdiff.suite.prompts import SuitePrompt
     from specdiff.suite.settings import SuiteSettings
+    from specdiff.suite.shards import Shard
 
 LOG_SECONDS = 60.0
 """How often a suite whose stderr is no terminal logs its progress figures."""
@@ -80,6 +82,7 @@ def add_parser(commands: Subcommands) -> None:
     options.add_stop(suite)
     add_grading_options(suite)
     add_load_options(suite)
+    add_shard_options(suite)
     suite.add_argument("--resume", action="store_true", help="continue a stopped suite in DIR")
     suite.add_argument("--force", action="store_true", help="replace the report in DIR")
     options.add_allow_servers(suite)
@@ -168,10 +171,14 @@ def command_suite(args: argparse.Namespace) -> int:
     from specdiff.suite.prompts import load_suite_prompts, select_prompts
     from specdiff.suite.runner import FinishedRun, SuiteRun
     from specdiff.suite.settings import check_resume
+    from specdiff.suite.shards import resumed_shard
 
     check_limits(args.max_tokens, args.near_tie)
+    shard = given_shard(args)
     given, prompts, skipped = given_suite(args)
     report_dir = chosen_report_dir(args.report, args.resume, given)
+    if args.resume:
+        shard = resumed_shard(report_dir, shard)
     allowed = args.allow_servers  # the server lanes a suite.json names, on a resume
     settings = prepare_report_dir(report_dir, given, prompts, args.resume, args.force, allowed)
     if given is None:
@@ -181,8 +188,10 @@ def command_suite(args: argparse.Namespace) -> int:
         prompts = select_prompts(prompts, settings.ids, settings.limit, settings.source)
         check_resume(read_suite_file(report_dir), None, prompts, report_dir)
     write_settings(report_dir, settings, prompts)
+    if shard is not None:
+        record_shard(report_dir, shard, settings, prompts)
     status = Status(sys.stderr, not args.quiet)
-    announce(status, settings, prompts, skipped, report_dir)
+    announce(status, settings, prompts, skipped, report_dir, shard)
     log = ProgressLog(status)
 
     def on_finished(run: FinishedRun) -> None:
@@ -202,6 +211,7 @@ def command_suite(args: argparse.Namespace) -> int:
         on_finished,
         drain,
         score_kld=not args.no_kld,
+        shard=shard,
     )
     with draining_interrupts(drain, cancel):
         outcome = runner.run()
@@ -316,6 +326,7 @@ def announce(
     prompts: list[SuitePrompt],
     skipped: list[str],
     report_dir: Path,
+    shard: Shard | None = None,
 ) -> None:
     """What the suite will do, before the first run: skipped lines, the size of the work,
     and that model-written code runs where it does."""
@@ -325,7 +336,9 @@ def announce(
     status.message(
         f"suite: {len(prompts)} prompts x {len(variants)} pair"
         f"{'s' if len(variants) > 1 else ''} ({', '.join(v[0] for v in variants)}), up to "
-        f"{settings.max_tokens} tokens per lane -> {report_dir}"
+        f"{settings.max_tokens} tokens per lane"
+        + ("" if shard is None else f", shard {shard} of the runs")
+        + f" -> {report_dir}"
     )
     if settings.executes_code(prompts):
         # deferred: the sandbox module loads only for a graded suite
