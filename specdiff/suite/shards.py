@@ -170,9 +170,7 @@ def _checked(index: int, count: int, given: str) -> Shard:
     if not 1 <= count <= MAX_SHARDS:
         raise SuiteError(f"{given}: the number of shards must be from 1 to {MAX_SHARDS}")
     if not 1 <= index <= count:
-        raise SuiteError(
-            f"{given}: shard {index} of {count} does not exist; shards run 1 to {count}"
-        )
+        raise SuiteError(f"{given}: there is no shard {index} of {count}; shards run 1 to {count}")
     return Shard(index, count)
 
 
