@@ -193,6 +193,12 @@ def test_merge_refuses_shards_of_different_suites(tmp_path: Path, capsys) -> Non
     other_tokens = make_shard(tmp_path / "t2", Shard(2, 2), prompts, max_tokens=9)
     err = merge(capsys, one, other_tokens, out=tmp_path / "out")
     assert "the shards ran different configurations" in err and "max tokens" in err
+    threads = make_shard(tmp_path / "w2", Shard(2, 2), prompts)
+    stored = json.loads((threads / "suite.json").read_text(encoding="utf-8"))
+    stored["pairs"][0]["b"]["threads"] += 1  # as on a machine with another core count
+    (threads / "suite.json").write_text(json.dumps(stored), encoding="utf-8")
+    err = merge(capsys, one, threads, out=tmp_path / "out")
+    assert f"differ in pairs ({PAIR} lane b threads:" in err
     other_prompts = make_shard(tmp_path / "u2", Shard(2, 2), write_prompts(tmp_path / "q", 7))
     err = merge(capsys, one, other_prompts, out=tmp_path / "out")
     assert "the shards ran different prompt sets" in err

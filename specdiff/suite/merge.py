@@ -102,13 +102,35 @@ def check_same_suite(shards: Sequence[ShardFolder]) -> None:
             )
         for key in RESUMED_KEYS:
             default = RESUMED_DEFAULTS.get(key)
-            if first.suite.get(key, default) != other.suite.get(key, default):
+            ours, theirs = first.suite.get(key, default), other.suite.get(key, default)
+            if ours != theirs:
                 raise SuiteError(
                     f"the shards ran different configurations: {pair} differ in "
-                    f"{key.replace('_', ' ')}; run every shard with the same options"
+                    f"{_difference(key, ours, theirs)}; run every shard with the same options"
                 )
         if first.record["suite_sha256"] != other.record["suite_sha256"]:
             raise SuiteError(f"the shards are of different suites: {pair} (suite_sha256)")
+
+
+def _difference(key: str, ours: object, theirs: object) -> str:
+    """The setting two shards differ in, down to a lane's key where both name the same
+    pairs (a lane's default threads follow the machine's cores)."""
+    shown = key.replace("_", " ")
+    if key != "pairs" or not isinstance(ours, list) or not isinstance(theirs, list):
+        return shown
+    for one, other in zip(ours, theirs):
+        for lane in ("a", "b"):
+            mine, yours = _lane(one, lane), _lane(other, lane)
+            changed = next((k for k in mine if mine[k] != yours.get(k)), None)
+            if changed is not None:
+                where = f"{printable(str(one.get('name')), 60)} lane {lane} {changed}"
+                return f"pairs ({where}: {mine[changed]!r} vs {yours.get(changed)!r})"
+    return shown
+
+
+def _lane(pair: object, lane: str) -> dict[str, Any]:
+    table = pair.get(lane) if isinstance(pair, dict) else None
+    return table if isinstance(table, dict) else {}
 
 
 def check_every_shard(shards: Sequence[ShardFolder]) -> None:
