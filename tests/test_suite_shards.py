@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -300,8 +301,13 @@ def test_three_shards_merged_report_what_the_whole_suite_does(
     folders = [tmp_path / f"shard{n}" for n in (1, 2, 3)]
     for number, folder in enumerate(folders, start=1):
         assert main([*suite, "--report", str(folder), "--shard", f"{number}/3"]) == 0
-    # a finished shard resumes on its own, running nothing again
-    assert main(["suite", "--resume", "--report", str(folders[0]), "--quiet"]) == 0
+    # a finished shard resumes on its own, reading every run back and running none
+    again = tmp_path / "again"
+    shutil.copytree(folders[0], again)
+    assert main(["suite", "--resume", "--report", str(again), "--quiet"]) == 0
+    resumed = json.loads((again / "report.json").read_text(encoding="utf-8"))
+    assert resumed["resumed"] == resumed["jobs"] == resumed["finished"]
+    assert len(json.loads((again / "shard.json").read_text())["machines"]) == 2
     assert main([*suite, "--report", str(tmp_path / "whole")]) == 0
     out = tmp_path / "merged"
     assert main(["suite", "merge", *map(str, folders), "--report", str(out)]) == 0
@@ -318,5 +324,4 @@ def test_three_shards_merged_report_what_the_whole_suite_does(
     [(kind, counts)] = section["forks_by_cpu"][PAIR].items()
     assert counts == {"runs": 4, "forked": sum(f is not None for f in forks.values())}
     assert section["fork_rate_differs"] == []
-    assert len(json.loads((folders[0] / "shard.json").read_text())["machines"]) == 2
     assert "## Shards and their machines" in (out / "report.md").read_text(encoding="utf-8")

@@ -171,14 +171,11 @@ def command_suite(args: argparse.Namespace) -> int:
     from specdiff.suite.prompts import load_suite_prompts, select_prompts
     from specdiff.suite.runner import FinishedRun, SuiteRun
     from specdiff.suite.settings import check_resume
-    from specdiff.suite.shards import resumed_shard
 
     check_limits(args.max_tokens, args.near_tie)
-    shard = given_shard(args)
     given, prompts, skipped = given_suite(args)
     report_dir = chosen_report_dir(args.report, args.resume, given)
-    if args.resume:
-        shard = resumed_shard(report_dir, shard)
+    shard = given_shard(args, report_dir)
     allowed = args.allow_servers  # the server lanes a suite.json names, on a resume
     settings = prepare_report_dir(report_dir, given, prompts, args.resume, args.force, allowed)
     if given is None:
@@ -188,8 +185,7 @@ def command_suite(args: argparse.Namespace) -> int:
         prompts = select_prompts(prompts, settings.ids, settings.limit, settings.source)
         check_resume(read_suite_file(report_dir), None, prompts, report_dir)
     write_settings(report_dir, settings, prompts)
-    if shard is not None:
-        record_shard(report_dir, shard, settings, prompts)
+    record_shard(report_dir, shard, settings, prompts)
     status = Status(sys.stderr, not args.quiet)
     announce(status, settings, prompts, skipped, report_dir, shard)
     log = ProgressLog(status)

@@ -36,22 +36,27 @@ def add_shard_options(suite: argparse.ArgumentParser) -> None:
     )
 
 
-def given_shard(args: argparse.Namespace) -> Shard | None:
-    """The shard --shard names (None: the whole suite); a bad value is refused before
-    anything is read or written."""
-    from specdiff.suite.shards import parse_shard
+def given_shard(args: argparse.Namespace, report_dir: Path) -> Shard | None:
+    """The shard --shard names, or a resumed folder holds (None: the whole suite); a bad
+    value, or one that is not the resumed folder's, is refused before anything is
+    written."""
+    from specdiff.suite.shards import parse_shard, resumed_shard
 
-    if args.shard is None:
-        if args.shards is not None:
-            raise ArgumentError("--shards N goes with --shard auto; add it, or drop --shards")
-        return None
-    return parse_shard(args.shard, args.shards, os.environ)
+    shard = None
+    if args.shard is not None:
+        shard = parse_shard(args.shard, args.shards, os.environ)
+    elif args.shards is not None:
+        raise ArgumentError("--shards N goes with --shard auto; add it, or drop --shards")
+    return resumed_shard(report_dir, shard) if args.resume else shard
 
 
 def record_shard(
-    report_dir: Path, shard: Shard, settings: SuiteSettings, prompts: list[SuitePrompt]
+    report_dir: Path, shard: Shard | None, settings: SuiteSettings, prompts: list[SuitePrompt]
 ) -> None:
-    """shard.json: which shard of which suite the folder holds, and this machine."""
+    """shard.json: which shard of which suite the folder holds, and this machine (nothing
+    for a whole suite)."""
+    if shard is None:
+        return
     from specdiff.suite.shards import (
         prompts_by_label,
         start_shard_file,
