@@ -239,6 +239,22 @@ def test_merge_names_the_runs_a_stopped_shard_lacks(tmp_path: Path, capsys) -> N
     err = merge(capsys, *folders, out=tmp_path / "out")
     assert re.search(r"shard 1/2 \(.*s1\) lacks \d+ of its runs \(ubatch p\d", err), err
     assert f"specdiff suite --resume --report {folders[0]}" in err
+    # a shard that ended may lack only the runs it could not start, as its report says
+    for folder in folders:
+        units = json.loads((folder / "shard.json").read_text())["units"]
+        ended = {"complete": True, "jobs": units, "finished": units, "skipped_prompts": []}
+        (folder / "report.json").write_text(json.dumps(ended), encoding="utf-8")
+    err = merge(capsys, *folders, out=tmp_path / "out")
+    assert re.search(r"shard 1/2 \(.*s1\) lacks \d+ of its runs", err), err
+    for folder in folders:
+        report = json.loads((folder / "report.json").read_text())
+        skipped = [f"{PAIR}: p{n}: too long" for n in range(report["jobs"])]
+        report.update(finished=0, skipped_prompts=skipped)
+        (folder / "report.json").write_text(json.dumps(report), encoding="utf-8")
+    assert main(["suite", "merge", *map(str, folders), "--report", str(tmp_path / "out")]) == 0
+    merged = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert (merged["jobs"], merged["finished"], merged["complete"]) == (6, 0, True)
+    assert len(merged["skipped_prompts"]) == len(set(merged["skipped_prompts"]))
 
 
 def test_a_shard_resumes_as_itself(tmp_path: Path, capsys) -> None:

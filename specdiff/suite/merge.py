@@ -154,35 +154,44 @@ def check_every_shard(shards: Sequence[ShardFolder]) -> None:
 
 def check_units(shards: Sequence[ShardFolder], units: Sequence[SuiteUnit]) -> None:
     """Refuse a run found in a shard it is not part of (so in two folders), and a shard
-    that stopped before all its runs were written."""
+    whose finished runs are fewer than it says: one stopped before all were written, or
+    whose files went since (a shard that ended may lack only the runs it skipped)."""
     count = shards[0].shard.count
     by_index = {shard.shard.index: shard for shard in shards}
-    lacking: dict[int, list[str]] = {}
+    lacking: dict[int, list[str]] = {index: [] for index in by_index}
     for unit in units:
         owner = shard_of(unit.key, count)
         for shard in shards:
-            there = _held(shard.folder, unit)
-            if there and shard.shard.index != owner:
+            if shard.shard.index != owner and _held(shard.folder, unit):
                 raise SuiteError(
                     f"{unit.label} {unit.prompt.id} is in {shard.folder} (shard {shard.shard}) "
                     f"and belongs to shard {owner}/{count} ({by_index[owner].folder}): a run "
                     "duplicated; remove its session file from the wrong folder"
                 )
-            if not there and shard.shard.index == owner and not shard.complete:
-                lacking.setdefault(owner, []).append(f"{unit.label} {unit.prompt.id}")
+        if not session_path(by_index[owner].folder, unit.label, unit.prompt).exists():
+            lacking[owner].append(f"{unit.label} {unit.prompt.id}")
     for index, names in sorted(lacking.items()):
         shard = by_index[index]
-        shown = ", ".join(names[:NAMED]) + (
-            f" and {len(names) - NAMED} more" if len(names) > NAMED else ""
-        )
-        raise SuiteError(
-            f"shard {shard.shard} ({shard.folder}) lacks {len(names)} of its runs ({shown}): "
-            f"finish it with specdiff suite --resume --report {shard.folder}"
-        )
+        if names and len(names) > _skipped_runs(shard):
+            more = len(names) - NAMED
+            shown = ", ".join(names[:NAMED]) + (f" and {more} more" if more > 0 else "")
+            raise SuiteError(
+                f"shard {shard.shard} ({shard.folder}) lacks {len(names)} of its runs "
+                f"({shown}): finish it with specdiff suite --resume --report {shard.folder}"
+            )
+
+
+def _skipped_runs(shard: ShardFolder) -> int:
+    """The runs a shard that ended could not start (its report's jobs less those it
+    recorded); none for a shard that did not end."""
+    if not shard.complete or shard.report is None:
+        return 0
+    jobs, finished = shard.report.get("jobs"), shard.report.get("finished")
+    return jobs - finished if isinstance(jobs, int) and isinstance(finished, int) else 0
 
 
 def _held(folder: Path, unit: SuiteUnit) -> bool:
-    """Whether a shard folder holds a session file of the unit, whole or cut short."""
+    """Whether a shard folder holds a session file of the unit, finished or cut short."""
     path = session_path(folder, unit.label, unit.prompt)
     return path.exists() or path.with_name(f"{unit.prompt.file_stem}{PARTIAL_SUFFIX}").exists()
 
