@@ -29,6 +29,7 @@ import pytest
 
 from specdiff.cli import build_parser
 from specdiff.cli.session_arg import session_path
+from specdiff.cli.suite_merge import merge_arguments
 from specdiff.errors import SpecdiffError
 from specdiff.sessions.store import session_name
 from tests.conftest import ROOT
@@ -85,7 +86,8 @@ def parsed(command: Command) -> argparse.Namespace:
     arguments = command.words[1:]
     if not arguments or arguments[0].startswith("--"):
         arguments = ["live", *arguments]  # as main() does: the bare command is the TUI
-    return build_parser().parse_args(arguments)
+    # as main() does: `suite merge` is the merge command, not a suite of prompts "merge"
+    return build_parser().parse_args(merge_arguments(arguments))
 
 
 ALL = [command for page in PAGES for command in commands(page)]
@@ -191,7 +193,7 @@ def test_every_page_names_sessions_that_are_there(checkout: Path, saved: int) ->
 def written_by(command: Command) -> Path | None:
     """The report folder or file a command writes, where it names one."""
     args = parsed(command)
-    if command.name == "suite" and not args.resume:
+    if command.name == "suite" and not getattr(args, "resume", False):  # merge: no resume
         return Path(args.report)
     if command.name == "export" and args.output not in (None, "-"):
         return Path(args.output)

@@ -30,6 +30,7 @@ from specdiff.cli import (
     serve_pair,
     sessions,
     suite,
+    suite_merge,
     verify,
 )
 from specdiff.cli.common import CommandParser, Exit
@@ -47,6 +48,7 @@ COMMANDS = (
     explain,
     export,
     suite,
+    suite_merge,
     score,
     repeat,
     certify,
@@ -89,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ):
             # The bare command (with options) opens the TUI.
             arguments = ["live", *arguments]
-        args = parser.parse_args(arguments)
+        args = parser.parse_args(suite_merge.merge_arguments(arguments))
         handler = getattr(args, "handler", None)
         if handler is None:
             parser.print_help()

@@ -78,9 +78,7 @@ class CommandParser(argparse.ArgumentParser):
             (file or sys.stderr).write(message)
 
 
-_INVALID_CHOICE = re.compile(
-    r"invalid choice: '(?P<value>[^']*)' \(choose from (?P<choices>.*)\)$"
-)
+_INVALID_CHOICE = re.compile(r"invalid choice: '(?P<value>[^']*)' \(choose from (?P<choices>.*)\)$")
 
 
 def with_suggestion(message: str) -> str:

@@ -27,6 +27,7 @@ from specdiff.cli.common import (
     known_pairs,
     resolve_pair,
 )
+from specdiff.cli.suite_shards import add_shard_options, given_shard, record_shard
 from specdiff.errors import printable
 from specdiff.grading import DEFAULT_TIMEOUT as DEFAULT_GRADE_TIMEOUT
 from specdiff.grading import MAX_TIMEOUT as MAX_GRADE_TIMEOUT
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from specdiff.suite.progress import Progress
     from specdiff.suite.prompts import SuitePrompt
     from specdiff.suite.settings import SuiteSettings
+    from specdiff.suite.shards import Shard
 
 LOG_SECONDS = 60.0
 """How often a suite whose stderr is no terminal logs its progress figures."""
@@ -82,6 +84,7 @@ def add_parser(commands: Subcommands) -> None:
     add_grading_options(suite)
     add_load_options(suite)
     add_ray_options(suite)
+    add_shard_options(suite)
     suite.add_argument("--resume", action="store_true", help="continue a stopped suite in DIR")
     suite.add_argument("--force", action="store_true", help="replace the report in DIR")
     options.add_allow_servers(suite)
@@ -166,27 +169,25 @@ def command_suite(args: argparse.Namespace) -> int:
     """Exit 0 when every run finished; 1 when some lane failed or crashed, a pair would not
     load, or no run finished at all (with the reason); 130 when stopped."""
     # deferred: the engine, session and report modules load only for the command that runs
-    from specdiff.suite.folder import prepare_report_dir, read_suite_file, write_settings
-    from specdiff.suite.prompts import load_suite_prompts, select_prompts
+    from specdiff.suite.folder import prepare_report_dir, write_settings
     from specdiff.suite.runner import FinishedRun, SuiteRun
-    from specdiff.suite.settings import check_resume
 
     check_limits(args.max_tokens, args.near_tie)
     check_ray_options(args)
     given, prompts, skipped = given_suite(args)
     report_dir = chosen_report_dir(args.report, args.resume, given)
+    shard = given_shard(args, report_dir)
     allowed = args.allow_servers  # the server lanes a suite.json names, on a resume
     settings = prepare_report_dir(report_dir, given, prompts, args.resume, args.force, allowed)
     if given is None:
         resumed_concurrency(args.concurrency, settings, report_dir)
     if prompts is None:
-        prompts, skipped = load_suite_prompts(settings.source, args.skip_bad)
-        prompts = select_prompts(prompts, settings.ids, settings.limit, settings.source)
-        check_resume(read_suite_file(report_dir), None, prompts, report_dir)
+        prompts, skipped = recorded_prompts(settings, report_dir, args.skip_bad)
     check_ray_load(args, settings)
     write_settings(report_dir, settings, prompts)
+    record_shard(report_dir, shard, settings, prompts)
     status = Status(sys.stderr, not args.quiet)
-    announce(status, settings, prompts, skipped, report_dir)
+    announce(status, settings, prompts, skipped, report_dir, shard)
     log = ProgressLog(status)
 
     def on_finished(run: FinishedRun) -> None:
@@ -208,10 +209,25 @@ def command_suite(args: argparse.Namespace) -> int:
             drain,
             score_kld=not args.no_kld,
             runners=runners,
+            shard=shard,
         )
         outcome = runner.run()
     status.done()
     return suite_exit(outcome, report_dir)
+
+
+def recorded_prompts(
+    settings: SuiteSettings, report_dir: Path, skip_bad: bool
+) -> tuple[list[SuitePrompt], list[str]]:
+    """A resume without PROMPTS: the prompts suite.json names, checked against it."""
+    from specdiff.suite.folder import read_suite_file
+    from specdiff.suite.prompts import load_suite_prompts, select_prompts
+    from specdiff.suite.settings import check_resume
+
+    prompts, skipped = load_suite_prompts(settings.source, skip_bad)
+    prompts = select_prompts(prompts, settings.ids, settings.limit, settings.source)
+    check_resume(read_suite_file(report_dir), None, prompts, report_dir)
+    return prompts, skipped
 
 
 def check_ray_load(args: argparse.Namespace, settings: SuiteSettings) -> None:
@@ -330,6 +346,7 @@ def announce(
     prompts: list[SuitePrompt],
     skipped: list[str],
     report_dir: Path,
+    shard: Shard | None = None,
 ) -> None:
     """What the suite will do, before the first run: skipped lines, the size of the work,
     and that model-written code runs where it does."""
@@ -339,7 +356,9 @@ def announce(
     status.message(
         f"suite: {len(prompts)} prompts x {len(variants)} pair"
         f"{'s' if len(variants) > 1 else ''} ({', '.join(v[0] for v in variants)}), up to "
-        f"{settings.max_tokens} tokens per lane -> {report_dir}"
+        f"{settings.max_tokens} tokens per lane"
+        + ("" if shard is None else f", shard {shard} of the runs")
+        + f" -> {report_dir}"
     )
     if settings.executes_code(prompts):
         # deferred: the sandbox module loads only for a graded suite

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from specdiff.compare import FORK_CLASSES, UNSCORED
+from specdiff.reports.suite_shards import CPU_HEADER, MACHINE_HEADER, cpu_rows, machine_rows
 from specdiff.reports.suite_words import (
     identical_text,
     interval_text,
@@ -392,14 +393,18 @@ def report_lines(
     table_section: TableSection,
 ) -> Iterator[str]:
     """The report's lines in the order every format shows them: the overview, each
-    pair, the build, every run. The runs' tables are read from `data["prompts"]` as the
-    lines are, a run at a time."""
+    pair, the build (and, merged from shards, their machines), every run. The runs'
+    tables are read from `data["prompts"]` as the lines are, a run at a time."""
     yield from overview(data)
     for pair in data["pairs"]:
         yield from pair_section(pair)
     build = _build_rows(data)
     if build:
         yield from table_section("Build", ["", ""], build)
+    machines = machine_rows(data)
+    if machines:
+        yield from table_section("Shards and their machines", MACHINE_HEADER, machines)
+        yield from table_section("Forks by CPU kind", CPU_HEADER, cpu_rows(data))
     yield from table_section("Prompts", PROMPT_HEADER, _prompt_rows(data))
     verdicts = _verdict_rows(data)
     first = next(verdicts, None)

@@ -170,9 +170,7 @@ TERMS = ("logit", "margin", "near tie", "fork class", "acceptance", "forecast")
 """The glossary's words the run text may use, defined in a footer where it does."""
 
 
-def format_result(
-    result: PairResult, layout: Layout = Layout(), extra: Sequence[str] = ()
-) -> str:
+def format_result(result: PairResult, layout: Layout = Layout(), extra: Sequence[str] = ()) -> str:
     """The run for a person: the lanes, the verdict, why the lanes forked and the text
     on either side, the build, any `extra` lines (a forecast); ended by the terms it
     used."""
@@ -328,8 +326,7 @@ def _fork_lines(result: PairResult, fork: Fork, layout: Layout) -> list[str]:
     length = max(comparison.length_a, comparison.length_b)
     paint = layout.paint
     lines = [
-        paint("bad", "DIVERGED")
-        + f" at token {fork.index} of {length} generated "
+        paint("bad", "DIVERGED") + f" at token {fork.index} of {length} generated "
         f"(a: {paint('fork', piece_text(fork.piece_a))}, "
         f"b: {paint('fork', piece_text(fork.piece_b))}).",
         "shared text:",

@@ -17,6 +17,8 @@ from specdiff.suite.prompts import SuitePrompt
 from specdiff.suite.settings import SuiteSettings, check_resume, settings_from_json
 
 SUITE_FILE = "suite.json"
+SHARD_FILE = "shard.json"
+"""In a shard's folder: which shard of the suite it is, and where it ran (suite.shards)."""
 SESSIONS_FOLDER = "sessions"
 REPORT_FILES = ("report.json", "report.md", "report.html", "results.csv")
 
@@ -116,7 +118,7 @@ def _clear_report_dir(report_dir: Path, force: bool) -> None:
             )
         if not report_dir.is_dir():
             raise SuiteError(f"{report_dir} is a file; name a folder for --report")
-        for name in (SUITE_FILE, *REPORT_FILES):
+        for name in (SUITE_FILE, SHARD_FILE, *REPORT_FILES):
             (report_dir / name).unlink(missing_ok=True)
         shutil.rmtree(report_dir / SESSIONS_FOLDER, ignore_errors=True)
     try:

@@ -41,6 +41,8 @@ class SuiteOutcome:
     """Of that, the time the graded programs ran in the sandbox."""
     kld: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per variant label, teacher-forced: KL divergence over the whole vocabulary."""
+    jobs: int | None = None
+    """The runs this outcome set out to do: a shard's share; None for every one."""
 
     @property
     def finished_runs(self) -> int:
@@ -72,7 +74,13 @@ class PairReport(TypedDict):
     prompt_length: int | None
 
 
-class SuiteReport(TypedDict):
+class _MergedReport(TypedDict, total=False):
+    shards: dict[str, Any]
+    """A report merged from shards (suite.merge): the shards, their machines, and each
+    pair's forks by CPU kind."""
+
+
+class SuiteReport(_MergedReport):
     """The one JSON-able object every report file is rendered from (report.json is it)."""
 
     specdiff: str
@@ -117,7 +125,9 @@ def outcome_json(outcome: SuiteOutcome) -> SuiteReport:
                 "prompt_length": settings.prompt_length(label),
             }
         )
-    jobs = len(settings.variants()) * len(outcome.prompts)
+    jobs = outcome.jobs
+    if jobs is None:
+        jobs = len(settings.variants()) * len(outcome.prompts)
     return {
         "specdiff": __version__,
         "created": outcome.started,

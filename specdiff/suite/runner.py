@@ -50,6 +50,7 @@ from specdiff.suite.records import PromptRecord, lane_serving, read_record, unre
 from specdiff.suite.restarts import Restart, restart_of
 from specdiff.suite.runners import PairRunner, Runners, UnitRunners
 from specdiff.suite.settings import SuiteSettings
+from specdiff.suite.shards import Shard, prompts_by_label
 
 # a caller of SuiteRun reads its progress from these records too
 __all__ = ["FinishedRun", "Progress", "PromptSkipped", "SuiteRun", "duration"]
@@ -87,8 +88,11 @@ class SuiteRun:
         drain: threading.Event | None = None,
         score_kld: bool = True,
         runners: UnitRunners | None = None,
+        shard: Shard | None = None,
     ) -> None:
         self.settings = settings
+        self.shard = shard
+        """Run only this shard's units (`specdiff.suite.shards`); None runs them all."""
         self.score_kld = score_kld
         """A teacher-forced suite's KL divergence pass runs (--no-kld turns it off)."""
         self.prompts = prompts
@@ -120,13 +124,15 @@ class SuiteRun:
         variants = self.settings.variants()
         labels = [label for label, _, _ in variants]
         ledger = Ledger(labels, self.report_dir, graded=self.settings.grade)
-        tally = Tally(time.perf_counter(), len(variants) * len(self.prompts), ledger)
+        chosen = prompts_by_label(self.settings, self.prompts, self.shard)
+        jobs = sum(len(prompts) for prompts in chosen.values())
+        tally = Tally(time.perf_counter(), jobs, ledger)
         # a run's place in the report: its pair's, then its prompt's
         self._pair_places = {label: n * len(self.prompts) for n, label in enumerate(labels)}
         self._prompt_places = {prompt.id: n for n, prompt in enumerate(self.prompts)}
         cancelled = False
         for label, pair, quant in variants:
-            pending = self._read_back(label, quant, tally)
+            pending = self._read_back(label, quant, tally, chosen[label])
             if not pending:
                 continue
             if self._stopping() or self._run_variant(label, pair, quant, pending, tally):
@@ -149,6 +155,7 @@ class SuiteRun:
             grading_seconds=self.grader.grading_seconds,
             program_seconds=self.grader.program_seconds,
             kld=kld,
+            jobs=jobs,
         )
 
     def _kld(self, tally: Tally, cancelled: bool) -> dict[str, dict[str, Any]]:
@@ -159,12 +166,14 @@ class SuiteRun:
             score_new=not cancelled,
         )  # fmt: skip
 
-    def _read_back(self, label: str, quant: str, tally: Tally) -> list[SuitePrompt]:
+    def _read_back(
+        self, label: str, quant: str, tally: Tally, prompts: list[SuitePrompt]
+    ) -> list[SuitePrompt]:
         """Record the prompts whose session files a stopped run left; returns the others:
         crashed runs, and files that cannot be read or were cut short, among them (their
         files are replaced when they run again)."""
         pending = []
-        for prompt in self.prompts:
+        for prompt in prompts:
             path = session_path(self.report_dir, label, prompt)
             if not path.exists():
                 pending.append(prompt)
