@@ -174,7 +174,9 @@ def make_data(work: Path, max_tokens: int = 48) -> None:
     with two_servers() as urls:
         for lane, url in zip("ab", urls, strict=True):
             run_lm_eval(url, task_dir, work / f"lm-eval-{lane}", work)
-            run_promptfoo(url, work / f"pf-{lane}", work / f"promptfoo-{lane}.json", work, max_tokens)
+            run_promptfoo(
+                url, work / f"pf-{lane}", work / f"promptfoo-{lane}.json", work, max_tokens
+            )
     for lane in "ab":
         target = DATA / f"lm-eval-{lane}"
         shutil.rmtree(target, ignore_errors=True)
