@@ -112,7 +112,7 @@ def run_suite(
 ) -> SuiteReport:
     """Every pair on every prompt, as `specdiff suite` runs them, into the folder
     `report` (report.json, .md, .html, results.csv and the sessions); returns what
-    report.json holds. `prompts`: texts (ids p1, p2, ...), a mapping of id to text, or
+    report.json holds (its `prompts`: one record per run). `prompts`: texts (ids p1, p2, ...), a mapping of id to text, or
     what `specdiff suite` takes (a JSONL file, a folder of .txt, a bundled set's name)."""
     # deferred: the suite runner and the engine load only when a suite is asked for
     from specdiff.reports.suite import write_reports
@@ -137,6 +137,9 @@ def run_suite(
     data = outcome_json(outcome)
     try:
         write_reports(folder, data)
+        # the records are read from the ledger as they are iterated: read them while it
+        # is open, so the caller's copy outlives it
+        data["prompts"] = list(data["prompts"])
     finally:
         outcome.ledger.close()
     return data

@@ -200,3 +200,32 @@ def test_missing_promptfoo_items_are_named(capsys, tmp_path) -> None:
     fewer.write_text(json.dumps(data))
     err = refused(capsys, "promptfoo", str(DATA / "promptfoo-a.json"), str(fewer))
     assert "items test 11, prompt 0 are missing from" in err
+
+
+def test_rerun_without_a_report_folder_is_refused(capsys) -> None:
+    err = refused(capsys, "lm-eval", str(DATA / "lm-eval-a"), str(DATA / "lm-eval-b"), "--rerun")
+    assert "give --report DIR" in err
+
+
+@pytest.mark.model
+def test_rerun_finds_each_differing_items_fork_in_its_session(capsys, tmp_path) -> None:
+    report = tmp_path / "report"
+    code = main([
+        "import", "lm-eval", str(DATA / "lm-eval-a"), str(DATA / "lm-eval-b"),
+        "--report", str(report), "--rerun", "--pair", "ubatch", "--max-tokens", "8",
+    ])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 1
+    data = json.loads((report / "report.json").read_text())
+    reruns = [p for g in data["groups"] for p in g["pairs"] if p["differs"]]
+    assert reruns and all("rerun" in p for p in reruns)
+    forked = 0
+    for item in reruns:
+        lines = (report / "rerun" / item["rerun"]["session"]).read_text().splitlines()
+        steps = [json.loads(line) for line in lines]
+        assert steps[0]["prompt"] == item["prompt"]
+        ids = {lane: [s["token_id"] for s in steps if s.get("lane") == lane] for lane in "ab"}
+        fork = next((i for i, (x, y) in enumerate(zip(ids["a"], ids["b"])) if x != y), None)
+        assert item["rerun"]["fork_index"] == fork
+        forked += fork is not None
+    assert f"rerun through ubatch: {forked} of {len(reruns)} differing items fork" in out

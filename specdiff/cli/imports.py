@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
-from specdiff.cli.common import CommandParser, Exit, Subcommands, add_command
+from specdiff.cli.common import ArgumentError, CommandParser, Exit, Subcommands, add_command
 
 TOOLS = {
     "lm-eval": (
@@ -41,6 +42,23 @@ def add_parser(commands: Subcommands) -> None:
             metavar="DIR",
             help="write report.json, report.md and report.html into DIR (made if missing)",
         )
+        parser.add_argument(
+            "--rerun",
+            action="store_true",
+            help="send the prompts of the items whose outputs differ through --pair, as a "
+            "suite into DIR/rerun, to find where each forks and the margins there "
+            "(needs --report)",
+        )
+        parser.add_argument(
+            "--pair", default="spec-vs-plain", help="the pair --rerun runs (default: %(default)s)"
+        )
+        parser.add_argument(
+            "--max-tokens",
+            type=int,
+            default=64,
+            metavar="N",
+            help="tokens each --rerun lane generates (default: %(default)s)",
+        )
 
 
 def command_import(args: argparse.Namespace) -> int:
@@ -57,9 +75,30 @@ def command_import(args: argparse.Namespace) -> int:
     else:
         run_a, run_b = read_promptfoo(paths[0]), read_promptfoo(paths[1])
         run_b = pair_providers(run_a, run_b)
+    if args.rerun and args.report is None:
+        raise ArgumentError("--rerun writes its suite into the report folder: give --report DIR")
     comparison = compare_runs(run_a, run_b)
+    data = comparison.to_json()
+    lines = [comparison.summary_line()]
+    if args.rerun:
+        lines.append(rerun(data, Path(args.report).expanduser() / "rerun", args))
     if args.report is not None:
-        written = write_import_reports(Path(args.report).expanduser(), comparison.to_json())
+        written = write_import_reports(Path(args.report).expanduser(), data)
         print(f"specdiff: wrote {', '.join(str(p) for p in written)}", file=sys.stderr)
-    print(comparison.summary_line())
+    print("\n".join(lines))
     return Exit.DIFFERENT if comparison.differing else Exit.SAME
+
+
+def rerun(data: dict[str, Any], folder: Path, args: argparse.Namespace) -> str:
+    """Run the differing items' prompts through --pair as a suite in `folder` (replaced
+    if it is there), and mark each item in `data` with its run: fork and margins. The
+    line that says how many forked."""
+    # deferred: the suite runner and the engine load only for a rerun
+    from specdiff.api import run_suite
+    from specdiff.imports.rerun import differing_prompts, mark_reruns
+
+    prompts = differing_prompts(data)
+    if not prompts:
+        return f"rerun through {args.pair}: no item differs, nothing to run"
+    suite = run_suite(prompts, [args.pair], folder, args.max_tokens, force=True)
+    return mark_reruns(data, suite["prompts"], args.pair)

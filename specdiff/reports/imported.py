@@ -19,7 +19,7 @@ from specdiff.reports._markup import html_table, md_table, page_head
 from specdiff.safe_text import json_text, markdown_cell, visible
 
 METRIC_HEADER = ("metric", "items", "passed a", "passed b", "worse", "better", "McNemar p")
-ITEM_HEADER = ("item", "parted at", "prompt", "a", "b", "grades a → b")
+ITEM_HEADER = ("item", "parted at", "prompt", "a", "b", "grades a → b", "rerun fork")
 SHOWN = 160
 """Characters of a prompt or an output shown in a table cell (report.json has them whole)."""
 LEAD = 40
@@ -67,6 +67,16 @@ def metric_rows(metrics: Sequence[Mapping[str, Any]]) -> list[list[str]]:
     return rows
 
 
+def _rerun(pair: Mapping[str, Any]) -> str:
+    run = pair.get("rerun")
+    if run is None:
+        return "–"
+    if run["fork_index"] is None:
+        return f"{run['pair']}: identical" if run["identical"] else f"{run['pair']}: no fork"
+    margins = "/".join(f"{m:.3f}" for m in run["fork_margins"] or ())
+    return f"{run['pair']}: token {run['fork_index']}, margins {margins}"
+
+
 def _grades(pair: Mapping[str, Any]) -> str:
     a, b = pair["grades"]
     changed = [f"{k} {a[k]:g}→{b[k]:g}" for k in a if k in b and a[k] != b[k]]
@@ -84,7 +94,7 @@ def item_rows(group: Mapping[str, Any], cut: Callable[[str], str]) -> list[list[
         a, b = (("…" if start else "") + text[start:] for text in pair["output"])
         rows.append([
             str(pair["item"]), str(pair["parted_at"]), cut(pair["prompt"]), cut(a), cut(b),
-            _grades(pair),
+            _grades(pair), _rerun(pair),
         ])  # fmt: skip
     return rows
 
