@@ -112,8 +112,9 @@ def run_suite(
 ) -> SuiteReport:
     """Every pair on every prompt, as `specdiff suite` runs them, into the folder
     `report` (report.json, .md, .html, results.csv and the sessions); returns what
-    report.json holds (its `prompts`: one record per run). `prompts`: texts (ids p1, p2, ...), a mapping of id to text, or
-    what `specdiff suite` takes (a JSONL file, a folder of .txt, a bundled set's name)."""
+    report.json holds (its `prompts`: one record per run). `prompts`: texts (ids p1,
+    p2, ...), a mapping of id to text, or what `specdiff suite` takes (a JSONL file, a
+    folder of .txt, a bundled set's name)."""
     # deferred: the suite runner and the engine load only when a suite is asked for
     from specdiff.reports.suite import write_reports
     from specdiff.suite.folder import prepare_report_dir, write_settings

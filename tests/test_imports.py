@@ -5,6 +5,7 @@ and McNemar's test from statsmodels; and each kind of bad input refused in one l
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -229,3 +230,34 @@ def test_rerun_finds_each_differing_items_fork_in_its_session(capsys, tmp_path) 
         assert item["rerun"]["fork_index"] == fork
         forked += fork is not None
     assert f"rerun through ubatch: {forked} of {len(reruns)} differing items fork" in out
+
+
+def test_rerun_through_an_unknown_pair_is_refused_before_anything_runs(capsys, tmp_path) -> None:
+    err = refused(
+        capsys, "lm-eval", str(DATA / "lm-eval-a"), str(DATA / "lm-eval-b"),
+        "--report", str(tmp_path / "r"), "--rerun", "--pair", "ubatc",
+    )  # fmt: skip
+    assert "ubatc" in err and "ubatch" in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_missing_promptfoo_file_is_refused(capsys, tmp_path) -> None:
+    err = refused(capsys, "promptfoo", str(tmp_path / "none.json"), str(DATA / "promptfoo-b.json"))
+    assert "none.json does not exist" in err
+
+
+def test_outputs_from_the_files_cannot_break_the_report(capsys, tmp_path) -> None:
+    data = json.loads((DATA / "promptfoo-b.json").read_text())
+    hostile = "<script>alert(1)</script> | col \x1b[31m red\n# heading"
+    data["results"]["results"][0]["response"]["output"] = hostile
+    changed = tmp_path / "b.json"
+    changed.write_text(json.dumps(data))
+    import_report(capsys, tmp_path, "promptfoo", str(DATA / "promptfoo-a.json"), str(changed))
+    page = (tmp_path / "report" / "report.html").read_text()
+    markdown = (tmp_path / "report" / "report.md").read_text()
+    assert "<script>" not in page and "\x1b" not in page + markdown
+    row = next(line for line in markdown.splitlines() if line.startswith("| test 0, prompt 0 |"))
+    header = next(line for line in markdown.splitlines() if line.startswith("| item |"))
+    unescaped = lambda line: len(re.findall(r"(?<!\\)\|", line))  # noqa: E731
+    assert unescaped(row) == unescaped(header)
+    assert "\x1b" not in (tmp_path / "report" / "report.json").read_text()

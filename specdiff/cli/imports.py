@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from specdiff.cli import options
 from specdiff.cli.common import ArgumentError, CommandParser, Exit, Subcommands, add_command
 
 TOOLS = {
@@ -54,7 +55,7 @@ def add_parser(commands: Subcommands) -> None:
         )
         parser.add_argument(
             "--max-tokens",
-            type=int,
+            type=options.token_budget,
             default=64,
             metavar="N",
             help="tokens each --rerun lane generates (default: %(default)s)",
@@ -77,6 +78,12 @@ def command_import(args: argparse.Namespace) -> int:
         run_b = pair_providers(run_a, run_b)
     if args.rerun and args.report is None:
         raise ArgumentError("--rerun writes its suite into the report folder: give --report DIR")
+    if args.rerun:
+        # deferred: the presets load only for a rerun; an unknown pair is refused before
+        # anything is read
+        from specdiff.api import pair
+
+        args.pair = pair(args.pair)
     comparison = compare_runs(run_a, run_b)
     data = comparison.to_json()
     lines = [comparison.summary_line()]
@@ -99,6 +106,6 @@ def rerun(data: dict[str, Any], folder: Path, args: argparse.Namespace) -> str:
 
     prompts = differing_prompts(data)
     if not prompts:
-        return f"rerun through {args.pair}: no item differs, nothing to run"
+        return f"rerun through {args.pair.name}: no item differs, nothing to run"
     suite = run_suite(prompts, [args.pair], folder, args.max_tokens, force=True)
-    return mark_reruns(data, suite["prompts"], args.pair)
+    return mark_reruns(data, suite["prompts"], args.pair.name)
