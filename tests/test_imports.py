@@ -261,3 +261,17 @@ def test_outputs_from_the_files_cannot_break_the_report(capsys, tmp_path) -> Non
     unescaped = lambda line: len(re.findall(r"(?<!\\)\|", line))  # noqa: E731
     assert unescaped(row) == unescaped(header)
     assert "\x1b" not in (tmp_path / "report" / "report.json").read_text()
+
+
+def test_promptfoo_output_given_to_lm_eval_is_refused(capsys) -> None:
+    err = refused(capsys, "lm-eval", str(DATA / "promptfoo-a.json"), str(DATA / "lm-eval-b"))
+    assert "is not named as lm-eval names a samples file" in err
+
+
+def test_one_samples_file_is_a_run(capsys) -> None:
+    (a,) = (DATA / "lm-eval-a").rglob("samples_*.jsonl")
+    (b,) = (DATA / "lm-eval-b").rglob("samples_*.jsonl")
+    main(["import", "lm-eval", str(a), str(b)])
+    single = capsys.readouterr().out
+    main(["import", "lm-eval", str(DATA / "lm-eval-a"), str(DATA / "lm-eval-b")])
+    assert single == capsys.readouterr().out
