@@ -149,6 +149,8 @@ def session_references(page: Path) -> Iterator[tuple[Command, str | None]]:
     for command in commands(page):
         args = parsed(command)
         named = getattr(args, "session", None) if command.name in SESSION_COMMANDS else None
+        if command.name == "export" and args.format == "llm-comparator":
+            named = None  # it names a suite folder, which a suite command of the page wrote
         yield command, None if named in PLACEHOLDERS else named
 
 
