@@ -63,6 +63,8 @@ class Job:
     events: queue.Queue[Event] = field(default_factory=queue.Queue)
     gone: threading.Event = field(default_factory=threading.Event)
     """The client left: its pair is cancelled."""
+    released: bool = False
+    """No longer counted against the queue's limit."""
     _runner_cancel: threading.Event | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -112,6 +114,8 @@ class Kind:
         self.jobs: queue.Queue[Job | None] = queue.Queue()
         self.threads: list[threading.Thread] = []
         self.started = False
+        self.held = 0
+        """Requests taken and not yet answered: waiting, or running."""
 
     def start(self) -> None:
         """Load one runner here (so a pair that will not load is said at once), then
@@ -145,7 +149,6 @@ class Service:
         self.on_message = on_message
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
-        self.waiting = 0
         self.stopping = False
         self.sampled = 0
         """Requests with temperature > 0 saved (their own suite folders)."""
@@ -186,21 +189,21 @@ class Service:
         with self._lock:
             if self.stopping:
                 raise ApiError(503, "the proxy is stopping", "server_error")
-            if self.waiting >= self.settings.max_queue:
+            if kind.held - self.settings.concurrency >= self.settings.max_queue:
                 raise ApiError(
                     429,
-                    f"{self.waiting} requests are waiting already (--max-queue "
+                    f"{self.settings.max_queue} requests are waiting already (--max-queue "
                     f"{self.settings.max_queue}); send it again later",
                     "rate_limit_error",
                     code="rate_limit_exceeded",
                 )
-            self.waiting += 1
+            kind.held += 1
             prompt_id = f"r{next(self._ids):06d}"
         try:
             kind.start()
         except SpecdiffError as error:
             with self._lock:
-                self.waiting -= 1
+                kind.held -= 1
             raise ApiError(502, f"the chat pair would not load: {error}", "server_error") from None
         prompt = SuitePrompt(
             prompt_id,
@@ -237,11 +240,9 @@ class Service:
         cancel = threading.Event() if runner is None else runner.cancel
         try:
             while (job := kind.jobs.get()) is not None:
-                with self._lock:
-                    self.waiting -= 1
-                if not job.started(cancel):
-                    continue
                 try:
+                    if not job.started(cancel):
+                        continue
                     if runner is None:
                         runner = self.open_runner(kind.pair, cancel)
                     runner = self.run_job(kind, runner, job)
@@ -250,6 +251,7 @@ class Service:
                                             "server_error"))  # fmt: skip
                 finally:
                     cancel.clear()
+                    self.release(kind, job)
         finally:
             if runner is not None:
                 runner.close()
@@ -284,10 +286,19 @@ class Service:
         result = runner.result
         assert result is not None
         if result.cancelled:
+            self.release(kind, job)
+            self.on_message(f"proxy: {prompt.id} cancelled: its client left (not saved)")
             runner.close()  # a cancelled worker is not reused: a fresh one runs the next
             return None
         job.events.put(Finished(result, self.save(kind, job, result)))
         return runner if getattr(runner, "alive", True) else None
+
+    def release(self, kind: Kind, job: Job) -> None:
+        """The job no longer holds a place (said once, whichever way it ended)."""
+        with self._lock:
+            if not job.released:
+                job.released = True
+                kind.held -= 1
 
     def save(self, kind: Kind, job: Job, result: PairResult) -> Recorded | None:
         """Save the pair into its suite folder; None (said once) when it cannot be."""
