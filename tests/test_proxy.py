@@ -150,7 +150,7 @@ def test_past_the_queue_limit_a_request_gets_429(tmp_path) -> None:
 
 
 def test_the_proxy_suite_is_the_suite_run_of_its_prompts(tmp_path, forking_prompt) -> None:
-    fork = forking_prompt(PAIR, 24)
+    fork = forking_prompt("ubatch", 40)
     prompts = [fork.prompt, *[e["prompt"] for e in load_prompts("open")[1:3]]]
     with running_proxy(tmp_path, "--max-tokens", "24") as proxy:
         client = openai.OpenAI(base_url=proxy.url, api_key="unused", max_retries=0)
