@@ -54,8 +54,17 @@ def running_proxy(where: Path, *options: str) -> Iterator[RunningProxy]:
     stdout_path, stderr_path = where / "proxy.out", where / "proxy.err"
     with stdout_path.open("w") as out, stderr_path.open("w") as err:
         process = subprocess.Popen(
-            [sys.executable, "-m", "specdiff", "proxy", "--port", "0", "--report", str(report),
-             *options],  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "specdiff",
+                "proxy",
+                "--port",
+                "0",
+                "--report",
+                str(report),
+                *options,
+            ],  # fmt: skip
             stdout=out,
             stderr=err,
             text=True,

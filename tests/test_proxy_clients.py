@@ -64,10 +64,22 @@ def test_lm_eval_runs_its_task_through_the_proxy(tmp_path) -> None:
             "tokenizer_backend=None,tokenized_requests=False"
         )
         ran = subprocess.run(
-            [sys.executable, "-m", "lm_eval", "--model", "local-completions",
-             "--model_args", model_args, "--tasks", "specdiff_words",
-             "--include_path", str(LM_EVAL_TASK.parent), "--log_samples",
-             "--output_path", str(tmp_path / "lm-eval")],  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "lm_eval",
+                "--model",
+                "local-completions",
+                "--model_args",
+                model_args,
+                "--tasks",
+                "specdiff_words",
+                "--include_path",
+                str(LM_EVAL_TASK.parent),
+                "--log_samples",
+                "--output_path",
+                str(tmp_path / "lm-eval"),
+            ],  # fmt: skip
             cwd=ROOT,
             env=offline_environment(tmp_path),
             capture_output=True,
@@ -93,8 +105,15 @@ def test_promptfoo_runs_its_eval_through_the_proxy(tmp_path) -> None:
         text = PROMPTFOO_CONFIG.read_text(encoding="utf-8")
         config.write_text(text.replace("127.0.0.1:8090", f"127.0.0.1:{proxy.port}"))
         ran = subprocess.run(
-            [str(PROMPTFOO), "eval", "-c", str(config), "-o", str(tmp_path / "out.json"),
-             "--no-cache"],  # fmt: skip
+            [
+                str(PROMPTFOO),
+                "eval",
+                "-c",
+                str(config),
+                "-o",
+                str(tmp_path / "out.json"),
+                "--no-cache",
+            ],  # fmt: skip
             cwd=tmp_path,
             env=offline_environment(tmp_path),
             capture_output=True,

@@ -51,6 +51,27 @@ def add_parser(commands: Subcommands) -> None:
         command_proxy,
     )
     options.add_lane_options(proxy)
+    add_listen_options(proxy)
+    proxy.add_argument(
+        "--report",
+        metavar="DIR",
+        help="the suite folder (default: a new one here, e.g. suite-proxy-spec-vs-plain-"
+        "20261207T0530Z)",
+    )
+    proxy.add_argument(
+        "--serve",
+        choices=("a", "b"),
+        default="a",
+        help="the lane whose answer clients get (default a)",
+    )
+    options.add_max_tokens(proxy)
+    options.add_near_tie(proxy)
+    options.add_control(proxy)
+    add_load_options(proxy)
+    options.add_quiet(proxy)
+
+
+def add_listen_options(proxy: argparse.ArgumentParser) -> None:
     proxy.add_argument(
         "--host",
         default="127.0.0.1",
@@ -67,21 +88,9 @@ def add_parser(commands: Subcommands) -> None:
         metavar="KEY",
         help="the key clients must send (Authorization: Bearer KEY); needed off loopback",
     )
-    proxy.add_argument(
-        "--report",
-        metavar="DIR",
-        help="the suite folder (default: a new one here, e.g. suite-proxy-spec-vs-plain-"
-        "20261207T0530Z)",
-    )
-    proxy.add_argument(
-        "--serve",
-        choices=("a", "b"),
-        default="a",
-        help="the lane whose answer clients get (default a)",
-    )
-    options.add_max_tokens(proxy)
-    options.add_near_tie(proxy)
-    options.add_control(proxy)
+
+
+def add_load_options(proxy: argparse.ArgumentParser) -> None:
     proxy.add_argument(
         "--concurrency",
         type=options.whole_number(1, 64),
@@ -97,7 +106,6 @@ def add_parser(commands: Subcommands) -> None:
         help=f"requests that may wait for a free runner; past it, HTTP 429 (default "
         f"{DEFAULT_MAX_QUEUE})",
     )
-    options.add_quiet(proxy)
 
 
 def command_proxy(args: argparse.Namespace) -> int:
@@ -123,16 +131,19 @@ def command_proxy(args: argparse.Namespace) -> int:
         max_queue=args.max_queue,
     )
     service = Service(settings, live.recorded, live.message)
-    status.message(f"proxy: loading {pair.name} ({pair.description or 'custom pair'})")
-    service.start()
     try:
         server = ProxyServer((args.host, args.port), service, args.api_key)
     except OSError as error:
-        service.stop(cancelled=False)
         raise ArgumentError(
-            f"cannot listen on {args.host}:{args.port}: {error.strerror}; pick another "
-            "--port (0 picks a free one)"
+            f"cannot listen on {visible(args.host, 80)}:{args.port}: {error.strerror}; pick "
+            "another --port (0 picks a free one)"
         ) from None
+    status.message(f"proxy: loading {pair.name} ({pair.description or 'custom pair'})")
+    try:
+        service.start()
+    except BaseException:
+        server.server_close()
+        raise
     print(f"specdiff proxy: http://{args.host}:{server.port}/v1 model {pair.name} -> "
           f"{report_dir}", flush=True)  # fmt: skip
     serve_until_stopped(server)
@@ -186,7 +197,13 @@ def chosen_report_dir(report: str | None, pair: Pair) -> Path:
     from specdiff.cli.suite import new_report_dir
 
     if report is not None:
-        return Path(report).expanduser()
+        folder = Path(report).expanduser()
+        if folder.exists():
+            raise ArgumentError(
+                f"the report folder {visible(str(folder), 200)} already exists; name a new "
+                "one with --report (each proxy run fills a suite folder of its own)"
+            )
+        return folder
     return new_report_dir(Path(), "proxy", [pair.name], datetime.now(timezone.utc))
 
 
