@@ -60,10 +60,16 @@ def test_behind_server_lanes_the_answer_is_the_servers_own(tmp_path, model_path)
         with running_proxy(tmp_path, *lanes) as proxy:
             model = {"model": "servers"}
             proxied = httpx.post(f"{proxy.url}/completions", json={**body, **model}, timeout=300)
-    assert direct.status_code == proxied.status_code == 200, proxied.text
+            hot = {**body, **model, "temperature": 0.8, "max_tokens": 4}
+            sampled = httpx.post(f"{proxy.url}/completions", json=hot, timeout=300)
+    assert direct.status_code == proxied.status_code == sampled.status_code == 200, proxied.text
     text = direct.json()["choices"][0]["text"]
     assert text and proxied.json()["choices"][0]["text"].encode() == text.encode()
     assert len(proxy.sessions()) == 1
+    # the temperature reached both servers' requests, and the pair is saved apart
+    (path,) = proxy.sessions("sampled")
+    lanes = load_session(path).header.pair
+    assert json.loads(lanes.a.request) == json.loads(lanes.b.request) == {"temperature": 0.8}
 
 
 def test_lm_eval_runs_its_task_through_the_proxy(tmp_path) -> None:

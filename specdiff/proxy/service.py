@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import queue
 import threading
 from collections.abc import Callable
@@ -81,6 +82,23 @@ class Job:
             return not self.gone.is_set()
 
 
+MAX_SAMPLED_KINDS = 8
+"""Distinct temperatures whose server lanes stay open at once; more share the last's."""
+
+
+def sampled_pair(pair: Pair, temperature: float) -> Pair:
+    """The pair with each server lane asked for `temperature` (its `request` fields): an
+    in-process lane decodes greedily whatever is asked."""
+
+    def sampling(lane: Lane) -> Lane:
+        if lane.backend != "server":
+            return lane
+        fields = json.loads(lane.request) if lane.request else {}
+        return replace(lane, request=json.dumps({**fields, "temperature": temperature}))
+
+    return replace(pair, a=sampling(pair.a), b=sampling(pair.b))
+
+
 def chat_pair(pair: Pair) -> Pair:
     """The pair with each lane formatting a conversation: an in-process lane with the
     model's own chat template (unless it names one), a server lane on the chat API."""
@@ -108,9 +126,11 @@ class ProxySettings:
 class Kind:
     """The runners of one kind of request (one pair) and the queue they take from."""
 
-    def __init__(self, service: Service, pair: Pair) -> None:
+    def __init__(self, service: Service, pair: Pair, chat: bool = False) -> None:
         self.service = service
         self.pair = pair
+        self.chat = chat
+        """Its sessions are a suite of their own, in chat/: the pair formats messages."""
         self.jobs: queue.Queue[Job | None] = queue.Queue()
         self.threads: list[threading.Thread] = []
         self.started = False
@@ -155,7 +175,7 @@ class Service:
         self.kinds = {"completions": Kind(self, settings.pair)}
         chatting = chat_pair(settings.pair)
         self.kinds["chat"] = (
-            self.kinds["completions"] if chatting == settings.pair else Kind(self, chatting)
+            self.kinds["completions"] if chatting == settings.pair else Kind(self, chatting, True)
         )
         self.suites: dict[tuple[str, bool], ProxySuite] = {}
         self._pool: object | None = None
@@ -185,7 +205,7 @@ class Service:
                 param="model",
                 code="model_not_found",
             )
-        kind = self.kinds[request.endpoint]
+        kind = self.kind_for(request)
         with self._lock:
             if self.stopping:
                 raise ApiError(503, "the proxy is stopping", "server_error")
@@ -215,6 +235,19 @@ class Service:
         job = Job(request, prompt)
         kind.jobs.put(job)
         return job
+
+    def kind_for(self, request: ProxyRequest) -> Kind:
+        """The runners of the request's endpoint; a sampled request on server lanes gets
+        lanes that pass its temperature on."""
+        kind = self.kinds[request.endpoint]
+        pair = kind.pair
+        if not request.sampled or "server" not in (pair.a.backend, pair.b.backend):
+            return kind
+        key = f"{request.endpoint}@{request.temperature:g}"
+        with self._lock:
+            if key not in self.kinds and len(self.kinds) < 2 + MAX_SAMPLED_KINDS:
+                self.kinds[key] = Kind(self, sampled_pair(pair, request.temperature), kind.chat)
+            return self.kinds.get(key) or kind
 
     def open_runner(self, pair: Pair, cancel: threading.Event) -> Runner:
         """A runner with the pair loaded, as a suite makes it."""
@@ -318,7 +351,7 @@ class Service:
         """The suite folder of the kind's pair, greedy or sampled: the first is the
         report folder itself, chat's is its chat/, and sampled requests' are sampled/
         beside them."""
-        chat = kind is not self.kinds["completions"]
+        chat = kind.chat
         with self._lock:
             suite = self.suites.get((kind.pair.name + ("+chat" if chat else ""), sampled))
             if suite is None:
