@@ -150,14 +150,15 @@ def test_past_the_queue_limit_a_request_gets_429(tmp_path) -> None:
 
 
 def test_the_proxy_suite_is_the_suite_run_of_its_prompts(tmp_path, forking_prompt) -> None:
-    fork = forking_prompt("ubatch", 40)
+    pair = "ubatch"  # the pair forking_prompt searches most often: its search is kept
+    fork = forking_prompt(pair, 40)
     prompts = [fork.prompt, *[e["prompt"] for e in load_prompts("open")[1:3]]]
-    with running_proxy(tmp_path, "--max-tokens", "24") as proxy:
+    with running_proxy(tmp_path, "--pair", pair, "--max-tokens", "40") as proxy:
         client = openai.OpenAI(base_url=proxy.url, api_key="unused", max_retries=0)
         threads = [
             threading.Thread(
                 target=client.completions.create,
-                kwargs={"model": PAIR, "prompt": prompt, "max_tokens": 24},
+                kwargs={"model": pair, "prompt": prompt, "max_tokens": 40},
             )
             for prompt in prompts
         ]
@@ -170,7 +171,7 @@ def test_the_proxy_suite_is_the_suite_run_of_its_prompts(tmp_path, forking_promp
     served = json.loads((proxy.report / "report.json").read_text())
     assert served["finished"] == 3 and served["complete"]
     other = tmp_path / "suite-run"
-    code = main(["suite", str(proxy.report / "prompts.jsonl"), "--pair", PAIR,
+    code = main(["suite", str(proxy.report / "prompts.jsonl"), "--pair", pair,
                  "--report", str(other), "--quiet"])  # fmt: skip
     assert code in (0, 1)
     ran = json.loads((other / "report.json").read_text())

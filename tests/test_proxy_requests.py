@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 
+import httpx
 import pytest
 
 from specdiff.chat import Conversation
 from specdiff.cli import main
+from specdiff.lanes import presets
 from specdiff.proxy.answers import Answer, TextCutter, Usage
 from specdiff.proxy.requests import ApiError, read_body
+from specdiff.proxy.server import MAX_BODY, ProxyServer
+from specdiff.proxy.service import ProxySettings, Service
 from specdiff.steps import Candidate, TokenStep
 
 
@@ -155,3 +160,41 @@ def test_a_port_in_use_is_one_line(capsys, tmp_path) -> None:
 def test_an_existing_report_folder_is_refused(capsys, tmp_path) -> None:
     assert main(["proxy", "--report", str(tmp_path)]) == 2
     assert "already exists" in capsys.readouterr().err
+
+
+@pytest.fixture
+def keyed_proxy(tmp_path):
+    """The HTTP front with a key, its pair never loaded: every answer below comes before
+    a request would reach the lanes."""
+    settings = ProxySettings(presets()["spec-vs-plain"], tmp_path / "suite", 8, 0.5)
+    server = ProxyServer(("127.0.0.1", 0), Service(settings), "sesame")
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.port}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_keyed_proxy_answers_only_the_bearer_of_its_key(keyed_proxy) -> None:
+    assert httpx.get(f"{keyed_proxy}/models", timeout=10).status_code == 401
+    wrong = httpx.get(f"{keyed_proxy}/models", headers={"Authorization": "Bearer sesam"})
+    assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "invalid_api_key"
+    right = httpx.get(f"{keyed_proxy}/models", headers={"Authorization": "Bearer sesame"})
+    assert right.status_code == 200
+    assert [m["id"] for m in right.json()["data"]] == ["spec-vs-plain"]
+
+
+def test_errors_come_before_the_pair_loads(keyed_proxy) -> None:
+    key = {"Authorization": "Bearer sesame"}
+    route = httpx.post(f"{keyed_proxy}/embeddings", json={}, headers=key)
+    assert route.status_code == 404 and "/v1/completions" in route.json()["error"]["message"]
+    model = httpx.post(
+        f"{keyed_proxy}/chat/completions",
+        json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]},
+        headers=key,
+    )
+    assert model.status_code == 404 and model.json()["error"]["param"] == "model"
+    huge = httpx.post(
+        f"{keyed_proxy}/completions", content=b"x" * (MAX_BODY + 1), headers=key, timeout=30
+    )
+    assert huge.status_code == 413

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import queue
 import select
 import socket
 import time
@@ -124,7 +125,7 @@ class ProxyHandler(BaseHTTPRequestHandler):
         while True:
             try:
                 return job.events.get(timeout=WAIT_SECONDS)
-            except Exception:  # queue.Empty: look at the client, then wait again
+            except queue.Empty:
                 if client_gone(self.connection):
                     job.abandon()
                     return None
@@ -159,7 +160,8 @@ class ProxyHandler(BaseHTTPRequestHandler):
                         return
                 if not started:
                     self.start_stream()
-                    self.send_event(answer.chunk("", first=True)) if answer.chat else None
+                    if answer.chat:  # the role comes first, as OpenAI's streams give it
+                        self.send_event(answer.chunk("", first=True))
                     started = True
                 if isinstance(event, TokenStep):
                     text = answer.add(event)
