@@ -32,6 +32,7 @@ from specdiff.cli.common import (
 )
 from specdiff.lanes import Pair
 from specdiff.safe_text import visible
+from specdiff.secrecy import hide_environment
 
 if TYPE_CHECKING:
     from specdiff.proxy.folder import Recorded
@@ -130,6 +131,8 @@ def command_proxy(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         max_queue=args.max_queue,
     )
+    # the keys server lanes read stay in this long-running process's environment
+    hide_environment()
     service = Service(settings, live.recorded, live.message)
     try:
         server = ProxyServer((args.host, args.port), service, args.api_key)
