@@ -33,6 +33,7 @@ import httpx
 from _common import median, prompts
 
 from specdiff.lanes import Pair, presets
+from specdiff.sessions.store import load_session
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -82,6 +83,8 @@ class Direct:
         from specdiff.engine.worker import PairWorker
 
         self.max_tokens = max_tokens
+        self.lane_seconds = 0.0
+        """Time inside the lanes' decode loops, summed over the runs."""
         self.server = pair.a.backend == "server"
         count = concurrency if self.server else 1
         self.runners = queue.Queue()
@@ -92,7 +95,8 @@ class Direct:
     def run(self, prompt: str) -> None:
         runner = self.runners.get()
         try:
-            runner.run(prompt, self.max_tokens)
+            result = runner.run(prompt, self.max_tokens)
+            self.lane_seconds += result.a.seconds + result.b.seconds
         finally:
             self.runners.put(runner)
 
@@ -108,8 +112,19 @@ class Proxied:
         self.model = model
         extra = ["--concurrency", str(concurrency)] if "servers" in options else []
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "specdiff", "proxy", "--port", "0", "--quiet",
-             "--report", str(folder / f"suite-{concurrency}"), *options, *extra],  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "specdiff",
+                "proxy",
+                "--port",
+                "0",
+                "--quiet",
+                "--report",
+                str(folder / f"suite-{concurrency}"),
+                *options,
+                *extra,
+            ],  # fmt: skip
             stdout=subprocess.PIPE,
             text=True,
             cwd=ROOT,
@@ -134,8 +149,17 @@ class Proxied:
         self.process.send_signal(signal.SIGTERM)
         self.process.wait(timeout=300)
 
+    def lane_seconds(self, folder: Path, concurrency: int) -> float:
+        """Time inside the lanes' decode loops, from the sessions the proxy saved (the
+        first request's, which loaded what a run needs, left out)."""
+        sessions = sorted((folder / f"suite-{concurrency}" / "sessions").glob("*/*.jsonl"))
+        return sum(sum(load_session(path).summary().seconds or ()) for path in sessions[1:])
 
-def measure(args: argparse.Namespace, concurrency: int, folder: Path) -> tuple[float, float]:
+
+def measure(
+    args: argparse.Namespace, concurrency: int, folder: Path
+) -> tuple[float, float, float, float]:
+    """Median walls (direct, proxied) and the whole time beyond the lanes' own of each."""
     pair, options = chosen_pair(args)
     work = (prompts("open") + prompts("divergence"))[: args.prompts]
     direct = Direct(pair, concurrency, args.max_tokens)
@@ -143,17 +167,25 @@ def measure(args: argparse.Namespace, concurrency: int, folder: Path) -> tuple[f
     try:
         # one of each first: the first request loads what a run needs
         direct.run(work[0])
+        first_direct = direct.lane_seconds
         proxied.run_with(args.max_tokens)(work[0])
         walls: dict[str, list[float]] = {"direct": [], "proxy": []}
         for _ in range(args.rounds):
             walls["direct"].append(in_parallel(work, direct.concurrency, direct.run))
-            walls["proxy"].append(
-                in_parallel(work, concurrency, proxied.run_with(args.max_tokens))
-            )
+            walls["proxy"].append(in_parallel(work, concurrency, proxied.run_with(args.max_tokens)))
     finally:
         direct.close()
         proxied.close()
-    return median(walls["direct"]), median(walls["proxy"])
+    direct_lanes = direct.lane_seconds - first_direct
+    beyond_direct = sum(walls["direct"]) - direct_lanes
+    beyond_proxy = sum(walls["proxy"]) - proxied.lane_seconds(folder, concurrency)
+    total = sum(walls["direct"])
+    return (
+        median(walls["direct"]),
+        median(walls["proxy"]),
+        beyond_direct / total,
+        (beyond_proxy / total),
+    )
 
 
 def main() -> None:
@@ -169,10 +201,11 @@ def main() -> None:
           f"{args.rounds} rounds, {args.server or args.pair}")  # fmt: skip
     with tempfile.TemporaryDirectory() as folder:
         for concurrency in args.concurrency or [1, 4]:
-            direct, proxy = measure(args, concurrency, Path(folder))
+            direct, proxy, beyond_direct, beyond_proxy = measure(args, concurrency, Path(folder))
             print(
                 f"concurrency {concurrency}: direct {direct:.2f} s, proxy {proxy:.2f} s, "
-                f"ratio {proxy / direct:.3f} (target <= 1.05)"
+                f"ratio {proxy / direct:.3f} (target <= 1.05); time beyond the lanes' own, "
+                f"over the direct wall: direct {beyond_direct:.3f}, proxy {beyond_proxy:.3f}"
             )
 
 
