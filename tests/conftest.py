@@ -30,6 +30,7 @@ from hypothesis import settings
 
 from specdiff.engine.models import bundled_model_path, make_variant
 from specdiff.prompts import load as load_prompts
+from tests.node_clients import PROMPTFOO
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -274,3 +275,15 @@ def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, object, object
             pytrace=False,
         )
     return result
+
+
+@pytest.fixture
+def promptfoo() -> Path:
+    """The pinned promptfoo: a developer without it skips its tests with the command that
+    installs it; CI, which installs it, fails instead of passing without running them."""
+    if not PROMPTFOO.exists():
+        message = "promptfoo is not installed: npm ci --prefix tests/clients"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return PROMPTFOO

@@ -20,15 +20,10 @@ from pathlib import Path
 
 from specdiff.engine.models import bundled_model_path
 from specdiff.engine.server.process import LlamaServer, find_llama_server
+from tests.node_clients import PROMPTFOO
 
 DATA = Path(__file__).parent / "data" / "imports"
-PROMPTFOO = Path(
-    os.environ.get("PROMPTFOO")
-    or shutil.which("promptfoo")
-    or "/work/tools/promptfoo/node_modules/.bin/promptfoo"
-)
-"""promptfoo 0.121 (0.122 and later need Node 22): $PROMPTFOO, else on PATH, else where
-this machine installed it."""
+
 MODEL_NAME = "gemma-3-270m"
 TASK = "facts"
 ITEMS = (

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from specdiff.cli import main
-from tests.eval_runs import ITEMS, PROMPTFOO, run_lm_eval, run_promptfoo, two_servers, write_task
+from tests.eval_runs import ITEMS, run_lm_eval, run_promptfoo, two_servers, write_task
 from tests.test_imports import samples, statsmodels_p
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
@@ -50,9 +50,7 @@ def check_promptfoo(files: list[Path], capsys) -> None:
     assert code == (1 if differ else 0)
 
 
-def test_runs_against_two_servers_are_compared(capsys, tmp_path: Path) -> None:
-    if not PROMPTFOO.exists():
-        pytest.skip(f"promptfoo 0.121 is not installed at {PROMPTFOO}")
+def test_runs_against_two_servers_are_compared(capsys, tmp_path: Path, promptfoo: Path) -> None:
     task = write_task(tmp_path / "task", max_tokens=MAX_TOKENS)
     with two_servers() as urls:
         runs, files = [], []
