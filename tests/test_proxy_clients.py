@@ -9,10 +9,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
+from specdiff.cli import main
 from specdiff.engine.server.process import LlamaServer, find_llama_server
 from specdiff.prompts import load as load_prompts
 from specdiff.sessions.store import load_session
@@ -71,43 +73,93 @@ def test_behind_server_lanes_the_answer_is_the_servers_own(tmp_path, model_path)
     assert json.loads(lanes.a.request) == json.loads(lanes.b.request) == {"temperature": 0.8}
 
 
-def test_lm_eval_runs_its_task_through_the_proxy(tmp_path) -> None:
+def run_lm_eval_through(proxy_url: str, output: Path, home: Path) -> list[dict[str, Any]]:
+    """lm-evaluation-harness's task through the proxy at `proxy_url`: its logged samples."""
+    model_args = (
+        f"base_url={proxy_url}/completions,model=spec-vs-plain,"
+        "tokenizer_backend=None,tokenized_requests=False"
+    )
+    ran = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lm_eval",
+            "--model",
+            "local-completions",
+            "--model_args",
+            model_args,
+            "--tasks",
+            "specdiff_words",
+            "--include_path",
+            str(LM_EVAL_TASK.parent),
+            "--log_samples",
+            "--output_path",
+            str(output),
+        ],  # fmt: skip
+        cwd=ROOT,
+        env=offline_environment(home),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    (samples,) = output.glob("*/samples_specdiff_words_*.jsonl")
+    return [json.loads(line) for line in samples.read_text().splitlines()]
+
+
+def lane_texts(path: Path) -> dict[str, str]:
+    steps = load_session(path).steps
+    return {
+        lane: b"".join(step.piece for step in steps[lane]).decode("utf-8", "replace")
+        for lane in "ab"
+    }
+
+
+def test_lm_eval_through_the_proxy_imports_as_the_proxys_own_suite(tmp_path, capsys) -> None:
+    """The task served as lane a, then as lane b: each run's answers are its lane's texts
+    in the proxy's sessions, and `import lm-eval` of the two runs finds different
+    answers on exactly the items whose sessions' lanes differ there."""
     items = LM_EVAL_TASK.read_text(encoding="utf-8").splitlines()
-    with running_proxy(tmp_path, "--max-tokens", "8") as proxy:
-        model_args = (
-            f"base_url={proxy.url}/completions,model=spec-vs-plain,"
-            "tokenizer_backend=None,tokenized_requests=False"
-        )
-        ran = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "lm_eval",
-                "--model",
-                "local-completions",
-                "--model_args",
-                model_args,
-                "--tasks",
-                "specdiff_words",
-                "--include_path",
-                str(LM_EVAL_TASK.parent),
-                "--log_samples",
-                "--output_path",
-                str(tmp_path / "lm-eval"),
-            ],  # fmt: skip
-            cwd=ROOT,
-            env=offline_environment(tmp_path),
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        assert ran.returncode == 0, ran.stderr[-2000:]
-        assert proxy.stop() == 130
-    (samples,) = (tmp_path / "lm-eval").glob("*/samples_specdiff_words_*.jsonl")
-    answered = [json.loads(line) for line in samples.read_text().splitlines()]
-    assert len(answered) == len(items) == len(proxy.sessions())
-    report = json.loads((proxy.report / "report.json").read_text())
-    assert report["finished"] == len(items)
+    runs: dict[str, list[dict[str, Any]]] = {}
+    texts: dict[str, dict[str, dict[str, str]]] = {}
+    for served in "ab":
+        where = tmp_path / served
+        where.mkdir()
+        with running_proxy(where, "--max-tokens", "8", "--serve", served) as proxy:
+            runs[served] = run_lm_eval_through(proxy.url, where / "lm-eval", where)
+            assert proxy.stop() == 130
+        sessions = proxy.sessions()
+        assert len(runs[served]) == len(items) == len(sessions)
+        report = json.loads((proxy.report / "report.json").read_text())
+        assert report["finished"] == len(items)
+        # the proxy cuts at the client's stop string ("\n"), as lm-eval's `until` asks
+        by_prompt = {load_session(p).header.prompt: lane_texts(p) for p in sessions}
+        for sample in runs[served]:
+            prompt = sample["arguments"]["gen_args_0"]["arg_0"]
+            assert sample["resps"][0][0] == by_prompt[prompt][served].split("\n")[0]
+        texts[served] = by_prompt
+    # both proxies ran the same pair on the same prompts: the lanes agree run to run
+    assert texts["a"] == texts["b"]
+    answers = {
+        prompt: {lane: text.split("\n")[0] for lane, text in lanes.items()}
+        for prompt, lanes in texts["a"].items()
+    }
+    differ = [
+        sample["doc_id"]
+        for sample in runs["a"]
+        if len(set(answers[sample["arguments"]["gen_args_0"]["arg_0"]].values())) == 2
+    ]
+    code = main(
+        [
+            "import",
+            "lm-eval",
+            str(tmp_path / "a" / "lm-eval"),
+            str(tmp_path / "b" / "lm-eval"),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert out.startswith(f"{len(differ)} of {len(items)} items differ"), out
+    assert code == (1 if differ else 0)
 
 
 def test_promptfoo_runs_its_eval_through_the_proxy(tmp_path, promptfoo: Path) -> None:
