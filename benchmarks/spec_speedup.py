@@ -68,12 +68,17 @@ class Measured:
     def __init__(self) -> None:
         self.ratios: dict[tuple[str, str, str], list[float]] = defaultdict(list)
         self.speeds: dict[tuple[str, str, str], list[float]] = defaultdict(list)
-        self.acceptance: dict[tuple[str, str], list[float]] = defaultdict(list)
+        self.drafts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+        """Accepted and drafted tokens, summed over the prompts."""
 
     def add(self, key: tuple[str, str, str], spec: float, plain: float) -> None:
         self.ratios[key].append(spec / plain)
         self.speeds[key].append(spec)
         self.speeds[(key[0], key[1] + " plain", key[2])].append(plain)
+
+    def count_drafts(self, key: tuple[str, str], accepted: int, drafted: int) -> None:
+        self.drafts[key][0] += accepted
+        self.drafts[key][1] += drafted
 
 
 def measure_prompt(
@@ -96,7 +101,7 @@ def measure_prompt(
     if pair_result is not None:
         a, b = pair_result.a, pair_result.b
         measured.add((name, SPECDIFF, "own clock"), a.tokens_per_second, b.tokens_per_second)
-        measured.acceptance[(name, SPECDIFF)].append(a.acceptance or 0.0)
+        measured.count_drafts((name, SPECDIFF), a.accepted, a.drafted)
         parts.append(
             f"specdiff {a.tokens_per_second:5.1f}/{b.tokens_per_second:5.1f} "
             f"x{a.tokens_per_second / b.tokens_per_second:.2f} acc {a.acceptance or 0:.0%}"
@@ -109,8 +114,7 @@ def measure_prompt(
             measured.add((name, kind, "timings"), *server)
             wall = (spec.wall_tokens_per_second, plain.wall_tokens_per_second)
             measured.add((name, kind, "wall"), *wall)
-            accepted = spec.accepted / spec.drafted if spec.drafted else 0.0
-            measured.acceptance[(name, kind)].append(accepted)
+            measured.count_drafts((name, kind), spec.accepted, spec.drafted)
             parts.append(f"{kind} x{server[0] / server[1]:.2f}")
     print(f"  {name:<10} " + "  ".join(parts), flush=True)
 
@@ -122,13 +126,15 @@ def report(name: str, measured: Measured) -> None:
             continue
         spec = median(measured.speeds[(set_name, which, clock)])
         plain = median(measured.speeds[(set_name, which + " plain", clock)])
-        accepted = median(measured.acceptance[(set_name, which)])
+        accepted, drafted = measured.drafts[(set_name, which)]
+        share = f"{accepted / drafted:.0%}" if drafted else "-"
         target = ""
         if which == SPECDIFF:
             target = f"  (target >= {1.5 if name == 'repetitive' else 0.9}x)"
         print(
             f"  {which:<14} {clock:<9} x{median(ratios):.2f} over {len(ratios)} "
-            f"({spec:6.1f} / {plain:6.1f} tok/s, acceptance {accepted:.0%}){target}",
+            f"({spec:6.1f} / {plain:6.1f} tok/s; {accepted}/{drafted} drafts accepted, "
+            f"{share}){target}",
             flush=True,
         )
 
