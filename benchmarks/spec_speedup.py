@@ -1,55 +1,195 @@
-"""Speculative (n-gram prompt lookup) lane vs plain lane, tokens per second.
+"""Speculative (n-gram prompt lookup) lane vs plain lane, tokens per second, beside
+llama-server's own n-gram speculation vs llama-server's own plain decoding.
 
 On the bundled repetitive prompts (rewrite / extract / repeat tasks, where n-gram
-drafts hit) and on open-ended ones. Prints both medians of the per-prompt speedup
-(targets: >= 1.5x repetitive, >= 0.9x open).
+drafts hit) and on open-ended ones. For each prompt, in an order that rotates from
+prompt to prompt (so that a change in the machine's load falls on every measurement
+alike): specdiff's spec-vs-plain pair (its two lanes step in turn), then llama-server
+plain and one llama-server per n-gram type (`--spec-type`), all on the same model, with
+the lanes' threads, context, batch sizes, flash-attention and kernels (repack as the
+lanes run it). Prints per set the median of the per-prompt ratios spec ÷ plain:
+specdiff's (its own decode clock, from the first token), and llama-server's per type
+from its `timings.predicted_per_second` and from the wall clock (first to last streamed
+token). Targets: specdiff >= 1.5x repetitive, >= 0.9x open.
 
-    python benchmarks/spec_speedup.py [--tokens 200] [--lane-a spec_drafts=8 ...]
+    python benchmarks/spec_speedup.py [--tokens 200] [--sets repetitive open]
+        [--prompts N] [--rounds 1] [--lane-a spec_drafts=8 ...]
+        [--no-server | --server-only] [--spec-types ngram-simple,ngram-mod]
+        [--draft-max N]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+from collections import defaultdict
+from contextlib import ExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import median, prompts  # noqa: E402
+from _llama_server_spec import PLAIN, Completion, ServerSet  # noqa: E402
 
 from specdiff.engine.pairrun import PairRun  # noqa: E402
 from specdiff.lanes import apply_overrides, parse_overrides, presets  # noqa: E402
 
+SPECDIFF = "specdiff"
 
-def main() -> None:
+
+def parse_arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tokens", type=int, default=200)
+    parser.add_argument("--sets", nargs="+", default=["repetitive", "open"])
+    parser.add_argument("--prompts", type=int, default=0, help="the first N of each set (0: all)")
+    parser.add_argument("--rounds", type=int, default=1, help="times each prompt is measured")
     parser.add_argument("--lane-a", action="append", default=[])
-    args = parser.parse_args()
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--no-server", action="store_true", help="specdiff's lanes only")
+    which.add_argument("--server-only", action="store_true", help="llama-server only")
+    parser.add_argument(
+        "--spec-types", default="", help="comma-separated llama-server types (default: n-gram ones)"
+    )
+    parser.add_argument(
+        "--draft-max",
+        type=int,
+        default=None,
+        help="llama-server's --spec-draft-n-max (default: the server's own default)",
+    )
+    return parser.parse_args()
+
+
+class Measured:
+    """Per set, per configuration: the spec ÷ plain ratios of each prompt, and the
+    speeds behind them."""
+
+    def __init__(self) -> None:
+        self.ratios: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+        self.speeds: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+        self.drafts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+        """Accepted and drafted tokens, summed over the prompts."""
+
+    def add(self, key: tuple[str, str, str], spec: float, plain: float) -> None:
+        self.ratios[key].append(spec / plain)
+        self.speeds[key].append(spec)
+        self.speeds[(key[0], key[1] + " plain", key[2])].append(plain)
+
+    def count_drafts(self, key: tuple[str, str], accepted: int, drafted: int) -> None:
+        self.drafts[key][0] += accepted
+        self.drafts[key][1] += drafted
+
+
+def measure_prompt(
+    name: str,
+    text: str,
+    order: list[str],
+    args: argparse.Namespace,
+    runner: PairRun | None,
+    servers: ServerSet | None,
+    measured: Measured,
+) -> None:
+    pair_result = None
+    done: dict[str, Completion] = {}
+    for which in order:
+        if which == SPECDIFF and runner is not None:
+            pair_result = runner.run(text, args.tokens)
+        elif servers is not None and which != SPECDIFF:
+            done[which] = servers.complete(which, text, args.tokens)
+    parts = []
+    if pair_result is not None:
+        a, b = pair_result.a, pair_result.b
+        measured.add((name, SPECDIFF, "own clock"), a.tokens_per_second, b.tokens_per_second)
+        measured.count_drafts((name, SPECDIFF), a.accepted, a.drafted)
+        parts.append(
+            f"specdiff {a.tokens_per_second:5.1f}/{b.tokens_per_second:5.1f} "
+            f"x{a.tokens_per_second / b.tokens_per_second:.2f} acc {a.acceptance or 0:.0%}"
+        )
+    if done:
+        plain = done.pop(PLAIN)
+        parts.append(f"server plain {plain.server_tokens_per_second:5.1f}")
+        for kind, spec in done.items():
+            server = (spec.server_tokens_per_second, plain.server_tokens_per_second)
+            measured.add((name, kind, "timings"), *server)
+            wall = (spec.wall_tokens_per_second, plain.wall_tokens_per_second)
+            measured.add((name, kind, "wall"), *wall)
+            measured.count_drafts((name, kind), spec.accepted, spec.drafted)
+            parts.append(f"{kind} x{server[0] / server[1]:.2f}")
+    print(f"  {name:<10} " + "  ".join(parts), flush=True)
+
+
+def report(name: str, measured: Measured) -> None:
+    print(f"{name}: median spec ÷ plain per prompt (median spec / plain tok/s):")
+    for (set_name, which, clock), ratios in measured.ratios.items():
+        if set_name != name:
+            continue
+        spec = median(measured.speeds[(set_name, which, clock)])
+        plain = median(measured.speeds[(set_name, which + " plain", clock)])
+        accepted, drafted = measured.drafts[(set_name, which)]
+        share = f"{accepted / drafted:.0%}" if drafted else "-"
+        target = ""
+        if which == SPECDIFF:
+            target = f"  (target >= {1.5 if name == 'repetitive' else 0.9}x)"
+        print(
+            f"  {which:<14} {clock:<9} x{median(ratios):.2f} over {len(ratios)} "
+            f"({spec:6.1f} / {plain:6.1f} tok/s; {accepted}/{drafted} drafts accepted, "
+            f"{share}){target}",
+            flush=True,
+        )
+
+
+def stop_on_sigterm(started: list[ServerSet]) -> None:
+    """A killed benchmark (a timeout's SIGTERM) stops its servers first: the exit it then
+    raises can land in a llama.cpp callback, which swallows it."""
+
+    def unwind(signum: int, _frame: object) -> None:
+        for servers in started:
+            servers.stop()
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, unwind)
+
+
+def main() -> None:
+    args = parse_arguments()
+    started: list[ServerSet] = []
+    stop_on_sigterm(started)
     pair = presets()["spec-vs-plain"]
     pair = type(pair)(pair.name, apply_overrides(pair.a, parse_overrides(args.lane_a)), pair.b)
-    with PairRun(pair) as runner:
-        for name in ("repetitive", "open"):
-            speedups = []
-            accept = []
-            for text in prompts(name):
-                result = runner.run(text, args.tokens)
-                if result.speedup is not None:
-                    speedups.append(result.speedup)
-                if result.a.acceptance is not None:
-                    accept.append(result.a.acceptance)
-                print(
-                    f"  {name:<10} spec {result.a.tokens_per_second:6.1f} tok/s  plain "
-                    f"{result.b.tokens_per_second:6.1f} tok/s  x{result.speedup or 0:.2f}  "
-                    f"acceptance {result.a.acceptance or 0:.0%}",
-                    flush=True,
-                )
-            target = 1.5 if name == "repetitive" else 0.9
-            print(
-                f"{name}: median speedup {median(speedups):.2f}x over {len(speedups)} prompts "
-                f"(target >= {target}x), median acceptance {median(accept):.0%}",
-                flush=True,
-            )
+    measured = Measured()
+    with ExitStack() as stack:
+        runner = servers = None
+        runner = stack.enter_context(PairRun(pair))
+        lane = runner.lanes["a"]
+        repack = bool(lane.repack.on)
+        if args.server_only:
+            runner.close()
+            runner = None
+        if not args.no_server:
+            kinds = [kind for kind in args.spec_types.split(",") if kind]
+            servers = ServerSet(lane.model_path, pair.b, repack, kinds, args.draft_max)
+            started.append(servers)
+            stack.enter_context(servers)
+        print(
+            f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; threads "
+            f"{pair.a.threads}, repack {'on' if repack else 'off'}; "
+            f"{args.tokens} tokens per completion",
+            flush=True,
+        )
+        order = [SPECDIFF, PLAIN, *(servers.kinds if servers is not None else [])]
+        turn = 0
+        for name in args.sets:
+            texts = prompts(name)[: args.prompts or None]
+            for _ in range(args.rounds):
+                for text in texts:
+                    shift = turn % len(order)
+                    measure_prompt(
+                        name, text, order[shift:] + order[:shift], args, runner, servers, measured
+                    )
+                    turn += 1
+            report(name, measured)
+        print(f"load {os.getloadavg()[0]:.1f} at the end", flush=True)
 
 
 if __name__ == "__main__":

@@ -122,7 +122,7 @@ def test_run_human_summary_and_stdin_prompt() -> None:
     )
     assert completed.returncode in (0, 1), completed.stderr
     out = completed.stdout
-    assert "lane a  speculative · ngram 3 · 7 drafts" in out
+    assert "lane a  speculative · ngram 3 · 15 drafts" in out
     assert "acceptance" in out and "tok/s" in out and "executed:" in out
     assert "running spec-vs-plain" in completed.stderr  # progress goes to stderr
 

@@ -78,10 +78,11 @@ class Lane:
     """Prompt lookup: the longest n-gram matched against the history."""
     spec_ngram_min: int = 2
     """Prompt lookup: the shortest n-gram tried before giving up on drafting."""
-    spec_drafts: int = 7
+    spec_drafts: int = 15
     """Tokens drafted per verification (the maximum, when adaptive)."""
     spec_adaptive: bool = True
-    """Grow the draft length while drafts are accepted, shrink it when they are not."""
+    """Pick each verify's draft length from the recent acceptance rate (the width with
+    the most expected tokens per unit of cost, or no draft after rejections)."""
     spec_align: int = 4
     """Round verify widths (drafts + 1) down to a multiple of this; 1 = no rounding."""
     spec_accept: str = "exact"
