@@ -199,7 +199,8 @@ def test_an_actor_killed_mid_unit_is_survived_and_each_unit_is_recorded_once(
     assert sorted(row["prompt_id"] for row in rows) == sorted(
         row["prompt_id"] for row in results(in_process)
     )  # each unit once
-    assert rows == results(in_process)
+    # the unit run again on a fresh actor has the steps, logits and all, of the reference
+    assert_same_runs(report, in_process)
     assert not list((report / "sessions").rglob(f"*{PARTIAL_SUFFIX}"))
 
 
