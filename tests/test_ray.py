@@ -1,20 +1,20 @@
 """`suite --ray` and `repeat --ray` on a Ray cluster started here with 2 CPUs (once for
-the module): the results equal the in-process ones, an actor killed mid-unit is
+the module): a suite run whole here, in three shards on Ray merged, and over two actors
+reports the same forks at the same tokens, an actor killed mid-unit is
 survived with each unit recorded once, a stopped Ray suite is finished by --resume
 without Ray, and no Ray process outlives the module. Ray missing is one line naming the
 extra (fast tier: a subprocess in which `import ray` fails)."""
 
 from __future__ import annotations
 
-import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +23,18 @@ import pytest
 from specdiff.cli import main
 from specdiff.prompts import load as load_prompts
 from specdiff.sessions.store import PARTIAL_SUFFIX, load_session
-from specdiff.steps import TokenStep
-from tests.conftest import ROOT, process_running, wait_until
+from tests.conftest import ROOT, ForkingPrompt, process_running, wait_until
+from tests.same_reports import (
+    assert_same_reports,
+    assert_same_runs,
+    compare_reports,
+    report_json,
+    results,
+    with_lane_threads,
+)
 
 TOKENS = 8
 PAIR = "spec-vs-plain"
-TIMED = {"tokens_per_second_a", "tokens_per_second_b"}
-"""results.csv's columns that are times: the only ones a Ray run may change."""
 
 
 @pytest.fixture(scope="module")
@@ -85,23 +90,6 @@ def suite_args(prompts: Path, report: Path, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
-def results(report: Path) -> list[dict[str, str]]:
-    """results.csv's rows, times left out."""
-    with (report / "results.csv").open(encoding="utf-8") as handle:
-        return [{k: v for k, v in row.items() if k not in TIMED} for row in csv.DictReader(handle)]
-
-
-def steps(report: Path) -> dict[str, tuple[list[str], list[TokenStep]]]:
-    """Each session's steps in file order (their times left out), by file name: a fork
-    at the same token has the same logits, ranks and probes there."""
-    found = {}
-    for path in sorted((report / "sessions").rglob("*.jsonl")):
-        session = load_session(path)
-        lanes = [replace(step, timestamp=0.0) for lane in "ab" for step in session.steps[lane]]
-        found[path.name] = (session.order, lanes)
-    return found
-
-
 @pytest.fixture(scope="module")
 def in_process(three_prompts: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The reference: the suite in this process, each lane on one thread as an actor with
@@ -111,24 +99,74 @@ def in_process(three_prompts: Path, tmp_path_factory: pytest.TempPathFactory) ->
     return report
 
 
-@pytest.mark.model
-def test_a_suite_over_two_actors_equals_the_in_process_suite(
-    ray_cluster: Any, three_prompts: Path, in_process: Path, tmp_path: Path
-) -> None:
-    report = tmp_path / "report"
-    assert main([*suite_args(three_prompts, report), "--ray", "--ray-actors", "2"]) in (0, 1)
-    assert results(report) == results(in_process)
-    assert steps(report) == steps(in_process)
-    ours, theirs = (json.loads((r / "report.json").read_text()) for r in (report, in_process))
-    assert ours["finished"] == theirs["finished"] == 3
-    counted = ("identical", "forked", "fork_indices", "fork_margins", "fork_classes")
-    assert [{key: pair["summary"][key] for key in counted} for pair in ours["pairs"]] == [
-        {key: pair["summary"][key] for key in counted} for pair in theirs["pairs"]
+FORK_PAIR = "ubatch"
+FORK_TOKENS = 10
+
+
+def forking_suite(path: Path, fork: ForkingPrompt) -> Path:
+    """Four prompts, the first one `forking_prompt` found forking under FORK_PAIR."""
+    lines = [
+        {"id": "fork", "prompt": fork.prompt},
+        {"id": "capital", "prompt": "The capital of France is"},
+        {"id": "code", "prompt": "def fibonacci(n):"},
+        {"id": "story", "prompt": "Once upon a time"},
     ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def run_three_ways(prompts: Path, folder: Path) -> tuple[Path, list[Path], Path, Path]:
+    """The suite whole in this process, in three shards on Ray merged, and whole over two
+    actors: the whole folder, the shards', the merged one and the Ray one."""
+    suite = ["suite", str(prompts), "--pair", FORK_PAIR, "--max-tokens", str(FORK_TOKENS)]
+    suite += ["--quiet"]
+    # each lane on the one thread an actor with one CPU gives it
+    one_thread = ["--both", "threads=1"]
+    two_actors = ["--ray", "--ray-actors", "2"]
+    whole = folder / "whole"
+    assert main([*suite, "--report", str(whole), *one_thread]) == 0
+    shards = [folder / f"shard{n}" for n in (1, 2, 3)]
+    for number, shard in enumerate(shards, start=1):
+        where = ["--report", str(shard), "--shard", f"{number}/3"]
+        assert main([*suite, *where, *one_thread, *two_actors]) == 0
+    merged = folder / "merged"
+    assert main(["suite", "merge", *map(str, shards), "--report", str(merged)]) == 0
+    on_ray = folder / "ray"
+    assert main([*suite, "--report", str(on_ray), *two_actors]) == 0
+    return whole, shards, merged, on_ray
+
+
+@pytest.mark.model
+def test_a_suite_whole_in_ray_shards_merged_and_over_two_actors_reports_the_same(
+    ray_cluster: Any, forking_prompt: Any, tmp_path: Path, capsys
+) -> None:
+    fork = forking_prompt(FORK_PAIR, FORK_TOKENS)
+    prompts = forking_suite(tmp_path / "p.jsonl", fork)
+    whole, shards, merged, on_ray = run_three_ways(prompts, tmp_path)
+    capsys.readouterr()
+    assert_same_reports(merged, whole)
     # the lanes kept the machine's default threads, and each actor ran them on its one CPU
-    session = load_session(next((report / "sessions").rglob("*.jsonl")))
+    session = load_session(next((on_ray / "sessions").rglob("*.jsonl")))
     assert session.header.pair.a.threads == os.cpu_count()
     assert [session.header.executed[lane]["threads"] for lane in "ab"] == [1, 1]
+    compare_reports(with_lane_threads(report_json(on_ray), 1), report_json(whole))
+    assert_same_runs(on_ray, whole)
+    forks = {row["prompt_id"]: row["fork_index"] for row in report_json(merged)["prompts"]}
+    assert forks["fork"] == fork.fork_index  # as a run of its own found it
+    section = report_json(merged)["shards"]
+    shard_runs = [json.loads((s / "shard.json").read_text())["units"] for s in shards]
+    assert sum(shard_runs) == len(forks) and [s["units"] for s in section["shards"]] == shard_runs
+    [(kind, counts)] = section["forks_by_cpu"][FORK_PAIR].items()
+    assert counts == {"runs": len(forks), "forked": sum(f is not None for f in forks.values())}
+    assert section["fork_rate_differs"] == []
+    assert "## Shards and their machines" in (merged / "report.md").read_text(encoding="utf-8")
+    # a finished shard resumes on its own without Ray, reading every run back, running none
+    again = tmp_path / "again"
+    shutil.copytree(shards[0], again)
+    assert main(["suite", "--resume", "--report", str(again), "--quiet"]) == 0
+    resumed = report_json(again)
+    assert resumed["resumed"] == resumed["jobs"] == resumed["finished"]
+    assert len(json.loads((again / "shard.json").read_text())["machines"]) == 2
 
 
 @pytest.mark.model
@@ -161,7 +199,8 @@ def test_an_actor_killed_mid_unit_is_survived_and_each_unit_is_recorded_once(
     assert sorted(row["prompt_id"] for row in rows) == sorted(
         row["prompt_id"] for row in results(in_process)
     )  # each unit once
-    assert rows == results(in_process)
+    # the unit run again on a fresh actor has the steps, logits and all, of the reference
+    assert_same_runs(report, in_process)
     assert not list((report / "sessions").rglob(f"*{PARTIAL_SUFFIX}"))
 
 

@@ -1,14 +1,14 @@
 """`specdiff suite --shard I/N` and `specdiff suite merge`: the partition of a suite's runs
 into shards (stable under added and reordered prompts, each run in one shard), the shard
-values refused, the merges refused, and (model) a suite run in three shards and merged
-reports what the same suite run whole does."""
+values refused and the merges refused. That three shards merged report what the suite
+run whole does (and what it does on Ray) is tests/test_ray.py's, which runs the shards
+on its Ray cluster."""
 
 from __future__ import annotations
 
 import json
 import math
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -269,75 +269,3 @@ def test_a_shard_resumes_as_itself(tmp_path: Path, capsys) -> None:
     (whole / "suite.json").write_text((folder / "suite.json").read_text(), encoding="utf-8")
     code = main(["suite", "--resume", "--report", str(whole), "--shard", "1/2"])
     assert "holds a whole suite, not shard 1/2; drop --shard" in one_line_error(capsys, code)
-
-
-TIMES = re.compile(r"seconds|per_second|speedup|^created$")
-"""The report's fields that time a run: they differ between any two runs."""
-
-
-def without_times(value: object) -> object:
-    if isinstance(value, dict):
-        return {k: without_times(v) for k, v in value.items() if not TIMES.search(k)}
-    if isinstance(value, list):
-        return [without_times(item) for item in value]
-    return value
-
-
-def compare_fields(whole: object, merged: object, where: str = "report") -> None:
-    """Assert the two reports agree field by field, naming the first that does not."""
-    if isinstance(whole, dict) and isinstance(merged, dict):
-        assert whole.keys() == merged.keys(), where
-        for key in whole:
-            compare_fields(whole[key], merged[key], f"{where}.{key}")
-    elif isinstance(whole, list) and isinstance(merged, list):
-        assert len(whole) == len(merged), where
-        for number, (a, b) in enumerate(zip(whole, merged)):
-            compare_fields(a, b, f"{where}[{number}]")
-    else:
-        assert whole == merged, f"{where}: {whole!r} != {merged!r}"
-
-
-TOKENS = 10
-
-
-@pytest.mark.model
-def test_three_shards_merged_report_what_the_whole_suite_does(
-    tmp_path: Path, forking_prompt, capsys
-) -> None:
-    fork = forking_prompt(PAIR, TOKENS)
-    lines = [
-        {"id": "fork", "prompt": fork.prompt},
-        {"id": "capital", "prompt": "The capital of France is"},
-        {"id": "code", "prompt": "def fibonacci(n):"},
-        {"id": "story", "prompt": "Once upon a time"},
-    ]
-    prompts = tmp_path / "p.jsonl"
-    prompts.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
-    suite = ["suite", str(prompts), "--pair", PAIR, "--max-tokens", str(TOKENS), "--quiet"]
-    folders = [tmp_path / f"shard{n}" for n in (1, 2, 3)]
-    for number, folder in enumerate(folders, start=1):
-        assert main([*suite, "--report", str(folder), "--shard", f"{number}/3"]) == 0
-    # a finished shard resumes on its own, reading every run back and running none
-    again = tmp_path / "again"
-    shutil.copytree(folders[0], again)
-    assert main(["suite", "--resume", "--report", str(again), "--quiet"]) == 0
-    resumed = json.loads((again / "report.json").read_text(encoding="utf-8"))
-    assert resumed["resumed"] == resumed["jobs"] == resumed["finished"]
-    assert len(json.loads((again / "shard.json").read_text())["machines"]) == 2
-    assert main([*suite, "--report", str(tmp_path / "whole")]) == 0
-    out = tmp_path / "merged"
-    assert main(["suite", "merge", *map(str, folders), "--report", str(out)]) == 0
-    capsys.readouterr()
-
-    whole = json.loads((tmp_path / "whole" / "report.json").read_text(encoding="utf-8"))
-    merged = json.loads((out / "report.json").read_text(encoding="utf-8"))
-    section = merged.pop("shards")
-    compare_fields(without_times(whole), without_times(merged))
-    forks = {r["prompt_id"]: r["fork_index"] for r in merged["prompts"]}
-    assert forks["fork"] == fork.fork_index  # as a run of its own found it
-    shard_runs = [json.loads((f / "shard.json").read_text())["units"] for f in folders]
-    assert sum(shard_runs) == len(lines) and [s["units"] for s in section["shards"]] == shard_runs
-    [(kind, counts)] = section["forks_by_cpu"][PAIR].items()
-    assert counts == {"runs": 4, "forked": sum(f is not None for f in forks.values())}
-    assert section["fork_rate_differs"] == []
-    assert "## Shards and their machines" in (out / "report.md").read_text(encoding="utf-8")
