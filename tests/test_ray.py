@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from specdiff.cli import main
+from specdiff.lanes.values import default_threads
 from specdiff.prompts import load as load_prompts
 from specdiff.sessions.store import PARTIAL_SUFFIX, load_session
 from tests.conftest import ROOT, ForkingPrompt, process_running, wait_until
@@ -145,9 +146,10 @@ def test_a_suite_whole_in_ray_shards_merged_and_over_two_actors_reports_the_same
     whole, shards, merged, on_ray = run_three_ways(prompts, tmp_path)
     capsys.readouterr()
     assert_same_reports(merged, whole)
-    # the lanes kept the machine's default threads, and each actor ran them on its one CPU
+    # the lanes kept this process's default threads (its cores: one under pytest-xdist,
+    # which pins each worker), and each actor ran them on its one CPU
     session = load_session(next((on_ray / "sessions").rglob("*.jsonl")))
-    assert session.header.pair.a.threads == os.cpu_count()
+    assert session.header.pair.a.threads == default_threads()
     assert [session.header.executed[lane]["threads"] for lane in "ab"] == [1, 1]
     compare_reports(with_lane_threads(report_json(on_ray), 1), report_json(whole))
     assert_same_runs(on_ray, whole)
