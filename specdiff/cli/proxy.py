@@ -79,8 +79,8 @@ def add_parser(commands: Subcommands) -> None:
         "--tui",
         action="store_true",
         help="show the newest pair saved in the TUI, with the count of requests and forks, "
-        "in place of the live line; q or Ctrl+C stops the proxy. Needs a terminal (it "
-        "draws on stderr and reads keys from stdin): refused otherwise",
+        "in place of the live line; q or Ctrl+C stops the proxy. Needs a terminal "
+        "(stdin, stdout and stderr): refused otherwise",
     )
     proxy.add_argument("--theme", help="the TUI's theme (with --tui)")
     options.add_quiet(proxy)
@@ -202,8 +202,10 @@ def serve(
 
 
 def check_terminal() -> None:
-    """--tui draws on stderr and reads keys from stdin: both must be a terminal."""
-    for name, stream in (("stdin", sys.stdin), ("stderr", sys.stderr)):
+    """--tui reads keys from stdin, draws on stderr and sizes the screen from stdout: on
+    anything but a terminal it would draw for one 80 columns wide, or wait for keys that
+    never come."""
+    for name, stream in (("stdin", sys.stdin), ("stdout", sys.stdout), ("stderr", sys.stderr)):
         if not is_terminal(stream):
             raise ArgumentError(
                 f"--tui needs a terminal, and {name} is not one; drop --tui (the proxy then "
