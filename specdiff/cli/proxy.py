@@ -3,7 +3,8 @@ any OpenAI client (an eval harness, an app) runs through specdiff unchanged, eve
 request saved as a session of a suite folder.
 
 Ctrl+C or SIGTERM stops taking requests, lets those in flight finish, writes the
-reports and exits 130."""
+reports and exits 130. With --tui, the TUI shows the newest pair saved while the proxy
+serves in a thread beside it; quitting it (q, Ctrl+C) stops the proxy the same way."""
 
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ from specdiff.cli.common import (
     Subcommands,
     add_command,
     check_limits,
+    config_theme,
+    is_terminal,
     known_pairs,
     note_unread_keys,
     resolve_pair,
@@ -36,7 +39,10 @@ from specdiff.secrecy import hide_environment
 
 if TYPE_CHECKING:
     from specdiff.proxy.folder import Recorded
+    from specdiff.proxy.progress import ProxyProgress
     from specdiff.proxy.server import ProxyServer
+    from specdiff.proxy.service import Service
+    from specdiff.tui.proxy_app import ProxyApp
 
 DEFAULT_PORT = 8090
 DEFAULT_MAX_QUEUE = 16
@@ -69,6 +75,14 @@ def add_parser(commands: Subcommands) -> None:
     options.add_near_tie(proxy)
     options.add_control(proxy)
     add_load_options(proxy)
+    proxy.add_argument(
+        "--tui",
+        action="store_true",
+        help="show the newest pair saved in the TUI, with the count of requests and forks, "
+        "in place of the live line; q or Ctrl+C stops the proxy. Needs a terminal "
+        "(stdin, stdout and stderr): refused otherwise",
+    )
+    proxy.add_argument("--theme", help="the TUI's theme (with --tui)")
     options.add_quiet(proxy)
 
 
@@ -110,17 +124,20 @@ def add_load_options(proxy: argparse.ArgumentParser) -> None:
 
 
 def command_proxy(args: argparse.Namespace) -> int:
-    """Serve until Ctrl+C or SIGTERM; exit 130 then, with the reports written."""
+    """Serve until Ctrl+C or SIGTERM (or, with --tui, until the TUI is quit); exit 130
+    then, with the reports written."""
     # deferred: the proxy's modules (and through them the engine) load only for this command
     from specdiff.proxy.server import ProxyServer
     from specdiff.proxy.service import ProxySettings, Service
 
+    if args.tui:
+        check_terminal()
     check_limits(args.max_tokens, args.near_tie)
     check_address(args.host, args.api_key)
     pair = chosen_pair(args)
     report_dir = chosen_report_dir(args.report, pair)
     status = Status(sys.stderr, not args.quiet)
-    live = LiveLine(status)
+    feed = Feed(LiveLine(status))
     settings = ProxySettings(
         pair=pair,
         report_dir=report_dir,
@@ -133,7 +150,7 @@ def command_proxy(args: argparse.Namespace) -> int:
     )
     # the keys server lanes read stay in this long-running process's environment
     hide_environment()
-    service = Service(settings, live.recorded, live.message)
+    service = Service(settings, feed.recorded, feed.message)
     try:
         server = ProxyServer((args.host, args.port), service, args.api_key)
     except OSError as error:
@@ -142,21 +159,58 @@ def command_proxy(args: argparse.Namespace) -> int:
             "another --port (0 picks a free one)"
         ) from None
     status.message(f"proxy: loading {pair.name} ({pair.description or 'custom pair'})")
+    endpoint = f"http://{args.host}:{server.port}/v1"
+    serve(server, service, feed, args if args.tui else None, endpoint)
+    status.done()
+    status.message(f"proxy: stopped after {feed.tally.requests} pairs")
+    return Exit.INTERRUPTED
+
+
+def serve(
+    server: ProxyServer,
+    service: Service,
+    feed: Feed,
+    tui: argparse.Namespace | None,
+    endpoint: str,
+) -> None:
+    """Load the pair, serve until stopped (by a signal, or by quitting the TUI), then
+    finish what is in flight and print the reports' paths."""
+    settings = service.settings
     try:
         service.start()
     except BaseException:
         server.server_close()
         raise
-    print(f"specdiff proxy: http://{args.host}:{server.port}/v1 model {pair.name} -> "
-          f"{report_dir}", flush=True)  # fmt: skip
-    serve_until_stopped(server)
+    print(f"specdiff proxy: {endpoint} model {settings.pair.name} -> {settings.report_dir}",
+          flush=True)  # fmt: skip
+    if tui is None:
+        serve_until_stopped(server)
+    else:
+        # deferred: Textual loads only for the commands that open a screen
+        from specdiff.tui.proxy_app import make_proxy_app
+
+        app = make_proxy_app(
+            settings.pair, settings.max_tokens, endpoint, tui.theme or config_theme()
+        )
+        feed.app = app
+        serve_until_quit(server, app)
+        feed.app = None
     reports = service.stop(cancelled=False)
     server.server_close()
-    status.done()
     for report in reports:
         print(f"report: {report}", flush=True)
-    status.message(f"proxy: stopped after {live.count} pairs")
-    return Exit.INTERRUPTED
+
+
+def check_terminal() -> None:
+    """--tui reads keys from stdin, draws on stderr and sizes the screen from stdout: on
+    anything but a terminal it would draw for one 80 columns wide, or wait for keys that
+    never come."""
+    for name, stream in (("stdin", sys.stdin), ("stdout", sys.stdout), ("stderr", sys.stderr)):
+        if not is_terminal(stream):
+            raise ArgumentError(
+                f"--tui needs a terminal, and {name} is not one; drop --tui (the proxy then "
+                "prints a line a pair on stderr) or run it in a terminal"
+            )
 
 
 def check_address(host: str, api_key: str | None) -> None:
@@ -222,6 +276,32 @@ def serve_until_stopped(server: ProxyServer) -> None:
     thread.join()
 
 
+def serve_until_quit(server: ProxyServer, app: ProxyApp) -> None:
+    """Serve in a thread while the app runs here; SIGTERM quits the app as q does."""
+    stop = threading.Event()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    quitter = threading.Thread(target=quit_when_stopped, args=(stop, app), daemon=True)
+    with stop_signals(stop):
+        thread.start()
+        quitter.start()
+        try:
+            app.run()
+        finally:
+            app.closed.set()
+            stop.set()
+            quitter.join()
+            server.shutdown()
+            thread.join()
+
+
+def quit_when_stopped(stop: threading.Event, app: ProxyApp) -> None:
+    stop.wait()
+    if not app.closed.is_set():
+        # the app may close between the check and the call: then there is nothing to quit
+        with contextlib.suppress(RuntimeError):
+            app.call_from_thread(app.exit, 0)
+
+
 @contextlib.contextmanager
 def stop_signals(stop: threading.Event) -> Iterator[None]:
     def on_signal(_signum: int, _frame: object) -> None:
@@ -235,36 +315,56 @@ def stop_signals(stop: threading.Event) -> Iterator[None]:
             signal.signal(signum, handler)
 
 
+class Feed:
+    """Where the proxy's service reports: each pair saved, counted, goes to the TUI while
+    one runs, else to the live line; so do its messages."""
+
+    def __init__(self, live: LiveLine) -> None:
+        # deferred: the proxy's modules load only for this command
+        from specdiff.proxy.progress import ProxyTally
+
+        self.live = live
+        self.tally = ProxyTally()
+        self.app: ProxyApp | None = None
+
+    def recorded(self, recorded: Recorded, folder: str) -> None:
+        progress = self.tally.add(recorded, folder)
+        app = self.app
+        if app is not None:
+            app.saved(progress)
+        else:
+            self.live.recorded(progress, folder)
+
+    def message(self, text: str) -> None:
+        app = self.app
+        if app is None or not app.said(text):
+            self.live.message(text)
+
+
 class LiveLine:
     """The count of pairs saved and the latest fork, on one line of stderr; on a log
     (stderr redirected), a line a pair."""
 
     def __init__(self, status: Status) -> None:
         self.status = status
-        self.count = 0
-        self.forked = 0
         self.latest = "no fork yet"
         self._lock = threading.Lock()
 
-    def recorded(self, recorded: Recorded, folder: str) -> None:
-        record = recorded.record
-        summary = record.summary
+    def recorded(self, progress: ProxyProgress, folder: str) -> None:
+        fork = progress.fork_index
         with self._lock:
-            self.count += 1
-            fork = summary.fork_index
-            if summary.errors[0] or summary.errors[1]:
+            if progress.failed:
                 word = "failed"
             elif fork is None:
                 word = "identical"
             else:
-                self.forked += 1
                 word = f"forked at token {fork}"
-                self.latest = f"latest fork {record.prompt_id} at token {fork}"
-            line = f"proxy: {self.count} pairs · {self.forked} forked · {self.latest}"
+                self.latest = f"latest fork {progress.prompt_id} at token {fork}"
+            line = f"proxy: {progress.requests} pairs · {progress.forked} forked · {self.latest}"
             if self.status.live:
                 self.status.update(line)
             else:
-                self.status.message(f"proxy: {record.prompt_id} {word} -> {folder}")
+                self.status.message(f"proxy: {progress.prompt_id} {word} -> {folder}")
 
     def message(self, text: str) -> None:
         with self._lock:

@@ -45,6 +45,9 @@ class CompareOptions:
     """Lane a runs again, cold, after each run."""
     compare_machine: bool = False
     """Say when a replayed session was recorded on another CPU (`specdiff replay`)."""
+    runs_refused: str | None = None
+    """Why no run starts here (`specdiff proxy --tui`, whose proxy runs the pair): r is
+    not offered, and a run asked for otherwise says this instead."""
 
     @property
     def pair(self) -> Pair:

@@ -225,6 +225,8 @@ class CompareScreen(Screen[None]):
             return not panes_have_focus(self.focused) or self.has_class("configuring")
         if action == "configure":
             return self.has_class("narrow")
+        if action == "run":
+            return self.options.runs_refused is None
         if action in ("stop", "stop_replay"):
             return self.view.replaying == (action == "stop_replay")
         if action == "go" and parameters == (navigation.FORK,):
@@ -340,6 +342,9 @@ class CompareScreen(Screen[None]):
         if message is not None:
             # the keys go back to the panes: a `d` typed next must jump, not type
             self.action_panes()
+        if self.options.runs_refused is not None:
+            self.apply([Alerted(self.options.runs_refused, "warning", 8)])
+            return
         if self.view.running:
             self.apply(self.streaming.restart())
             return
