@@ -209,3 +209,31 @@ def test_resume_takes_the_stopped_suites_settings(tmp_path: Path, capsys) -> Non
     # an older suite.json without the prompts' hash or weight types: one line, no traceback
     err = one_line_error(capsys, main(["suite", "--resume", "--report", str(report)]))
     assert "changed since the suite" in err
+
+
+def test_the_report_header_counts_each_prompt_s_own_token_budget(tmp_path: Path) -> None:
+    from specdiff.lanes import presets
+    from specdiff.reports.suite_words import overview
+    from specdiff.suite.settings import SuiteSettings
+
+    path = write_jsonl(
+        tmp_path / "p.jsonl",
+        [
+            '{"id": "a", "prompt": "Once upon a time", "max_tokens": 64}',
+            '{"id": "b", "prompt": "def f(x):", "max_tokens": 30}',
+            '{"id": "c", "prompt": "Roses are red"}',
+        ],
+    )
+    prompts, _ = load_suite_prompts(str(path))
+    settings = SuiteSettings(source=str(path), pairs=(presets()["spec-vs-plain"],), max_tokens=200)
+    report = {"settings": settings.as_json(prompts), "complete": True, "jobs": 3,
+              "finished": 3, "created": "2026-12-07T10:00:00", "specdiff": "0",
+              "wall_seconds": 1.0}  # fmt: skip
+    assert report["settings"]["prompt_budgets"] == [30, 200]
+    assert "up to 30-200 tokens per lane (each prompt's own budget)" in overview(report)  # type: ignore[arg-type]
+    same = settings.as_json(prompts[:1])
+    assert same["prompt_budgets"] == [64, 64]
+    assert "up to 64 tokens per lane ·" in overview({**report, "settings": same})  # type: ignore[arg-type]
+    # a report.json written before budgets were recorded still reads
+    older = {k: v for k, v in report["settings"].items() if k != "prompt_budgets"}
+    assert "up to 200 tokens per lane ·" in overview({**report, "settings": older})  # type: ignore[arg-type]

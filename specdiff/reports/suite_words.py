@@ -38,12 +38,21 @@ def overview(data: SuiteReport) -> str:
     settings = data["settings"]
     teacher = " · teacher-forced (lane b fed lane a's tokens)" if settings["teacher_forced"] else ""
     return (
-        f"{_status(data)} · {len(settings['prompt_ids'])} prompts · up to "
-        f"{settings['max_tokens']} tokens per lane · near tie: margin < {settings['near_tie']}"
+        f"{_status(data)} · {len(settings['prompt_ids'])} prompts · {_budget_text(settings)}"
+        f" · near tie: margin < {settings['near_tie']}"
         f"{teacher}{grading_text(settings)} · {_load_text(settings)} · created "
         f"{data['created']} · "
         f"specdiff {data['specdiff']} · {data['wall_seconds']:.0f} s"
     )
+
+
+def _budget_text(settings: dict[str, Any]) -> str:
+    """How many tokens a lane could generate: prompts that name their own budget (a
+    proxied request's max_tokens) make it a range, not --max-tokens."""
+    fewest, most = settings.get("prompt_budgets") or [settings["max_tokens"]] * 2
+    if fewest == most:
+        return f"up to {most} tokens per lane"
+    return f"up to {fewest}-{most} tokens per lane (each prompt's own budget)"
 
 
 def _load_text(settings: dict[str, Any]) -> str:

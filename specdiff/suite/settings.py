@@ -125,6 +125,12 @@ class SuiteSettings:
                 out.append((f"{pair.name}@{quant}", variant, quant))
         return out
 
+    def budget_range(self, prompts: Sequence[SuitePrompt]) -> list[int]:
+        """The fewest and most tokens per lane the prompts ran with: a prompt's own
+        max_tokens (a prompt file's field, a proxied request's) wins over --max-tokens."""
+        budgets = [prompt.max_tokens or self.max_tokens for prompt in prompts]
+        return [min(budgets), max(budgets)] if budgets else [self.max_tokens] * 2
+
     def prompt_length(self, label: str) -> int | None:
         """The token length a variant's prompts are padded to; None without a sweep."""
         lengths = {
@@ -150,6 +156,7 @@ class SuiteSettings:
                 for p in self.pairs
             ],
             "max_tokens": self.max_tokens,
+            "prompt_budgets": self.budget_range(prompts),
             "near_tie": self.near_tie,
             "teacher_forced": self.teacher_forced,
             "quants": list(self.quants),
