@@ -99,6 +99,9 @@ def sampled_pair(pair: Pair, temperature: float) -> Pair:
     return replace(pair, a=sampling(pair.a), b=sampling(pair.b))
 
 
+GEMMA_ARCHITECTURES = ("gemma", "gemma2", "gemma3", "gemma3n")
+
+
 def chat_pair(pair: Pair) -> Pair:
     """The pair with each lane formatting a conversation: an in-process lane with the
     model's own chat template (unless it names one), a server lane on the chat API."""
@@ -106,9 +109,28 @@ def chat_pair(pair: Pair) -> Pair:
     def chatting(lane: Lane) -> Lane:
         if lane.backend == "server":
             return lane if lane.api == "chat" else replace(lane, api="chat")
-        return lane if lane.chat else replace(lane, chat="true")
+        return lane if lane.chat else replace(lane, chat=own_template(lane))
 
     return replace(pair, a=chatting(pair.a), b=chatting(pair.b))
+
+
+def own_template(lane: Lane) -> str:
+    """The chat setting for a lane that names none: its GGUF's own template ("true"),
+    or Gemma's turns for a Gemma GGUF that carries none, as the bundled one does.
+
+    llama.cpp formats a GGUF without a template as chatml, a format Gemma never learned:
+    every chat answer of the bundled model came back as chatml's markers, `<|im_end|>`
+    over and over. `chat=true` keeps llama.cpp's rule (a llama-server lane formats
+    alike); the proxy's chat requests, which name no setting, get the family's own."""
+    from specdiff.engine.gguf import read_gguf
+    from specdiff.engine.models import base_model_path
+
+    try:
+        info = read_gguf(base_model_path(lane.model))
+    except SpecdiffError:
+        return "true"  # the lane's load says what is wrong with the model, in its words
+    templated = "tokenizer.chat_template" in info.metadata
+    return "gemma" if not templated and info.architecture in GEMMA_ARCHITECTURES else "true"
 
 
 @dataclass(frozen=True)
