@@ -1,16 +1,16 @@
 """Speculative (n-gram prompt lookup) lane vs plain lane, tokens per second, beside
 llama-server's own n-gram speculation vs llama-server's own plain decoding.
 
-On the bundled repetitive prompts (rewrite / extract / repeat tasks, where n-gram
-drafts hit) and on open-ended ones. For each prompt, in an order that rotates from
-prompt to prompt and round to round (so that a change in the machine's load falls on
-every measurement alike): specdiff's spec-vs-plain pair (its two lanes step in turn), then llama-server
-plain and one llama-server per n-gram type (`--spec-type`), all on the same model, with
-the lanes' threads, context, batch sizes, flash-attention and kernels (repack as the
-lanes run it). Prints per set the median of the per-prompt ratios spec ÷ plain:
-specdiff's (its own decode clock, from the first token), and llama-server's per type
-from its `timings.predicted_per_second` and from the wall clock (first to last streamed
-token). Each round starts the servers afresh (ngram-mod and ngram-cache learn from every
+On the bundled repetitive prompts (rewrite / extract / repeat tasks, where n-gram drafts
+hit) and on open-ended ones. For each prompt, in an order that rotates from prompt to
+prompt and round to round (so that a change in the machine's load falls on every
+measurement alike): specdiff's spec-vs-plain pair (its two lanes step in turn), then
+llama-server plain and one llama-server per n-gram type (`--spec-type`), all on the same
+model, with the lanes' threads, context, batch sizes, flash-attention and kernels
+(repack as the lanes run it). Prints per set the median of the per-prompt ratios spec ÷
+plain: specdiff's (its own decode clock, from the first token), and llama-server's per
+type from its `timings.predicted_per_second` and from the wall clock (first to last
+streamed token). Each round starts the servers afresh (ngram-mod and ngram-cache learn from every
 request they serve), and each prompt counts the fastest spec and fastest plain speed of
 its rounds: a busy moment only ever slows a measurement. Targets: specdiff >= 1.5x
 repetitive, >= 0.9x open, and at least llama-server's best n-gram type.
