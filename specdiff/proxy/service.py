@@ -7,8 +7,9 @@ end. A runner is the suite's: one worker process for a pair with an in-process l
 native crash ends one request, and the next gets a fresh worker), or, with several
 requests in flight (server lanes only), a `PairRun` in a thread per request, sharing
 each lane's endpoint pool. Chat requests run on the pair with each lane formatting the
-conversation (an in-process lane with the model's own template, a server lane on its
-chat API), so they are a pair of their own and fill a suite folder of their own.
+conversation (an in-process lane with its model's own template, Gemma's turns for a
+Gemma GGUF without one; a server lane on its chat API), so they are a pair of their own
+and fill a suite folder of their own; that pair is made at the first chat request.
 
 Each request's steps of the served lane go to its client as they come; the pair is
 saved when both lanes end. A client that leaves cancels its pair (nothing is saved: no
@@ -100,36 +101,42 @@ def sampled_pair(pair: Pair, temperature: float) -> Pair:
 
 
 GEMMA_ARCHITECTURES = ("gemma", "gemma2", "gemma3", "gemma3n")
+"""The GGUF architectures whose chat turns are Gemma's (llama.cpp's template "gemma")."""
 
 
 def chat_pair(pair: Pair) -> Pair:
     """The pair with each lane formatting a conversation: an in-process lane with the
-    model's own chat template (unless it names one), a server lane on the chat API."""
+    template it names, else its model's own (see `own_template`); a server lane on the
+    chat API."""
+    beside_server = "server" in (pair.a.backend, pair.b.backend)
 
     def chatting(lane: Lane) -> Lane:
         if lane.backend == "server":
             return lane if lane.api == "chat" else replace(lane, api="chat")
-        return lane if lane.chat else replace(lane, chat=own_template(lane))
+        if lane.chat:
+            return lane
+        # beside a server lane, llama.cpp's own rule formats both lanes' prompts alike
+        return replace(lane, chat="true" if beside_server else own_template(lane))
 
     return replace(pair, a=chatting(pair.a), b=chatting(pair.b))
 
 
 def own_template(lane: Lane) -> str:
-    """The chat setting for a lane that names none: its GGUF's own template ("true"),
-    or Gemma's turns for a Gemma GGUF that carries none, as the bundled one does.
+    """The chat setting for an in-process lane that names none: its GGUF's own template
+    ("true"), or Gemma's turns for a Gemma GGUF that carries none, as the bundled one.
 
     llama.cpp formats a GGUF without a template as chatml, a format Gemma never learned:
     every chat answer of the bundled model came back as chatml's markers, `<|im_end|>`
-    over and over. `chat=true` keeps llama.cpp's rule (a llama-server lane formats
-    alike); the proxy's chat requests, which name no setting, get the family's own."""
+    over and over. `chat=true` keeps llama.cpp's rule, as llama-server formats; the
+    proxy's chat requests, which name no setting, get the family's own turns."""
     from specdiff.engine.gguf import read_gguf
     from specdiff.engine.models import base_model_path
 
     try:
         info = read_gguf(base_model_path(lane.model))
-    except SpecdiffError:
+    except (SpecdiffError, OSError):
         return "true"  # the lane's load says what is wrong with the model, in its words
-    templated = "tokenizer.chat_template" in info.metadata
+    templated = bool(info.metadata.get("tokenizer.chat_template"))
     return "gemma" if not templated and info.architecture in GEMMA_ARCHITECTURES else "true"
 
 
@@ -195,10 +202,6 @@ class Service:
         self.sampled = 0
         """Requests with temperature > 0 saved (their own suite folders)."""
         self.kinds = {"completions": Kind(self, settings.pair)}
-        chatting = chat_pair(settings.pair)
-        self.kinds["chat"] = (
-            self.kinds["completions"] if chatting == settings.pair else Kind(self, chatting, True)
-        )
         self.suites: dict[tuple[str, bool], ProxySuite] = {}
         self._pool: object | None = None
 
@@ -261,7 +264,7 @@ class Service:
     def kind_for(self, request: ProxyRequest) -> Kind:
         """The runners of the request's endpoint; a sampled request on server lanes gets
         lanes that pass its temperature on."""
-        kind = self.kinds[request.endpoint]
+        kind = self.chat_kind() if request.endpoint == "chat" else self.kinds[request.endpoint]
         pair = kind.pair
         if not request.sampled or "server" not in (pair.a.backend, pair.b.backend):
             return kind
@@ -270,6 +273,18 @@ class Service:
             if key not in self.kinds and len(self.kinds) < 2 + MAX_SAMPLED_KINDS:
                 self.kinds[key] = Kind(self, sampled_pair(pair, request.temperature), kind.chat)
             return self.kinds.get(key) or kind
+
+    def chat_kind(self) -> Kind:
+        """The chat requests' runners, made at the first chat request: choosing their
+        template reads the model's file, which a proxy serving completions never needs."""
+        with self._lock:
+            kind = self.kinds.get("chat")
+            if kind is None:
+                chatting = chat_pair(self.settings.pair)
+                completions = self.kinds["completions"]
+                same = chatting == self.settings.pair
+                kind = self.kinds["chat"] = completions if same else Kind(self, chatting, True)
+            return kind
 
     def open_runner(self, pair: Pair, cancel: threading.Event) -> Runner:
         """A runner with the pair loaded, as a suite makes it."""
