@@ -350,13 +350,15 @@ def announce(
 ) -> None:
     """What the suite will do, before the first run: skipped lines, the size of the work,
     and that model-written code runs where it does."""
+    from specdiff.suite.settings import budget_words
+
     for problem in skipped:
         status.message(f"skipped: {problem}")
     variants = settings.variants()
     status.message(
         f"suite: {len(prompts)} prompts x {len(variants)} pair"
         f"{'s' if len(variants) > 1 else ''} ({', '.join(v[0] for v in variants)}), up to "
-        f"{settings.max_tokens} tokens per lane"
+        f"{budget_words(settings.budget_range(prompts))} tokens per lane"
         + ("" if shard is None else f", shard {shard} of the runs")
         + f" -> {report_dir}"
     )

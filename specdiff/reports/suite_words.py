@@ -12,6 +12,7 @@ from specdiff.compare import DEFAULT_SPLIT_THRESHOLD, MEASURED_NOISE_P99, UNSCOR
 from specdiff.safe_text import visible
 from specdiff.suite.noise_floor import control_part
 from specdiff.suite.outcome import SuiteReport
+from specdiff.suite.settings import budget_words
 
 
 def number_text(value: float | None, digits: int = 2, suffix: str = "") -> str:
@@ -49,10 +50,9 @@ def overview(data: SuiteReport) -> str:
 def _budget_text(settings: dict[str, Any]) -> str:
     """How many tokens a lane could generate: prompts that name their own budget (a
     proxied request's max_tokens) make it a range, not --max-tokens."""
-    fewest, most = settings.get("prompt_budgets") or [settings["max_tokens"]] * 2
-    if fewest == most:
-        return f"up to {most} tokens per lane"
-    return f"up to {fewest}-{most} tokens per lane (each prompt's own budget)"
+    budgets = settings.get("prompt_budgets") or [settings["max_tokens"]] * 2
+    words = f"up to {budget_words(budgets)} tokens per lane"
+    return words if budgets[0] == budgets[1] else f"{words} (each prompt's own budget)"
 
 
 def _load_text(settings: dict[str, Any]) -> str:

@@ -168,6 +168,12 @@ class SuiteSettings:
         }
 
 
+def budget_words(budgets: Sequence[int]) -> str:
+    """A budget range as a report says it: one number, or "FEWEST-MOST"."""
+    fewest, most = budgets
+    return str(most) if fewest == most else f"{fewest}-{most}"
+
+
 def check_quants(quants: Iterable[str]) -> tuple[str, ...]:
     known = (BASE_QUANT, *[q for q in QUANT_TYPES if q])
     out = []
