@@ -7,8 +7,6 @@ second run."""
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -16,7 +14,7 @@ import pytest
 
 from specdiff.sessions.records import NOISE_FLOOR
 from specdiff.sessions.store import load_session
-from tests.proxies import running_proxy
+from tests.proxies import RunningProxy, running_proxy
 from tests.servers import PASSWORD, fault_server
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
@@ -27,20 +25,16 @@ BODY = {"model": "servers", "prompt": "Say hello.", "max_tokens": 5, "temperatur
 
 
 @pytest.fixture
-def keyed_environment() -> Iterator[None]:
+def keyed_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """The key lane a reads from its environment, as the proxy's child inherits it."""
-    os.environ[KEY_ENV] = KEY
-    try:
-        yield
-    finally:
-        del os.environ[KEY_ENV]
+    monkeypatch.setenv(KEY_ENV, KEY)
 
 
 def lanes(a: str, b: str) -> list[str]:
     return ["--pair", "servers", "--lane-a", f"endpoint={a}", "--lane-b", f"endpoint={b}"]
 
 
-def only_session(proxy) -> Path:  # noqa: ANN001 - tests.proxies.RunningProxy
+def only_session(proxy: RunningProxy) -> Path:
     (path,) = proxy.sessions()
     return path
 
