@@ -10,10 +10,11 @@ model, with the lanes' threads, context, batch sizes, flash-attention and kernel
 (repack as the lanes run it). Prints per set the median of the per-prompt ratios spec ÷
 plain: specdiff's (its own decode clock, from the first token), and llama-server's per
 type from its `timings.predicted_per_second` and from the wall clock (first to last
-streamed token). Each round starts the servers afresh (ngram-mod and ngram-cache learn from every
-request they serve), and each prompt counts the fastest spec and fastest plain speed of
-its rounds: a busy moment only ever slows a measurement. Targets: specdiff >= 1.5x
-repetitive, >= 0.9x open, and at least llama-server's best n-gram type.
+streamed token). Each round starts the servers afresh (ngram-mod and ngram-cache learn
+from every request they serve, so within a round from the prompts before), and each
+prompt counts the fastest spec and fastest plain speed of its rounds: a busy moment only
+ever slows a measurement. Targets: specdiff >= 1.5x repetitive, >= 0.9x open, and at
+least llama-server's best n-gram type.
 
     python benchmarks/spec_speedup.py [--tokens 200] [--sets repetitive open]
         [--prompts N] [--rounds 2] [--lane-a spec_drafts=8 ...]
@@ -197,7 +198,9 @@ def main() -> None:
         for number in range(args.rounds):
             # every round on servers started afresh: ngram-mod and ngram-cache keep what
             # earlier requests taught them, and a prompt seen in an earlier round would
-            # be drafted from its own previous answer
+            # be drafted from its own previous answer (within a round they still learn
+            # from the prompts before, as a server in use does). The order shifts by the
+            # round too, or a round of len(order) prompts would repeat the last one's.
             with ExitStack() as round_stack:
                 servers = None
                 if not args.no_server:
@@ -207,7 +210,7 @@ def main() -> None:
                 order = [SPECDIFF, PLAIN, *(servers.kinds if servers is not None else [])]
                 for name in args.sets:
                     for index, text in enumerate(prompts(name)[: args.prompts or None]):
-                        shift = turn % len(order)
+                        shift = (turn + number) % len(order)
                         measure_prompt(
                             name, index, number == 0, text, order[shift:] + order[:shift],
                             args, None if args.server_only else runner, servers, measured,
