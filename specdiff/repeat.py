@@ -170,12 +170,10 @@ def repeat(
     cancel: threading.Event | None = None,
 ) -> RepeatResult:
     """Run r beside r mod (K + 1) companions from the `open` prompts."""
-    check_repeat(lane, prompt, runs, max_companions, max_tokens)
-    cancel = cancel or threading.Event()
-    result = RepeatResult(lane, prompt, max_tokens, max_companions, [], [])
-    with _local_lane(lane, max_companions, progress, cancel) as batched:
-        _beside_companions(batched, result, range(runs), False, on_run, cancel)
-    return result
+    check_repeat(lane, prompt, runs, max_companions, max_tokens)  # runs < 1 is refused here
+    return repeat_numbers(
+        lane, prompt, range(runs), max_companions, max_tokens, on_run, progress, cancel
+    )
 
 
 def repeat_numbers(
