@@ -13,6 +13,7 @@ import pytest
 
 from specdiff.chat import Conversation
 from specdiff.cli import main
+from specdiff.cli.proxy import client_key
 from specdiff.lanes import presets
 from specdiff.proxy.answers import Answer, TextCutter, Usage
 from specdiff.proxy.requests import ApiError, read_body
@@ -137,6 +138,8 @@ def test_an_answer_holds_logprobs_only_when_asked() -> None:
     [
         (["--host", "0.0.0.0"], "--api-key"),
         (["--api-key", " "], "--api-key is empty"),
+        (["--host", "0.0.0.0", "--api-key-env", "SPECDIFF_NO_SUCH_KEY"], "the variable is not set"),
+        (["--api-key", "k", "--api-key-env", "SPECDIFF_KEY"], "not allowed with argument"),
         (["--concurrency", "2"], "needs server lanes"),
     ],
 )
@@ -144,6 +147,16 @@ def test_the_command_refuses_before_anything_loads(arguments, words, capsys) -> 
     assert main(["proxy", *arguments]) == 2
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1
+
+
+def test_the_key_can_come_from_a_variable_kept_off_the_command_line(monkeypatch, capsys) -> None:
+    monkeypatch.setenv("SPECDIFF_PROXY_KEY", "sesame")
+    assert client_key(None, "SPECDIFF_PROXY_KEY") == "sesame"
+    assert client_key("given", None) == "given"
+    monkeypatch.setenv("SPECDIFF_PROXY_KEY", " ")
+    assert main(["proxy", "--api-key-env", "SPECDIFF_PROXY_KEY"]) == 2
+    err = capsys.readouterr().err
+    assert "SPECDIFF_PROXY_KEY: the variable is empty" in err and err.count("\n") == 1
 
 
 def test_a_port_in_use_is_one_line(capsys, tmp_path) -> None:

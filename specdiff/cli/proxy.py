@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ipaddress
+import os
 import signal
 import sys
 import threading
@@ -98,10 +99,17 @@ def add_listen_options(proxy: argparse.ArgumentParser) -> None:
         default=DEFAULT_PORT,
         help=f"port to listen on (default {DEFAULT_PORT}; 0 picks a free one and prints it)",
     )
-    proxy.add_argument(
+    key = proxy.add_mutually_exclusive_group()
+    key.add_argument(
         "--api-key",
         metavar="KEY",
-        help="the key clients must send (Authorization: Bearer KEY); needed off loopback",
+        help="the key clients must send (Authorization: Bearer KEY); needed off loopback. "
+        "Other users can read a command line: --api-key-env keeps the key out of it",
+    )
+    key.add_argument(
+        "--api-key-env",
+        metavar="VAR",
+        help="the environment variable that holds the key clients must send",
     )
 
 
@@ -133,7 +141,8 @@ def command_proxy(args: argparse.Namespace) -> int:
     if args.tui:
         check_terminal()
     check_limits(args.max_tokens, args.near_tie)
-    check_address(args.host, args.api_key)
+    api_key = client_key(args.api_key, args.api_key_env)
+    check_address(args.host, api_key)
     pair = chosen_pair(args)
     report_dir = chosen_report_dir(args.report, pair)
     status = Status(sys.stderr, not args.quiet)
@@ -152,7 +161,7 @@ def command_proxy(args: argparse.Namespace) -> int:
     hide_environment()
     service = Service(settings, feed.recorded, feed.message)
     try:
-        server = ProxyServer((args.host, args.port), service, args.api_key)
+        server = ProxyServer((args.host, args.port), service, api_key)
     except OSError as error:
         raise ArgumentError(
             f"cannot listen on {visible(args.host, 80)}:{args.port}: {error.strerror}; pick "
@@ -211,6 +220,20 @@ def check_terminal() -> None:
                 f"--tui needs a terminal, and {name} is not one; drop --tui (the proxy then "
                 "prints a line a pair on stderr) or run it in a terminal"
             )
+
+
+def client_key(given: str | None, variable: str | None) -> str | None:
+    """The key clients must send: --api-key's, or the value of --api-key-env's variable."""
+    if variable is None:
+        return given
+    value = os.environ.get(variable)
+    if not value or not value.strip():
+        state = "is empty" if value is not None else "is not set"
+        raise ArgumentError(
+            f"--api-key-env {visible(variable, 80)}: the variable {state}; export it with the "
+            "key clients must send"
+        )
+    return value
 
 
 def check_address(host: str, api_key: str | None) -> None:
