@@ -73,10 +73,13 @@ def test_behind_server_lanes_the_answer_is_the_servers_own(tmp_path, model_path)
     assert json.loads(lanes.a.request) == json.loads(lanes.b.request) == {"temperature": 0.8}
 
 
-def run_lm_eval_through(proxy_url: str, output: Path, home: Path) -> list[dict[str, Any]]:
-    """lm-evaluation-harness's task through the proxy at `proxy_url`: its logged samples."""
+def run_lm_eval_through(
+    proxy_url: str, pair: str, tasks: Path, output: Path, home: Path
+) -> list[dict[str, Any]]:
+    """lm-evaluation-harness's task (in `tasks`) through the proxy at `proxy_url`: its
+    logged samples."""
     model_args = (
-        f"base_url={proxy_url}/completions,model=spec-vs-plain,"
+        f"base_url={proxy_url}/completions,model={pair},"
         "tokenizer_backend=None,tokenized_requests=False"
     )
     ran = subprocess.run(
@@ -91,7 +94,7 @@ def run_lm_eval_through(proxy_url: str, output: Path, home: Path) -> list[dict[s
             "--tasks",
             "specdiff_words",
             "--include_path",
-            str(LM_EVAL_TASK.parent),
+            str(tasks),
             "--log_samples",
             "--output_path",
             str(output),
@@ -115,40 +118,85 @@ def lane_texts(path: Path) -> dict[str, str]:
     }
 
 
-def test_lm_eval_through_the_proxy_imports_as_the_proxys_own_suite(tmp_path, capsys) -> None:
+NEVER = "<specdiff: a stop string no text holds>"
+
+
+TASK = """task: specdiff_words
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: generate_until
+doc_to_text: "{{{{question}}}}"
+doc_to_target: "{{{{answer}}}}"
+generation_kwargs:
+  until:
+    - "{never}"
+  max_gen_toks: {tokens}
+  do_sample: false
+  temperature: 0
+metric_list:
+  - metric: exact_match
+    aggregation: mean
+    higher_is_better: true
+"""
+"""The task lm-eval runs in the test: the committed one's shape, each question asked as
+it is written, up to a budget, with a stop string no text holds."""
+
+
+def task_with(fork: str, folder: Path, max_tokens: int) -> Path:
+    """The committed task's questions, plus a prompt that forks here, as a task in
+    `folder`: each answer is its lane's whole text, so the fork is in it."""
+    folder.mkdir()
+    committed = LM_EVAL_TASK.read_text(encoding="utf-8").splitlines()
+    docs = [json.loads(line) for line in committed]
+    asked = [{**d, "question": f"Question: {d['question']}\nAnswer:"} for d in docs]
+    asked.append({"question": fork, "answer": "-"})
+    data = folder / "specdiff_words.jsonl"
+    data.write_text("".join(json.dumps(d) + "\n" for d in asked), encoding="utf-8")
+    task = TASK.format(data=data, never=NEVER, tokens=max_tokens)
+    (folder / "specdiff_words.yaml").write_text(task, encoding="utf-8")
+    return folder
+
+
+def test_lm_eval_through_the_proxy_imports_as_the_proxys_own_suite(
+    tmp_path, capsys, forking_prompt
+) -> None:
     """The task served as lane a, then as lane b: each run's answers are its lane's texts
     in the proxy's sessions, and `import lm-eval` of the two runs finds different
-    answers on exactly the items whose sessions' lanes differ there."""
-    items = LM_EVAL_TASK.read_text(encoding="utf-8").splitlines()
+    answers on exactly the items whose sessions' lanes differ, one of them at least: the
+    task holds a prompt that forks on this machine."""
+    pair, budget = "ubatch", 40  # as the proxy suite test: the search is made once
+    fork = forking_prompt(pair, budget)
+    tasks = task_with(fork.prompt, tmp_path / "task", budget)
+    items = (tasks / "specdiff_words.jsonl").read_text(encoding="utf-8").splitlines()
     runs: dict[str, list[dict[str, Any]]] = {}
     texts: dict[str, dict[str, dict[str, str]]] = {}
     for served in "ab":
         where = tmp_path / served
         where.mkdir()
-        with running_proxy(where, "--max-tokens", "8", "--serve", served) as proxy:
-            runs[served] = run_lm_eval_through(proxy.url, where / "lm-eval", where)
+        options = ["--pair", pair, "--max-tokens", str(budget), "--serve", served]
+        with running_proxy(where, *options) as proxy:
+            runs[served] = run_lm_eval_through(proxy.url, pair, tasks, where / "lm-eval", where)
             assert proxy.stop() == 130
         sessions = proxy.sessions()
         assert len(runs[served]) == len(items) == len(sessions)
         report = json.loads((proxy.report / "report.json").read_text())
         assert report["finished"] == len(items)
-        # the proxy cuts at the client's stop string ("\n"), as lm-eval's `until` asks
         by_prompt = {load_session(p).header.prompt: lane_texts(p) for p in sessions}
         for sample in runs[served]:
             prompt = sample["arguments"]["gen_args_0"]["arg_0"]
-            assert sample["resps"][0][0] == by_prompt[prompt][served].split("\n")[0]
+            assert sample["resps"][0][0] == by_prompt[prompt][served]
         texts[served] = by_prompt
     # both proxies ran the same pair on the same prompts: the lanes agree run to run
     assert texts["a"] == texts["b"]
-    answers = {
-        prompt: {lane: text.split("\n")[0] for lane, text in lanes.items()}
-        for prompt, lanes in texts["a"].items()
-    }
     differ = [
         sample["doc_id"]
         for sample in runs["a"]
-        if len(set(answers[sample["arguments"]["gen_args_0"]["arg_0"]].values())) == 2
+        if len(set(texts["a"][sample["arguments"]["gen_args_0"]["arg_0"]].values())) == 2
     ]
+    assert len(items) - 1 in differ, "the forking prompt's lanes differ in their texts"
     code = main(
         [
             "import",
@@ -159,7 +207,7 @@ def test_lm_eval_through_the_proxy_imports_as_the_proxys_own_suite(tmp_path, cap
     )
     out = capsys.readouterr().out
     assert out.startswith(f"{len(differ)} of {len(items)} items differ"), out
-    assert code == (1 if differ else 0)
+    assert code == 1
 
 
 def test_promptfoo_runs_its_eval_through_the_proxy(tmp_path, promptfoo: Path) -> None:
