@@ -187,3 +187,25 @@ def test_the_proxy_suite_is_the_suite_run_of_its_prompts(tmp_path, forking_promp
     assert fork.fork_index in forks(served).values()
     # the proxy's folder is a suite: its report is written again from its sessions
     assert main(["suite", "--resume", "--report", str(proxy.report), "--quiet"]) in (0, 1)
+
+
+def test_any_kind_of_request_may_come_first(tmp_path) -> None:
+    """Chat, sampled chat and completions each fill a folder inside another's; whichever
+    comes first, the others still find theirs."""
+    with running_proxy(tmp_path, "--max-tokens", "2") as proxy:
+        url = proxy.url
+        chat = {"model": PAIR, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+        answers = [
+            httpx.post(f"{url}/chat/completions", json={**chat, "temperature": 0.8}, timeout=120),
+            httpx.post(f"{url}/chat/completions", json=chat, timeout=120),
+            httpx.post(
+                f"{url}/completions",
+                json={"model": PAIR, "prompt": "Hello", "max_tokens": 2},
+                timeout=120,
+            ),  # fmt: skip
+        ]
+        assert proxy.stop() == 130
+    assert [a.status_code for a in answers] == [200, 200, 200], [a.text for a in answers]
+    for under in [("chat", "sampled"), ("chat",), ()]:
+        assert len(proxy.sessions(*under)) == 1, under
+        assert (proxy.report.joinpath(*under) / "report.md").exists()

@@ -217,6 +217,9 @@ class Service:
         return (pair.a if self.settings.serve == "a" else pair.b).backend == "server"
 
     def start(self) -> None:
+        """Make the report folder (a --report that cannot be one is said now, not at the
+        first request) and load the pair."""
+        self.suite_for(self.kinds["completions"], False)
         self.kinds["completions"].start()
 
     def submit(self, request: ProxyRequest) -> Job:
@@ -387,8 +390,11 @@ class Service:
     def suite_for(self, kind: Kind, sampled: bool) -> ProxySuite:
         """The suite folder of the kind's pair, greedy or sampled: the first is the
         report folder itself, chat's is its chat/, and sampled requests' are sampled/
-        beside them."""
+        beside them. A folder that holds another is made first: a suite refuses a folder
+        that exists, and chat/ or sampled/ made first would make their parent exist."""
         chat = kind.chat
+        if sampled:
+            self.suite_for(self.chat_kind() if chat else self.kinds["completions"], False)
         with self._lock:
             suite = self.suites.get((kind.pair.name + ("+chat" if chat else ""), sampled))
             if suite is None:
