@@ -5,6 +5,7 @@ command's refusals before anything loads."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 
@@ -152,11 +153,28 @@ def test_the_command_refuses_before_anything_loads(arguments, words, capsys) -> 
 def test_the_key_can_come_from_a_variable_kept_off_the_command_line(monkeypatch, capsys) -> None:
     monkeypatch.setenv("SPECDIFF_PROXY_KEY", "sesame")
     assert client_key(None, "SPECDIFF_PROXY_KEY") == "sesame"
+    # read once: the workers the proxy starts inherit no key of the clients'
+    assert "SPECDIFF_PROXY_KEY" not in os.environ
     assert client_key("given", None) == "given"
     monkeypatch.setenv("SPECDIFF_PROXY_KEY", " ")
     assert main(["proxy", "--api-key-env", "SPECDIFF_PROXY_KEY"]) == 2
     err = capsys.readouterr().err
     assert "SPECDIFF_PROXY_KEY: the variable is empty" in err and err.count("\n") == 1
+
+
+def test_a_host_without_an_ipv4_address_is_named_not_the_port(capsys, tmp_path) -> None:
+    code = main(["proxy", "--host", "::1", "--port", "0", "--report", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert code == 2 and "give --host an IPv4 address" in err and err.count("\n") == 1
+
+
+def test_a_report_folder_that_cannot_be_made_is_said_at_start(capsys, tmp_path) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    code = main(["proxy", "--port", "0", "--report", str(blocked / "report")])
+    err = capsys.readouterr().err
+    assert code == 2 and f"cannot create {blocked / 'report'}" in err, err
+    assert err.count("\n") == 2  # the loading line, then the error
 
 
 def test_a_port_in_use_is_one_line(capsys, tmp_path) -> None:
@@ -194,6 +212,11 @@ def test_a_keyed_proxy_answers_only_the_bearer_of_its_key(keyed_proxy) -> None:
     assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "invalid_api_key"
     right = httpx.get(f"{keyed_proxy}/models", headers={"Authorization": "Bearer sesame"})
     assert right.status_code == 200
+    # the scheme's name is case-insensitive, the key is not
+    lower = httpx.get(f"{keyed_proxy}/models", headers={"Authorization": "bearer sesame"})
+    assert lower.status_code == 200
+    upper = httpx.get(f"{keyed_proxy}/models", headers={"Authorization": "Bearer SESAME"})
+    assert upper.status_code == 401
     assert [m["id"] for m in right.json()["data"]] == ["spec-vs-plain"]
 
 
@@ -211,3 +234,8 @@ def test_errors_come_before_the_pair_loads(keyed_proxy) -> None:
         f"{keyed_proxy}/completions", content=b"x" * (MAX_BODY + 1), headers=key, timeout=30
     )
     assert huge.status_code == 413
+    # a POST route asked with GET, and the SDK's models.retrieve
+    asked = httpx.get(f"{keyed_proxy}/completions", headers=key)
+    assert asked.status_code == 405 and "takes POST" in asked.json()["error"]["message"]
+    one = httpx.get(f"{keyed_proxy}/models/spec-vs-plain", headers=key)
+    assert one.status_code == 200 and one.json()["id"] == "spec-vs-plain"

@@ -13,6 +13,7 @@ import contextlib
 import ipaddress
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -162,6 +163,11 @@ def command_proxy(args: argparse.Namespace) -> int:
     service = Service(settings, feed.recorded, feed.message)
     try:
         server = ProxyServer((args.host, args.port), service, api_key)
+    except socket.gaierror as error:  # the host, not the port: no IPv4 address for it
+        raise ArgumentError(
+            f"cannot listen on {visible(args.host, 80)}: {error.strerror}; give --host an "
+            "IPv4 address or a name that has one, e.g. 127.0.0.1"
+        ) from None
     except OSError as error:
         raise ArgumentError(
             f"cannot listen on {visible(args.host, 80)}:{args.port}: {error.strerror}; pick "
@@ -226,7 +232,9 @@ def client_key(given: str | None, variable: str | None) -> str | None:
     """The key clients must send: --api-key's, or the value of --api-key-env's variable."""
     if variable is None:
         return given
-    value = os.environ.get(variable)
+    # read once and dropped: the lanes' worker processes, which inherit the environment,
+    # have no use for the clients' key
+    value = os.environ.pop(variable, None)
     if not value or not value.strip():
         state = "is empty" if value is not None else "is not set"
         raise ArgumentError(

@@ -60,12 +60,21 @@ class ProxyHandler(BaseHTTPRequestHandler):
         if not self.authorized():
             return
         path = self.path.split("?", 1)[0].rstrip("/")
+        models = [
+            {"id": name, "object": "model", "created": 0, "owned_by": "specdiff"}
+            for name in self.server.service.models
+        ]
         if path == "/v1/models":
-            models = [
-                {"id": name, "object": "model", "created": 0, "owned_by": "specdiff"}
-                for name in self.server.service.models
-            ]
             self.send_json(200, {"object": "list", "data": models})
+            return
+        named = [model for model in models if path == f"/v1/models/{model['id']}"]
+        if named:  # the SDK's models.retrieve
+            self.send_json(200, named[0])
+            return
+        if path in ROUTES:
+            self.send_error_json(
+                ApiError(405, f"{path} takes POST, not GET", code="method_not_allowed")
+            )
             return
         self.send_error_json(not_found(path))
 
@@ -93,9 +102,10 @@ class ProxyHandler(BaseHTTPRequestHandler):
         key = self.server.api_key
         if key is None:
             return True
-        given = self.headers.get("Authorization", "")
-        expected = f"Bearer {key}"
-        if hmac.compare_digest(given.encode("utf-8", "replace"), expected.encode("utf-8")):
+        scheme, _, given = self.headers.get("Authorization", "").partition(" ")
+        # the scheme's name is case-insensitive (RFC 9110); the key is compared whole
+        same = hmac.compare_digest(given.encode("utf-8", "replace"), key.encode("utf-8"))
+        if scheme.lower() == "bearer" and same:
             return True
         self.send_error_json(
             ApiError(
