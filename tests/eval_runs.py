@@ -15,7 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from specdiff.engine.models import bundled_model_path
@@ -52,7 +52,7 @@ output_type: generate_until
 doc_to_text: "{{{{question}}}}"
 doc_to_target: "{{{{answer}}}}"
 generation_kwargs:
-  until: ["\\n\\n"]
+  until: {until}
   max_gen_toks: {max_tokens}
   do_sample: false
   temperature: 0
@@ -119,13 +119,20 @@ def offline_env(home: Path) -> dict[str, str]:
     }
 
 
-def write_task(folder: Path, max_tokens: int) -> Path:
-    """The lm-eval task's YAML and JSONL in `folder`; the folder for --include_path."""
+def write_task(
+    folder: Path,
+    max_tokens: int,
+    items: Sequence[tuple[str, str]] = ITEMS,
+    until: Sequence[str] = ("\n\n",),
+) -> Path:
+    """The lm-eval task's YAML and JSONL in `folder` (`items` as (prompt, answer), each
+    answer cut at the first of `until`); the folder for --include_path."""
     folder.mkdir(parents=True, exist_ok=True)
     data = folder / "items.jsonl"
-    lines = (json.dumps({"question": q, "answer": a}) for q, a in ITEMS)
+    lines = (json.dumps({"question": q, "answer": a}) for q, a in items)
     data.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    yaml = TASK_YAML.format(task=TASK, data=data, max_tokens=max_tokens)
+    stops = json.dumps(list(until))  # a JSON list is a YAML flow sequence
+    yaml = TASK_YAML.format(task=TASK, data=data, max_tokens=max_tokens, until=stops)
     (folder / f"{TASK}.yaml").write_text(yaml, encoding="utf-8")
     (folder / "grading.py").write_text(GRADING, encoding="utf-8")
     return folder

@@ -19,6 +19,7 @@ from specdiff.engine.server.process import LlamaServer, find_llama_server
 from specdiff.prompts import load as load_prompts
 from specdiff.sessions.store import load_session
 from tests.conftest import ROOT
+from tests.eval_runs import TASK, write_task
 from tests.proxies import running_proxy
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
@@ -92,7 +93,7 @@ def run_lm_eval_through(
             "--model_args",
             model_args,
             "--tasks",
-            "specdiff_words",
+            TASK,
             "--include_path",
             str(tasks),
             "--log_samples",
@@ -106,7 +107,7 @@ def run_lm_eval_through(
         timeout=900,
     )
     assert ran.returncode == 0, ran.stderr[-2000:]
-    (samples,) = output.glob("*/samples_specdiff_words_*.jsonl")
+    (samples,) = output.glob(f"*/samples_{TASK}_*.jsonl")
     return [json.loads(line) for line in samples.read_text().splitlines()]
 
 
@@ -121,43 +122,14 @@ def lane_texts(path: Path) -> dict[str, str]:
 NEVER = "<specdiff: a stop string no text holds>"
 
 
-TASK = """task: specdiff_words
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {data}
-test_split: test
-output_type: generate_until
-doc_to_text: "{{{{question}}}}"
-doc_to_target: "{{{{answer}}}}"
-generation_kwargs:
-  until:
-    - "{never}"
-  max_gen_toks: {tokens}
-  do_sample: false
-  temperature: 0
-metric_list:
-  - metric: exact_match
-    aggregation: mean
-    higher_is_better: true
-"""
-"""The task lm-eval runs in the test: the committed one's shape, each question asked as
-it is written, up to a budget, with a stop string no text holds."""
-
-
 def task_with(fork: str, folder: Path, max_tokens: int) -> Path:
     """The committed task's questions, plus a prompt that forks here, as a task in
-    `folder`: each answer is its lane's whole text, so the fork is in it."""
-    folder.mkdir()
+    `folder` (the committed runs' task, eval_runs.write_task): each answer is its lane's
+    whole text, cut by a stop string no text holds, so the fork is in it."""
     committed = LM_EVAL_TASK.read_text(encoding="utf-8").splitlines()
     docs = [json.loads(line) for line in committed]
-    asked = [{**d, "question": f"Question: {d['question']}\nAnswer:"} for d in docs]
-    asked.append({"question": fork, "answer": "-"})
-    data = folder / "specdiff_words.jsonl"
-    data.write_text("".join(json.dumps(d) + "\n" for d in asked), encoding="utf-8")
-    task = TASK.format(data=data, never=NEVER, tokens=max_tokens)
-    (folder / "specdiff_words.yaml").write_text(task, encoding="utf-8")
-    return folder
+    items = [(f"Question: {d['question']}\nAnswer:", d["answer"]) for d in docs]
+    return write_task(folder, max_tokens, [*items, (fork, "-")], until=(NEVER,))
 
 
 def test_lm_eval_through_the_proxy_imports_as_the_proxys_own_suite(
@@ -170,7 +142,7 @@ def test_lm_eval_through_the_proxy_imports_as_the_proxys_own_suite(
     pair, budget = "ubatch", 40  # as the proxy suite test: the search is made once
     fork = forking_prompt(pair, budget)
     tasks = task_with(fork.prompt, tmp_path / "task", budget)
-    items = (tasks / "specdiff_words.jsonl").read_text(encoding="utf-8").splitlines()
+    items = (tasks / "items.jsonl").read_text(encoding="utf-8").splitlines()
     runs: dict[str, list[dict[str, Any]]] = {}
     texts: dict[str, dict[str, dict[str, str]]] = {}
     for served in "ab":
