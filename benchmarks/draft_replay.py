@@ -24,25 +24,16 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import prompts  # noqa: E402
 
-from specdiff.engine.llama.drafts import NgramDrafter  # noqa: E402
+from specdiff.engine.llama.drafts import Drafter, NgramDrafter  # noqa: E402
 from specdiff.engine.pairrun import PairRun  # noqa: E402
 from specdiff.lanes import Lane, presets  # noqa: E402
 
 WIDTHS = (1, 2, 3, 4, 5, 6, 8, 12, 16, 20, 24, 32, 48, 64)
-
-
-class Drafter(Protocol):
-    def reset(self) -> None: ...
-
-    def propose(self, history: Sequence[int], room: int) -> list[int]: ...
-
-    def feedback(self, proposed: int, accepted: int) -> None: ...
 
 
 class NgramSimple:
@@ -66,6 +57,9 @@ class NgramSimple:
         return []
 
     def feedback(self, proposed: int, accepted: int) -> None:
+        return None
+
+    def close(self) -> None:
         return None
 
 
@@ -92,7 +86,8 @@ class NgramMod:
             return []
         if self.indexed < 0 or self.indexed + 32 < len(history):
             self._index(history)
-        window, drafts = list(history[-self.n :]), []
+        window = list(history[-self.n :])
+        drafts: list[int] = []
         for _ in range(min(self.longest, room)):
             token = self.table.get(tuple(window[-self.n :]))
             if token is None:
@@ -102,6 +97,9 @@ class NgramMod:
         return drafts
 
     def feedback(self, proposed: int, accepted: int) -> None:
+        return None
+
+    def close(self) -> None:
         return None
 
 
